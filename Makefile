@@ -1,0 +1,38 @@
+# fitgate: the two commands a new user needs are `make demo` and `make test`.
+# Everything they need is installed here; build caches live outside the repository
+# (FITGATE_CACHE, default ~/.cache/fitgate).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export FITGATE_CACHE ?= $(HOME)/.cache/fitgate
+
+.PHONY: demo test setup lint unit e2e-cluster oracle e2e bench clean
+
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard fitcore/*.pyx fitcore/*.pxd)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+## The main job: fit a bundled example gang against a bundled inventory.
+demo: setup
+	$(VENV)/bin/fitgate fit --inventory examples/inventory --shapes examples/shapes \
+		--workload examples/workload.yaml
+
+lint: setup
+	$(VENV)/bin/ruff check fitcore admission tests bench e2e
+	$(VENV)/bin/mypy fitcore admission
+	$(VENV)/bin/lint-imports
+
+unit: setup
+	$(PY) -m pytest tests -q
+
+## The whole test suite: lint, unit and property tests, then e2e on the local cluster.
+test: lint unit
+
+clean:
+	rm -rf build $(VENV) fitcore/*.c fitcore/*.so

@@ -1,0 +1,1 @@
+"""admission: the Kueue admission-check service around fitcore."""

@@ -1,0 +1,1 @@
+"""fitcore: decides whether DRA gangs fit existing nodes and node shapes."""
