@@ -31,8 +31,16 @@ lint: setup
 unit: setup
 	$(PY) -m pytest tests -q
 
-## The whole test suite: lint, unit and property tests, then e2e on the local cluster.
-test: lint unit
+# Sub-makefiles append their suites to TEST_TARGETS (e2e/e2e.mk, bench/bench.mk).
+TEST_TARGETS := lint unit
+-include e2e/e2e.mk
+-include bench/bench.mk
+
+## The whole test suite: lint, unit and property tests, oracle differential, e2e.
+test: setup
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory $(TEST_TARGETS); rc=$$?; \
+	echo "make test: $(TEST_TARGETS) finished in $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
 
 clean:
 	rm -rf build $(VENV) fitcore/*.c fitcore/*.so
