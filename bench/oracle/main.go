@@ -36,12 +36,12 @@ import (
 // pkg/features, mapped to the allocator's Features the way the scheduler's
 // dynamicresources.AllocatorFeatures does). See README.md for the gate stages.
 var defaultFeatures = structured.Features{
-	AdminAccess:            true, // DRAAdminAccess: GA in 1.36
-	PrioritizedList:        true, // DRAPrioritizedList: GA in 1.36
-	PartitionableDevices:   true, // DRAPartitionableDevices: beta, on in 1.36
-	DeviceTaints:           true, // DRADeviceTaints: beta, on in 1.36
-	ConsumableCapacity:     true, // DRAConsumableCapacity: beta, on in 1.36
-	DeviceBindingAndStatus: true, // DRADeviceBindingConditions (beta, on) && DRAResourceClaimDeviceStatus (beta, on)
+	AdminAccess:            true,  // DRAAdminAccess: GA in 1.36
+	PrioritizedList:        true,  // DRAPrioritizedList: GA in 1.36
+	PartitionableDevices:   true,  // DRAPartitionableDevices: beta, on in 1.36
+	DeviceTaints:           true,  // DRADeviceTaints: beta, on in 1.36
+	ConsumableCapacity:     true,  // DRAConsumableCapacity: beta, on in 1.36
+	DeviceBindingAndStatus: true,  // DRADeviceBindingConditions (beta, on) && DRAResourceClaimDeviceStatus (beta, on)
 	ListTypeAttributes:     false, // DRAListTypeAttributes: alpha in 1.36, off
 }
 
