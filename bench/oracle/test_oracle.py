@@ -454,3 +454,36 @@ def test_closed_oracle_refuses_to_answer() -> None:
     running.close()
     with pytest.raises(OracleError):
         running.ask({"id": "late", "mode": "info"})
+
+
+def test_only_the_newest_generation_of_a_pool_counts(oracle: Oracle) -> None:
+    slices = [
+        rslice("old", [device("g-old")], generation=1),
+        rslice("new", [device("g-new")], generation=2),
+    ]
+    answer = oracle.ask(case(slices, [claim("c", exactly("g"))]))
+    assert fits(answer) and devices_of(answer) == ["g-new"]
+
+
+def test_invalid_pool_is_a_node_local_reason_not_an_error(oracle: Oracle) -> None:
+    duplicate = [rslice("s0", [device("g0")], count=2), rslice("s1", [device("g0")], count=2)]
+    answer = oracle.ask(case(duplicate, [claim("c", exactly("g"))]))
+    assert not fits(answer) and "invalid resource pools" in answer["reason"]
+
+
+def test_gang_mode_carries_consumed_counters_to_the_next_pod(oracle: Oracle) -> None:
+    gang = {
+        "id": "counters",
+        "mode": "gang",
+        "nodes": [node("n1")],
+        "slices": partitioned_gpu(),
+        "classes": [dclass()],
+        "allocated": [],
+        "pods": [
+            {"name": "p0", "claims": [claim("c0", exactly("g"))]},  # takes "whole": 80Gi
+            {"name": "p1", "claims": [claim("c1", exactly("g"))]},  # no memory left
+        ],
+    }
+    p0, p1 = oracle.ask(gang)["pods"]
+    assert p0["node"] == "n1" and p0["results"][0][0]["device"] == "whole"
+    assert p1["node"] is None and p1["error"] is None
