@@ -1,0 +1,3 @@
+from typing import Any
+
+def search(problem: Any, budget: int) -> tuple[int, int, list[int], list[int]]: ...

@@ -1,0 +1,599 @@
+"""Build the model from plain Kubernetes JSON (dicts as the API server or YAML gives them).
+
+No client library here, so the same code reads files and live objects. Every parser
+validates what allocation depends on, collects *all* problems with their field paths and
+raises one `errors.InputError`; nothing half-parsed is ever returned.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from fitcore import cel, errors, model, values
+
+T = TypeVar("T")
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TAINT_EFFECTS = {"None", "NoSchedule", "NoExecute"}
+_SELECTOR_OPS = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"}
+
+
+def describe(obj: Any, default_kind: str) -> str:
+    """`Kind namespace/name` for messages, tolerant of malformed objects."""
+    if not isinstance(obj, Mapping):
+        return f"{default_kind} <not an object>"
+    kind = obj.get("kind") or default_kind
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    name = meta.get("name") or "<unnamed>"
+    namespace = meta.get("namespace")
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+
+
+class _Reader:
+    """Typed access to nested dicts that records errors instead of raising."""
+
+    def __init__(self, collector: errors.Collector) -> None:
+        self.c = collector
+
+    def get(
+        self, obj: Mapping[str, Any], key: str, path: str, typ: type[T] | tuple[type, ...],
+        *, required: bool = False, default: Any = None,
+    ) -> Any:
+        value = obj.get(key) if isinstance(obj, Mapping) else None
+        where = f"{path}.{key}" if path else key
+        if value is None:
+            if required:
+                self.c.add(where, "required field is missing")
+            return default
+        # bool is an int in Python: never accept it where a number is wanted.
+        if (typ is int and isinstance(value, bool)) or not isinstance(value, typ):
+            self.c.add(where, f"must be {_type_name(typ)}, got {type(value).__name__}")
+            return default
+        return value
+
+    def items(self, obj: Mapping[str, Any], key: str, path: str, *, limit: int | None = None,
+              required: bool = False) -> list[tuple[str, Any]]:
+        seq = self.get(obj, key, path, list, required=required, default=[])
+        where = f"{path}.{key}" if path else key
+        if limit is not None and len(seq) > limit:
+            self.c.add(where, f"must have at most {limit} entries, has {len(seq)}")
+        out = []
+        for i, item in enumerate(seq):
+            if not isinstance(item, Mapping):
+                self.c.add(f"{where}[{i}]", f"must be an object, got {type(item).__name__}")
+                continue
+            out.append((f"{where}[{i}]", item))
+        return out
+
+    def quantity(self, value: Any, path: str) -> values.Quantity | None:
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            self.c.add(path, f"must be a quantity string such as '40Gi', got {value!r}")
+            return None
+        try:
+            return values.Quantity.parse(value)
+        except ValueError as exc:
+            self.c.add(path, f"invalid quantity {value!r}: {exc}")
+            return None
+
+    def name(self, value: Any, path: str, pattern: re.Pattern[str], what: str,
+             max_len: int) -> str:
+        if not isinstance(value, str) or not value:
+            self.c.add(path, f"must be a non-empty {what}")
+            return ""
+        if len(value) > max_len or not pattern.match(value):
+            self.c.add(path, f"{value!r} is not a valid {what} (at most {max_len} characters)")
+        return value
+
+    def qualified_name(self, value: Any, path: str, *, require_domain: bool) -> str:
+        """`domain/id` or (unless require_domain) a bare C-identifier `id`."""
+        if not isinstance(value, str) or not value:
+            self.c.add(path, "must be a non-empty qualified name")
+            return ""
+        domain, sep, ident = value.rpartition("/")
+        if require_domain and not sep:
+            self.c.add(path, f"{value!r} must be fully qualified as 'domain/name'")
+            return value
+        if sep and (len(domain) > 63 or not _DNS_SUBDOMAIN.match(domain)):
+            self.c.add(path, f"{value!r}: domain {domain!r} is not a DNS subdomain of at most 63 "
+                             "characters")
+        if len(ident) > 32 or not _C_IDENTIFIER.match(ident):
+            self.c.add(path, f"{value!r}: name {ident!r} must be a C identifier of at most 32 "
+                             "characters")
+        return value
+
+    def cel(self, expression: Any, path: str) -> str:
+        if not isinstance(expression, str) or not expression:
+            self.c.add(path, "must be a non-empty CEL expression")
+            return ""
+        try:
+            cel.compile_selector(expression)
+        except cel.CelError as exc:
+            self.c.add(path, f"CEL does not compile: {exc.message}")
+        return expression
+
+
+def _type_name(typ: type | tuple[type, ...]) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer",
+             bool: "a boolean", Mapping: "an object"}
+    if isinstance(typ, tuple):
+        return " or ".join(names.get(t, t.__name__) for t in typ)
+    return names.get(typ, typ.__name__)
+
+
+def _meta_name(r: _Reader, obj: Mapping[str, Any]) -> tuple[str, str | None]:
+    meta = r.get(obj, "metadata", "", Mapping, required=True, default={})
+    name = r.get(meta, "name", "metadata", str, required=True, default="")
+    namespace = r.get(meta, "namespace", "metadata", str)
+    return name, namespace
+
+
+# ----------------------------------------------------------------- node selection
+
+
+def _node_selector(r: _Reader, obj: Any, path: str) -> model.NodeSelector:
+    terms = []
+    for tpath, term in r.items(obj, "nodeSelectorTerms", path, required=True):
+        terms.append(model.NodeSelectorTerm(
+            tuple(_requirement(r, req, rp) for rp, req in r.items(term, "matchExpressions", tpath)),
+            tuple(_requirement(r, req, rp) for rp, req in r.items(term, "matchFields", tpath)),
+        ))
+    return model.NodeSelector(tuple(terms))
+
+
+def _requirement(r: _Reader, obj: Mapping[str, Any], path: str) -> model.NodeSelectorRequirement:
+    key = r.get(obj, "key", path, str, required=True, default="")
+    op = r.get(obj, "operator", path, str, required=True, default="In")
+    if op not in _SELECTOR_OPS:
+        r.c.add(f"{path}.operator", f"unknown operator {op!r}; one of {sorted(_SELECTOR_OPS)}")
+        op = "In"
+    vals = r.get(obj, "values", path, list, default=[])
+    if not all(isinstance(v, str) for v in vals):
+        r.c.add(f"{path}.values", "must be a list of strings")
+        vals = [str(v) for v in vals]
+    return model.NodeSelectorRequirement(key, op, tuple(vals))
+
+
+def _node_selection(r: _Reader, spec: Mapping[str, Any], path: str, *, allow_per_device: bool,
+                    counters_only: bool) -> dict[str, Any]:
+    node_name = r.get(spec, "nodeName", path, str)
+    all_nodes = r.get(spec, "allNodes", path, bool, default=False)
+    selector_obj = r.get(spec, "nodeSelector", path, Mapping)
+    per_device = r.get(spec, "perDeviceNodeSelection", path, bool, default=False) \
+        if allow_per_device else False
+    chosen = [n for n, v in (("nodeName", node_name), ("nodeSelector", selector_obj),
+                             ("allNodes", all_nodes), ("perDeviceNodeSelection", per_device)) if v]
+    if len(chosen) > 1:
+        r.c.add(path, f"exactly one of nodeName, nodeSelector, allNodes"
+                      f"{', perDeviceNodeSelection' if allow_per_device else ''} may be set, "
+                      f"found {', '.join(chosen)}")
+    elif not chosen and not counters_only and allow_per_device:
+        r.c.add(path, "one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection is required")
+    selector = None
+    if selector_obj is not None:
+        selector = _node_selector(r, selector_obj, f"{path}.nodeSelector")
+        if allow_per_device and len(selector.terms) != 1:
+            r.c.add(f"{path}.nodeSelector.nodeSelectorTerms", "must have exactly one term")
+    return {"node_name": node_name or None, "all_nodes": bool(all_nodes),
+            "node_selector": selector, **({"per_device_node_selection": bool(per_device)}
+                                          if allow_per_device else {})}
+
+
+# --------------------------------------------------------------------- ResourceSlice
+
+
+def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.ResourceSlice:
+    """A resource.k8s.io/v1 ResourceSlice."""
+    c = errors.Collector(describe(obj, "ResourceSlice"), source)
+    r = _Reader(c)
+    name, _ = _meta_name(r, obj)
+    spec = r.get(obj, "spec", "", Mapping, required=True, default={})
+    driver = r.name(spec.get("driver"), "spec.driver", _DNS_SUBDOMAIN, "driver name (DNS subdomain)",
+                    63)
+    pool = r.get(spec, "pool", "spec", Mapping, required=True, default={})
+    pool_name = r.get(pool, "name", "spec.pool", str, required=True, default="")
+    if pool_name and len(pool_name) > 253:
+        c.add("spec.pool.name", "must be at most 253 characters")
+    generation = r.get(pool, "generation", "spec.pool", int, default=0)
+    count = r.get(pool, "resourceSliceCount", "spec.pool", int, required=True, default=1)
+    if count is not None and count < 1:
+        c.add("spec.pool.resourceSliceCount", f"must be at least 1, got {count}")
+    counter_sets = []
+    for cpath, cs in r.items(spec, "sharedCounters", "spec", limit=8):
+        cs_name = r.name(cs.get("name"), f"{cpath}.name", _DNS_LABEL, "counter set name (DNS label)",
+                         63)
+        counters: dict[str, values.Quantity] = {}
+        for cname, cval in r.get(cs, "counters", cpath, Mapping, required=True, default={}).items():
+            q = r.quantity(cval.get("value") if isinstance(cval, Mapping) else None,
+                           f"{cpath}.counters[{cname!r}].value")
+            if q is not None:
+                counters[cname] = q
+        counter_sets.append(model.CounterSet(cs_name, counters))
+    devices_raw = r.items(spec, "devices", "spec")
+    if counter_sets and devices_raw:
+        c.add("spec", "a slice holds either devices or sharedCounters, not both")
+    uses_counters_or_taints = any(d.get("consumesCounters") or d.get("taints")
+                                  for _, d in devices_raw)
+    limit = 64 if uses_counters_or_taints else 128
+    if len(devices_raw) > limit:
+        c.add("spec.devices", f"must have at most {limit} devices, has {len(devices_raw)}")
+    selection = _node_selection(r, spec, "spec", allow_per_device=True,
+                                counters_only=bool(counter_sets))
+    devices = tuple(_device(r, d, p, selection["per_device_node_selection"])
+                    for p, d in devices_raw)
+    c.raise_if_any()
+    return model.ResourceSlice(name=name, driver=driver, pool=pool_name, generation=generation,
+                               resource_slice_count=count, devices=devices,
+                               shared_counters=tuple(counter_sets), **selection)
+
+
+def _attribute(r: _Reader, raw: Any, path: str) -> model.AttributeValue | None:
+    if not isinstance(raw, Mapping):
+        r.c.add(path, "must be an object with one of int, bool, string, version")
+        return None
+    kinds = [k for k in ("int", "bool", "string", "version") if raw.get(k) is not None]
+    unknown = [k for k in raw if k not in ("int", "bool", "string", "version")]
+    if unknown:
+        r.c.add(path, f"unsupported attribute type {unknown[0]!r} (list types are alpha and off "
+                      "by default in Kubernetes 1.36)")
+        return None
+    if len(kinds) != 1:
+        r.c.add(path, "exactly one of int, bool, string, version must be set")
+        return None
+    kind = kinds[0]
+    value = raw[kind]
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            r.c.add(f"{path}.int", f"must be an integer, got {value!r}")
+            return None
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            r.c.add(f"{path}.bool", f"must be a boolean, got {value!r}")
+            return None
+        return value
+    if not isinstance(value, str):
+        r.c.add(f"{path}.{kind}", f"must be a string, got {value!r}")
+        return None
+    if len(value) > 64:
+        r.c.add(f"{path}.{kind}", "must be at most 64 characters")
+    if kind == "version":
+        try:
+            return values.Version.parse(value)
+        except ValueError as exc:
+            r.c.add(f"{path}.version", f"{value!r} is not a semantic version: {exc}")
+            return None
+    return value
+
+
+def _device(r: _Reader, obj: Mapping[str, Any], path: str, per_device: bool) -> model.Device:
+    name = r.name(obj.get("name"), f"{path}.name", _DNS_LABEL, "device name (DNS label)", 63)
+    attributes: dict[str, model.AttributeValue] = {}
+    for key, raw in r.get(obj, "attributes", path, Mapping, default={}).items():
+        apath = f"{path}.attributes[{key!r}]"
+        r.qualified_name(key, apath, require_domain=False)
+        value = _attribute(r, raw, apath)
+        if value is not None:
+            attributes[key] = value
+    capacity: dict[str, model.DeviceCapacity] = {}
+    for key, raw in r.get(obj, "capacity", path, Mapping, default={}).items():
+        cpath = f"{path}.capacity[{key!r}]"
+        r.qualified_name(key, cpath, require_domain=False)
+        if not isinstance(raw, Mapping):
+            r.c.add(cpath, "must be an object with a value")
+            continue
+        q = r.quantity(raw.get("value"), f"{cpath}.value")
+        policy = _request_policy(r, raw.get("requestPolicy"), f"{cpath}.requestPolicy")
+        if q is not None:
+            capacity[key] = model.DeviceCapacity(q, policy)
+    if len(attributes) + len(capacity) > 32:
+        r.c.add(path, "attributes and capacity together must have at most 32 entries")
+    consumes = []
+    for cpath, cc in r.items(obj, "consumesCounters", path, limit=2):
+        counters: dict[str, values.Quantity] = {}
+        for cname, cval in r.get(cc, "counters", cpath, Mapping, required=True, default={}).items():
+            q = r.quantity(cval.get("value") if isinstance(cval, Mapping) else None,
+                           f"{cpath}.counters[{cname!r}].value")
+            if q is not None:
+                counters[cname] = q
+        consumes.append(model.CounterConsumption(
+            r.get(cc, "counterSet", cpath, str, required=True, default=""), counters))
+    taints = []
+    for tpath, t in r.items(obj, "taints", path, limit=16):
+        effect = r.get(t, "effect", tpath, str, required=True, default="NoSchedule")
+        if effect not in _TAINT_EFFECTS:
+            r.c.add(f"{tpath}.effect", f"unknown effect {effect!r}; one of None, NoSchedule, "
+                                       "NoExecute")
+        taints.append(model.DeviceTaint(r.get(t, "key", tpath, str, required=True, default=""),
+                                        r.get(t, "value", tpath, str, default=""), effect))
+    selection: dict[str, Any] = {"node_name": None, "all_nodes": False, "node_selector": None}
+    if per_device:
+        selection = _node_selection(r, obj, path, allow_per_device=False, counters_only=False)
+        if not (selection["node_name"] or selection["all_nodes"] or selection["node_selector"]):
+            r.c.add(path, "with perDeviceNodeSelection each device needs nodeName, nodeSelector or "
+                          "allNodes")
+    elif any(obj.get(k) for k in ("nodeName", "nodeSelector", "allNodes")):
+        r.c.add(path, "device-level node selection needs spec.perDeviceNodeSelection: true")
+    conditions = r.get(obj, "bindingConditions", path, list, default=[])
+    return model.Device(
+        name=name, attributes=attributes, capacity=capacity, consumes_counters=tuple(consumes),
+        taints=tuple(taints),
+        allow_multiple_allocations=bool(r.get(obj, "allowMultipleAllocations", path, bool,
+                                              default=False)),
+        binding_conditions=tuple(str(x) for x in conditions),
+        binds_to_node=bool(r.get(obj, "bindsToNode", path, bool, default=False)),
+        **selection,
+    )
+
+
+def _request_policy(r: _Reader, raw: Any, path: str) -> model.RequestPolicy | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        r.c.add(path, "must be an object")
+        return None
+    default = r.quantity(raw["default"], f"{path}.default") if "default" in raw else None
+    valid_values = tuple(
+        q for i, v in enumerate(r.get(raw, "validValues", path, list, default=[]))
+        if (q := r.quantity(v, f"{path}.validValues[{i}]")) is not None)
+    if len(valid_values) > 10:
+        r.c.add(f"{path}.validValues", "must have at most 10 entries")
+    if any(a >= b for a, b in zip(valid_values, valid_values[1:], strict=False)):
+        r.c.add(f"{path}.validValues", "must be sorted ascending without duplicates")
+    valid_range = None
+    rng = r.get(raw, "validRange", path, Mapping)
+    if rng is not None:
+        lo = r.quantity(rng.get("min"), f"{path}.validRange.min")
+        hi = r.quantity(rng["max"], f"{path}.validRange.max") if "max" in rng else None
+        step = r.quantity(rng["step"], f"{path}.validRange.step") if "step" in rng else None
+        if step is not None and step.value <= 0:
+            r.c.add(f"{path}.validRange.step", "must be positive")
+        if lo is not None:
+            valid_range = model.ValidRange(lo, hi, step)
+    if valid_values and valid_range is not None:
+        r.c.add(path, "validValues and validRange are mutually exclusive")
+    return model.RequestPolicy(default, valid_values, valid_range)
+
+
+# ------------------------------------------------------------------------ DeviceClass
+
+
+def device_class(obj: Mapping[str, Any], source: str | None = None) -> model.DeviceClass:
+    c = errors.Collector(describe(obj, "DeviceClass"), source)
+    r = _Reader(c)
+    name, _ = _meta_name(r, obj)
+    spec = r.get(obj, "spec", "", Mapping, default={})
+    selectors = tuple(_selector(r, s, p) for p, s in r.items(spec, "selectors", "spec", limit=32))
+    c.raise_if_any()
+    return model.DeviceClass(name, selectors)
+
+
+def _selector(r: _Reader, obj: Mapping[str, Any], path: str) -> str:
+    cel_obj = r.get(obj, "cel", path, Mapping, required=True, default={})
+    expression = cel_obj.get("expression") if isinstance(cel_obj, Mapping) else None
+    return r.cel(expression, f"{path}.cel.expression")
+
+
+# ------------------------------------------------------- ResourceClaim (and template)
+
+
+def resource_claim(obj: Mapping[str, Any], source: str | None = None) -> model.Claim:
+    """A ResourceClaim (its spec; status is read by `allocated_devices`)."""
+    c = errors.Collector(describe(obj, "ResourceClaim"), source)
+    r = _Reader(c)
+    name, namespace = _meta_name(r, obj)
+    spec = r.get(obj, "spec", "", Mapping, required=True, default={})
+    claim = _claim_spec(r, spec, "spec", name, namespace or "default")
+    c.raise_if_any()
+    return claim
+
+
+def claim_template(obj: Mapping[str, Any], source: str | None = None) -> model.Claim:
+    """A ResourceClaimTemplate's claim spec; the claim is named after the template."""
+    c = errors.Collector(describe(obj, "ResourceClaimTemplate"), source)
+    r = _Reader(c)
+    name, namespace = _meta_name(r, obj)
+    outer = r.get(obj, "spec", "", Mapping, required=True, default={})
+    spec = r.get(outer, "spec", "spec", Mapping, required=True, default={})
+    claim = _claim_spec(r, spec, "spec.spec", name, namespace or "default")
+    c.raise_if_any()
+    return claim
+
+
+def _claim_spec(r: _Reader, spec: Mapping[str, Any], path: str, name: str,
+                namespace: str) -> model.Claim:
+    devices = r.get(spec, "devices", path, Mapping, default={})
+    dpath = f"{path}.devices"
+    requests = []
+    seen: set[str] = set()
+    valid_refs: set[str] = set()
+    for rpath, raw in r.items(devices, "requests", dpath, limit=32):
+        request = _request(r, raw, rpath)
+        if request.name in seen:
+            r.c.add(f"{rpath}.name", f"duplicate request name {request.name!r}")
+        seen.add(request.name)
+        valid_refs.add(request.name)
+        valid_refs.update(f"{request.name}/{sub.name}" for sub in request.first_available)
+        requests.append(request)
+    constraints = []
+    for cpath, raw in r.items(devices, "constraints", dpath, limit=32):
+        refs = r.get(raw, "requests", cpath, list, default=[])
+        for i, ref in enumerate(refs):
+            if ref not in valid_refs:
+                r.c.add(f"{cpath}.requests[{i}]", f"{ref!r} names no request of this claim")
+        match = raw.get("matchAttribute")
+        distinct = raw.get("distinctAttribute")
+        if (match is None) == (distinct is None):
+            r.c.add(cpath, "exactly one of matchAttribute, distinctAttribute must be set")
+        if match is not None:
+            r.qualified_name(match, f"{cpath}.matchAttribute", require_domain=True)
+        if distinct is not None:
+            r.qualified_name(distinct, f"{cpath}.distinctAttribute", require_domain=True)
+        constraints.append(model.Constraint(tuple(str(x) for x in refs), match, distinct))
+    return model.Claim(name=name, namespace=namespace, requests=tuple(requests),
+                       constraints=tuple(constraints))
+
+
+def _request(r: _Reader, obj: Mapping[str, Any], path: str) -> model.DeviceRequest:
+    name = r.name(obj.get("name"), f"{path}.name", _DNS_LABEL, "request name (DNS label)", 63)
+    exactly = r.get(obj, "exactly", path, Mapping)
+    first = r.items(obj, "firstAvailable", path, limit=8)
+    if (exactly is None) == (not first):
+        r.c.add(path, "exactly one of exactly, firstAvailable must be set")
+    if exactly is not None:
+        return model.DeviceRequest(name, exactly=_exact(r, exactly, f"{path}.exactly", name, True))
+    subs = []
+    seen: set[str] = set()
+    for spath, raw in first:
+        sub_name = r.name(raw.get("name"), f"{spath}.name", _DNS_LABEL,
+                          "subrequest name (DNS label)", 63)
+        if sub_name in seen:
+            r.c.add(f"{spath}.name", f"duplicate subrequest name {sub_name!r}")
+        seen.add(sub_name)
+        subs.append(_exact(r, raw, spath, sub_name, False))
+    return model.DeviceRequest(name, first_available=tuple(subs))
+
+
+def _exact(r: _Reader, obj: Mapping[str, Any], path: str, name: str,
+           admin_allowed: bool) -> model.ExactRequest:
+    device_class = r.get(obj, "deviceClassName", path, str, required=True, default="")
+    selectors = tuple(_selector(r, s, p) for p, s in r.items(obj, "selectors", path, limit=32))
+    mode = r.get(obj, "allocationMode", path, str, default="ExactCount")
+    if mode not in ("ExactCount", "All"):
+        r.c.add(f"{path}.allocationMode", f"unknown allocation mode {mode!r}; ExactCount or All")
+        mode = "ExactCount"
+    count = r.get(obj, "count", path, int, default=1)
+    if mode == "All" and "count" in obj and obj["count"] is not None:
+        r.c.add(f"{path}.count", "must not be set with allocationMode All")
+    if mode == "ExactCount" and not 1 <= count <= 32:
+        r.c.add(f"{path}.count", f"must be between 1 and 32, got {count}")
+    admin = r.get(obj, "adminAccess", path, bool, default=False)
+    if admin and not admin_allowed:
+        r.c.add(f"{path}.adminAccess", "is not allowed in a firstAvailable subrequest")
+    tolerations = []
+    for tpath, t in r.items(obj, "tolerations", path, limit=16):
+        op = r.get(t, "operator", tpath, str, default="Equal")
+        if op not in ("Exists", "Equal"):
+            r.c.add(f"{tpath}.operator", f"unknown operator {op!r}; Exists or Equal")
+            op = "Equal"
+        effect = r.get(t, "effect", tpath, str, default="")
+        if effect and effect not in _TAINT_EFFECTS:
+            r.c.add(f"{tpath}.effect", f"unknown effect {effect!r}")
+        value = r.get(t, "value", tpath, str, default="")
+        if op == "Exists" and value:
+            r.c.add(f"{tpath}.value", "must be empty with operator Exists")
+        tolerations.append(model.DeviceToleration(r.get(t, "key", tpath, str, default=""), op,
+                                                  value, effect))
+    capacity_requests = None
+    cap = r.get(obj, "capacity", path, Mapping)
+    if cap is not None:
+        capacity_requests = {}
+        for key, raw in r.get(cap, "requests", f"{path}.capacity", Mapping, default={}).items():
+            qpath = f"{path}.capacity.requests[{key!r}]"
+            r.qualified_name(key, qpath, require_domain=False)
+            q = r.quantity(raw, qpath)
+            if q is not None:
+                capacity_requests[key] = q
+    return model.ExactRequest(name=name, device_class=device_class, selectors=selectors,
+                              allocation_mode=mode, count=count if mode == "ExactCount" else 0,
+                              admin_access=bool(admin), tolerations=tuple(tolerations),
+                              capacity_requests=capacity_requests)
+
+
+def allocated_devices(obj: Mapping[str, Any], source: str | None = None
+                      ) -> list[model.AllocatedDevice]:
+    """The devices an allocated ResourceClaim holds (empty when not allocated)."""
+    c = errors.Collector(describe(obj, "ResourceClaim"), source)
+    r = _Reader(c)
+    status = r.get(obj, "status", "", Mapping, default={})
+    allocation = r.get(status, "allocation", "status", Mapping)
+    if allocation is None:
+        return []
+    devices = r.get(allocation, "devices", "status.allocation", Mapping, default={})
+    out = []
+    for path, res in r.items(devices, "results", "status.allocation.devices", limit=32):
+        ident = model.DeviceId(r.get(res, "driver", path, str, required=True, default=""),
+                               r.get(res, "pool", path, str, required=True, default=""),
+                               r.get(res, "device", path, str, required=True, default=""))
+        consumed = {}
+        for key, raw in r.get(res, "consumedCapacity", path, Mapping, default={}).items():
+            q = r.quantity(raw, f"{path}.consumedCapacity[{key!r}]")
+            if q is not None:
+                consumed[key] = q
+        out.append(model.AllocatedDevice(
+            ident, admin_access=bool(r.get(res, "adminAccess", path, bool, default=False)),
+            share_id=r.get(res, "shareID", path, str), consumed_capacity=consumed))
+    c.raise_if_any()
+    return out
+
+
+# ------------------------------------------------------------------------------- Node
+
+
+def node(obj: Mapping[str, Any], source: str | None = None) -> model.Node:
+    c = errors.Collector(describe(obj, "Node"), source)
+    r = _Reader(c)
+    name, _ = _meta_name(r, obj)
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    labels = r.get(meta, "labels", "metadata", Mapping, default={})
+    spec = r.get(obj, "spec", "", Mapping, default={})
+    taints = []
+    for tpath, t in r.items(spec, "taints", "spec"):
+        effect = r.get(t, "effect", tpath, str, required=True, default="NoSchedule")
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            c.add(f"{tpath}.effect", f"unknown effect {effect!r}")
+        taints.append(model.Taint(r.get(t, "key", tpath, str, required=True, default=""),
+                                  r.get(t, "value", tpath, str, default=""), effect))
+    status = r.get(obj, "status", "", Mapping, default={})
+    allocatable = {}
+    for key, raw in r.get(status, "allocatable", "status", Mapping, default={}).items():
+        q = r.quantity(raw, f"status.allocatable[{key!r}]")
+        if q is not None:
+            allocatable[key] = q
+    c.raise_if_any()
+    return model.Node(name=name, labels={str(k): str(v) for k, v in labels.items()},
+                      taints=tuple(taints), allocatable=allocatable,
+                      unschedulable=bool(spec.get("unschedulable", False)))
+
+
+# -------------------------------------------------------------------------- inventory
+
+PARSERS: dict[str, Callable[[Mapping[str, Any], str | None], Any]] = {
+    "ResourceSlice": resource_slice,
+    "DeviceClass": device_class,
+    "ResourceClaim": resource_claim,
+    "ResourceClaimTemplate": claim_template,
+    "Node": node,
+}
+
+
+def inventory(slices: list[Mapping[str, Any]], classes: list[Mapping[str, Any]],
+              allocated_claims: list[Mapping[str, Any]] = ()) -> model.Inventory:  # type: ignore[assignment]
+    """Slices, classes and allocated claims as one Inventory; all errors reported together."""
+    problems: list[errors.FieldError] = []
+    parsed_slices = []
+    parsed_classes: dict[str, model.DeviceClass] = {}
+    results: list[model.AllocatedDevice] = []
+    for obj in slices:
+        try:
+            parsed_slices.append(resource_slice(obj))
+        except errors.InputError as exc:
+            problems.extend(exc.errors)
+    for obj in classes:
+        try:
+            dc = device_class(obj)
+            parsed_classes[dc.name] = dc
+        except errors.InputError as exc:
+            problems.extend(exc.errors)
+    for obj in allocated_claims:
+        try:
+            results.extend(allocated_devices(obj))
+        except errors.InputError as exc:
+            problems.extend(exc.errors)
+    if problems:
+        raise errors.InputError(problems)
+    return model.Inventory(tuple(parsed_slices), parsed_classes,
+                           model.AllocatedState.from_results(results))

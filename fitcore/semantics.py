@@ -1,0 +1,193 @@
+"""Per-device rules both engines share: selection, capacity, attributes.
+
+These are the questions about one device and one request that do not depend on what
+else the search has picked; the engines differ only in how they search.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from fitcore import cel, model, predicates, values
+
+class SelectionError(Exception):
+    """A CEL selector failed at runtime on a device: the claim cannot be allocated as written."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Selector:
+    """Evaluates class and request selectors on devices, each (expression, device) once."""
+
+    def __init__(self) -> None:
+        self._inputs: dict[int, object] = {}
+        self._results: dict[tuple[str, int], bool | str] = {}
+
+    def _input(self, driver: str, device: model.Device) -> object:
+        key = id(device)
+        found = self._inputs.get(key)
+        if found is None:
+            capacity = {name: cap.value for name, cap in device.capacity.items()}
+            found = cel.device_input(driver, device.attributes, capacity,
+                                     device.allow_multiple_allocations)
+            self._inputs[key] = found
+        return found
+
+    def matches(self, expressions: tuple[str, ...], driver: str, device: model.Device,
+                owner: str) -> bool:
+        """All expressions true, evaluated in order and stopping at the first false.
+
+        Raises SelectionError naming `owner` (the class or claim) on a runtime error.
+        """
+        for i, expression in enumerate(expressions):
+            key = (expression, id(device))
+            result = self._results.get(key)
+            if result is None:
+                try:
+                    result = cel.compile_selector(expression).matches(
+                        self._input(driver, device))  # type: ignore[arg-type]
+                except cel.CelError as exc:
+                    result = exc.message
+                self._results[key] = result
+            if isinstance(result, str):
+                raise SelectionError(
+                    f"{owner}: selector #{i} fails on device {driver}/{device.name}: {result}")
+            if not result:
+                return False
+        return True
+
+
+def device_selectable(selector: Selector, device_class: model.DeviceClass,
+                      alternative: model.ExactRequest, request_label: str, driver: str,
+                      device: model.Device) -> bool:
+    """Class selectors, then the request's own selectors; `request_label` names the
+    request in errors (`ResourceClaim ns/name request req/sub`)."""
+    if not selector.matches(device_class.selectors, driver, device,
+                            f"DeviceClass {device_class.name}"):
+        return False
+    return selector.matches(alternative.selectors, driver, device,
+                            request_label)
+
+
+def lookup_attribute(driver: str, device: model.Device, name: str
+                     ) -> model.AttributeValue | None:
+    """A fully qualified attribute; a bare name stands for the driver's own domain."""
+    found = device.attributes.get(name)
+    if found is not None:
+        return found
+    domain, sep, ident = name.partition("/")
+    if not sep or domain != driver:
+        return None
+    return device.attributes.get(ident)
+
+
+def attribute_key(value: model.AttributeValue) -> tuple[str, object]:
+    """A hashable key under which two values are equal exactly when matchAttribute says so:
+    same type and same value (versions compare by their text)."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int):
+        return ("int", value)
+    if isinstance(value, values.Version):
+        return ("version", value.text)
+    return ("string", value)
+
+
+def taint_allows(device: model.Device, alternative: model.ExactRequest) -> bool:
+    return not any(predicates.taint_blocks(t, alternative.tolerations) for t in device.taints)
+
+
+# --------------------------------------------------------------- consumable capacity
+
+
+def _consumed(requested: values.Quantity | None, capacity: model.DeviceCapacity
+              ) -> values.Quantity:
+    policy = capacity.request_policy
+    if requested is None:
+        if policy is not None and policy.default is not None:
+            return policy.default
+        return capacity.value
+    if policy is None:
+        return requested
+    if policy.valid_range is not None:
+        return _round_up_range(requested, policy.valid_range)
+    if policy.valid_values:
+        for valid in policy.valid_values:
+            if requested <= valid:
+                return valid
+        return requested
+    return requested
+
+
+def _round_up_range(requested: values.Quantity, rng: model.ValidRange) -> values.Quantity:
+    if requested < rng.min:
+        return rng.min
+    if rng.step is None:
+        return requested
+    # The allocator rounds each quantity up to a whole number before stepping.
+    req, step, lo = (math.ceil(q.value) for q in (requested, rng.step, rng.min))
+    n = -(-(req - lo) // step)
+    return values.Quantity.parse(lo + step * n)
+
+
+def _violates(amount: values.Quantity, policy: model.RequestPolicy | None) -> bool:
+    if policy is None:
+        return False
+    if policy.default is not None and amount == policy.default:
+        return False
+    if policy.valid_range is not None:
+        rng = policy.valid_range
+        if rng.max is not None and amount > rng.max:
+            return True
+        if rng.step is not None:
+            added = math.ceil(amount.value) - math.ceil(rng.min.value)
+            if added % math.ceil(rng.step.value) != 0:
+                return True
+        return False
+    if policy.valid_values:
+        return amount not in policy.valid_values
+    return False
+
+
+def capacity_take(alternative: model.ExactRequest, device: model.Device
+                  ) -> dict[str, values.Quantity] | None:
+    """What one allocation of `device` for `alternative` consumes of each capacity, or
+    None when the request cannot be served by this device at all (it names a capacity the
+    device lacks, or the rounded amount breaks the device's request policy)."""
+    requested = alternative.capacity_requests or {}
+    if any(name not in device.capacity for name in requested):
+        return None
+    take: dict[str, values.Quantity] = {}
+    for name, cap in device.capacity.items():
+        amount = _consumed(requested.get(name), cap)
+        if _violates(amount, cap.request_policy):
+            return None
+        take[name] = amount
+    return take
+
+
+def capacity_fits(device: model.Device, take: Mapping[str, values.Quantity],
+                  *used: Mapping[str, values.Quantity] | None) -> bool:
+    """Whether `take` still fits next to what is already used (allocated, allocating)."""
+    for name, cap in device.capacity.items():
+        total = take[name]
+        for u in used:
+            if u and name in u:
+                total = total + u[name]
+        if total > cap.value:
+            return False
+    return True
+
+
+def add_amounts(into: dict[str, values.Quantity], more: Mapping[str, values.Quantity]) -> None:
+    for name, amount in more.items():
+        into[name] = into[name] + amount if name in into else amount
+
+
+def sub_amounts(into: dict[str, values.Quantity], less: Mapping[str, values.Quantity]) -> None:
+    for name, amount in less.items():
+        into[name] = into[name] - amount
+
