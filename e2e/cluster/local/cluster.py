@@ -1,0 +1,581 @@
+"""A real Kubernetes control plane as local processes: no containers, loopback only.
+
+``LocalCluster.start()`` brings up, in this order, and waits until each is healthy:
+
+1. etcd (client TLS, ``--unsafe-no-fsync``: data is throw-away);
+2. kube-apiserver with TLS, ``--authorization-mode=Node,RBAC``, the DRA API
+   (resource.k8s.io/v1 is GA and on) and the Workload/PodGroup API
+   (``--runtime-config=scheduling.k8s.io/v1alpha2=true`` with the GenericWorkload,
+   GangScheduling and DRAWorkloadResourceClaims gates);
+3. kube-controller-manager (Job, ResourceClaim, GC, ... controllers; one service-account
+   credential per controller, as kubeadm runs it) and kube-scheduler (which allocates
+   DRA claims), each with its own RBAC identity and the same gates;
+4. the cluster objects the rest needs: Kueue's CRDs (conversion webhooks pointed at the
+   local Kueue by URL), its webhook configurations (same), the ProvisioningRequest CRD,
+   the kwok provider's ConfigMaps for cluster-autoscaler; all read at run time from the
+   Go module cache, none committed;
+5. kwok, managing nodes annotated ``kwok.x-k8s.io/node=fake`` with stages that make nodes
+   Ready and bound pods Running, and *keep* Job pods Running until a test asks for them
+   to finish (annotation ``e2e.fitgate.io/complete=true``; see ``POD_COMPLETE_ANNOTATION``);
+6. Kueue (manager as a local process; webhook server on 127.0.0.1 with a certificate of
+   our CA; ``AdmissionGatedBy`` on);
+7. fitgate's fake DRA driver (``e2e.dra_driver``), which publishes ResourceSlices for nodes
+   by their shape label and creates the DeviceClasses;
+8. cluster-autoscaler with the kwok cloud provider and ProvisioningRequests enabled.
+
+``stop()`` ends every process (process groups, SIGTERM then SIGKILL) and removes what was
+written outside the work directory. Everything else lives in ``workdir``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Any
+
+import yaml
+
+from e2e.cluster.local import build, pki, processes
+
+SYSTEM_NAMESPACE = "fitgate-e2e-system"
+KUEUE_NAMESPACE = "kueue-system"
+SHAPE_LABEL = "e2e.fitgate.io/shape"
+NODEGROUP_LABEL = "e2e.fitgate.io/nodegroup"
+POD_COMPLETE_ANNOTATION = "e2e.fitgate.io/complete"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+DRIVER_NAME = "gpu.e2e.fitgate.io"
+
+KUBE_FEATURE_GATES = "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true"
+KUBE_RUNTIME_CONFIG = ("scheduling.k8s.io/v1alpha2=true,resource.k8s.io/v1beta1=true,"
+                       "resource.k8s.io/v1beta2=true")
+# Kueue reads these metrics certificates from a hard-coded path whenever its internal
+# certificate management is off (cmd/kueue/main.go); we write them there and remove them.
+KUEUE_METRICS_CERT_DIR = pathlib.Path("/etc/kueue/metrics/certs")
+
+START_TIMEOUT_S = 120.0
+KUBECTL_TIMEOUT_S = 120
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeGroup:
+    """A kwok node group cluster-autoscaler may grow: a template node of one shape."""
+
+    name: str
+    shape: str
+    max_size: int = 4
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    allocatable: dict[str, str] = dataclasses.field(
+        default_factory=lambda: {"cpu": "32", "memory": "256Gi", "pods": "110"})
+
+
+@dataclasses.dataclass
+class Ports:
+    etcd_client: int = dataclasses.field(default_factory=processes.free_port)
+    etcd_peer: int = dataclasses.field(default_factory=processes.free_port)
+    apiserver: int = dataclasses.field(default_factory=processes.free_port)
+    controller_manager: int = dataclasses.field(default_factory=processes.free_port)
+    scheduler: int = dataclasses.field(default_factory=processes.free_port)
+    kwok: int = dataclasses.field(default_factory=processes.free_port)
+    kueue_webhook: int = dataclasses.field(default_factory=processes.free_port)
+    kueue_health: int = dataclasses.field(default_factory=processes.free_port)
+    kueue_metrics: int = dataclasses.field(default_factory=processes.free_port)
+    autoscaler: int = dataclasses.field(default_factory=processes.free_port)
+    driver_health: int = dataclasses.field(default_factory=processes.free_port)
+
+
+def _log(msg: str) -> None:
+    print(f"[fitgate-cluster] {msg}", file=sys.stderr, flush=True)
+
+
+class LocalCluster:
+    """The local control plane; use as a context manager or call start()/stop()."""
+
+    def __init__(self, workdir: pathlib.Path, node_groups: tuple[NodeGroup, ...] = (),
+                 with_autoscaler: bool = True) -> None:
+        self.workdir = workdir.resolve()
+        self.node_groups = node_groups
+        self.with_autoscaler = with_autoscaler
+        self.ports = Ports()
+        self.procs: list[processes.Process] = []
+        self.binaries: dict[str, pathlib.Path] = {}
+        self._wrote_kueue_metrics_certs = False
+        self.pki_dir = self.workdir / "pki"
+        self.kubeconfig = self.workdir / "kubeconfig"
+        self.timings: dict[str, float] = {}
+
+    # -- public ------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    def env(self) -> dict[str, str]:
+        """Environment for clients: KUBECONFIG plus where the binaries are."""
+        return {"KUBECONFIG": str(self.kubeconfig),
+                "FITGATE_E2E_KUBECTL": str(self.binaries.get("kubectl", "")),
+                "FITGATE_E2E_HELM": str(self.binaries.get("helm", ""))}
+
+    def start(self) -> None:
+        started = time.monotonic()
+        ended = processes.kill_recorded(self.workdir)
+        if ended:
+            _log("ended processes an earlier run left behind: " + ", ".join(ended))
+        self.binaries = build.ensure()
+        for d in ("etcd-data", "logs", "pids"):
+            (self.workdir / d).mkdir(parents=True, exist_ok=True)
+        try:
+            self._step("pki", self._make_pki)
+            self._step("etcd", self._start_etcd)
+            self._step("kube-apiserver", self._start_apiserver)
+            self._step("kube-controller-manager + kube-scheduler", self._start_kcm_scheduler)
+            self._step("cluster objects", self._install_objects)
+            self._step("kwok", self._start_kwok)
+            self._step("kueue", self._start_kueue)
+            self._step("fake DRA driver", self._start_driver)
+            if self.with_autoscaler:
+                self._step("cluster-autoscaler", self._start_autoscaler)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["total"] = time.monotonic() - started
+        _log(f"cluster up in {self.timings['total']:.1f}s; KUBECONFIG={self.kubeconfig}")
+        (self.workdir / "cluster.json").write_text(json.dumps(
+            {"kubeconfig": str(self.kubeconfig), "server": self.server,
+             "pids": {p.name: p.popen.pid for p in self.procs},
+             "ports": dataclasses.asdict(self.ports), "timings_s": self.timings}, indent=2))
+
+    def stop(self) -> None:
+        """End every process, newest first; bounded; safe to call twice."""
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.procs.clear()
+        if self._wrote_kueue_metrics_certs:
+            for f in ("tls.crt", "tls.key"):
+                (KUEUE_METRICS_CERT_DIR / f).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                KUEUE_METRICS_CERT_DIR.rmdir()
+                KUEUE_METRICS_CERT_DIR.parent.rmdir()
+                KUEUE_METRICS_CERT_DIR.parent.parent.rmdir()
+            self._wrote_kueue_metrics_certs = False
+        processes.kill_recorded(self.workdir)
+
+    def check_alive(self) -> None:
+        """Raise if a component died (with the end of its log)."""
+        for proc in self.procs:
+            if not proc.alive():
+                raise RuntimeError(f"{proc.name} exited ({proc.popen.returncode}); "
+                                   f"log {proc.log_path}:\n{proc.log_tail()}")
+
+    def kubectl(self, *args: str, input_text: str | None = None,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run the cached kubectl against this cluster (bounded in time)."""
+        proc = subprocess.run([str(self.binaries["kubectl"]), "--kubeconfig",
+                               str(self.kubeconfig), *args], input=input_text,
+                              capture_output=True, text=True, timeout=KUBECTL_TIMEOUT_S,
+                              check=False)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+    def apply(self, objects: list[dict[str, Any]]) -> None:
+        """Server-side apply a list of objects."""
+        text = yaml.safe_dump_all(objects, sort_keys=False)
+        self.kubectl("apply", "--server-side", "--force-conflicts",
+                     "--field-manager=fitgate-e2e", "-f", "-", input_text=text)
+
+    # -- steps -------------------------------------------------------------------------
+
+    def _step(self, name: str, fn: Any) -> None:
+        start = time.monotonic()
+        fn()
+        self.timings[name] = round(time.monotonic() - start, 2)
+        _log(f"{name}: ready in {self.timings[name]:.1f}s")
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None
+               ) -> processes.Process:
+        proc = processes.Process(name, argv, self.workdir, env)
+        self.procs.append(proc)
+        return proc
+
+    def _make_pki(self) -> None:
+        ca = pki.Authority(self.pki_dir)
+        self.ca = ca
+        loop = ("127.0.0.1",)
+        self.etcd_cert = ca.issue("etcd", "/CN=etcd", ips=loop, dns=("localhost",))
+        self.apiserver_cert = ca.issue(
+            "kube-apiserver", "/CN=kube-apiserver", ips=(*loop, "10.96.0.1"),
+            dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                 "kubernetes.default.svc.cluster.local"))
+        self.apiserver_etcd_client = ca.issue("apiserver-etcd-client",
+                                              "/O=system:masters/CN=kube-apiserver-etcd")
+        self.apiserver_kubelet_client = ca.issue("apiserver-kubelet-client",
+                                                 "/O=system:masters/CN=kube-apiserver-kubelet")
+        self.front_proxy_client = ca.issue("front-proxy-client", "/CN=front-proxy-client")
+        self.admin_cert = ca.issue("admin", "/O=system:masters/CN=fitgate-e2e-admin")
+        self.scheduler_cert = ca.issue("kube-scheduler", "/CN=system:kube-scheduler",
+                                       ips=loop, dns=("localhost",))
+        self.kcm_cert = ca.issue("kube-controller-manager",
+                                 "/CN=system:kube-controller-manager", ips=loop,
+                                 dns=("localhost",))
+        self.kueue_cert = ca.issue("kueue-webhook", "/CN=kueue-webhook", ips=loop,
+                                   dns=("localhost",))
+        self.sa_key = ca.service_account_key()
+        pki.write_kubeconfig(self.kubeconfig, self.server, ca.ca.cert, self.admin_cert,
+                             "fitgate-e2e-admin")
+        self.scheduler_kubeconfig = pki.write_kubeconfig(
+            self.workdir / "kube-scheduler.kubeconfig", self.server, ca.ca.cert,
+            self.scheduler_cert, "system:kube-scheduler")
+        self.kcm_kubeconfig = pki.write_kubeconfig(
+            self.workdir / "kube-controller-manager.kubeconfig", self.server, ca.ca.cert,
+            self.kcm_cert, "system:kube-controller-manager")
+
+    def _start_etcd(self) -> None:
+        p = self.ports
+        client = f"https://127.0.0.1:{p.etcd_client}"
+        peer = f"http://127.0.0.1:{p.etcd_peer}"
+        proc = self._spawn("etcd", [
+            str(self.binaries["etcd"]), "--name=fitgate-e2e",
+            f"--data-dir={self.workdir / 'etcd-data'}",
+            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=fitgate-e2e={peer}", "--initial-cluster-state=new",
+            f"--cert-file={self.etcd_cert.cert}", f"--key-file={self.etcd_cert.key}",
+            f"--trusted-ca-file={self.ca.ca.cert}", "--client-cert-auth",
+            "--unsafe-no-fsync", "--auto-compaction-retention=1",
+            "--quota-backend-bytes=2147483648", "--log-level=warn",
+        ])
+        ctx = processes.https_context(self.ca.ca.cert, self.apiserver_etcd_client.cert,
+                                      self.apiserver_etcd_client.key)
+        processes.wait_until("etcd /health", lambda: processes.probe(f"{client}/health", ctx),
+                             START_TIMEOUT_S, proc)
+
+    def _start_apiserver(self) -> None:
+        p = self.ports
+        proc = self._spawn("kube-apiserver", [
+            str(self.binaries["kube-apiserver"]),
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={p.apiserver}",
+            f"--etcd-servers=https://127.0.0.1:{p.etcd_client}",
+            f"--etcd-cafile={self.ca.ca.cert}",
+            f"--etcd-certfile={self.apiserver_etcd_client.cert}",
+            f"--etcd-keyfile={self.apiserver_etcd_client.key}",
+            f"--tls-cert-file={self.apiserver_cert.cert}",
+            f"--tls-private-key-file={self.apiserver_cert.key}",
+            f"--client-ca-file={self.ca.ca.cert}",
+            f"--requestheader-client-ca-file={self.ca.ca.cert}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={self.front_proxy_client.cert}",
+            f"--proxy-client-key-file={self.front_proxy_client.key}",
+            f"--kubelet-client-certificate={self.apiserver_kubelet_client.cert}",
+            f"--kubelet-client-key={self.apiserver_kubelet_client.key}",
+            f"--service-account-key-file={self.sa_key.cert}",
+            f"--service-account-signing-key-file={self.sa_key.key}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+            "--endpoint-reconciler-type=none",  # no Service endpoints on loopback addresses
+            "--enable-priority-and-fairness=false",
+            f"--runtime-config={KUBE_RUNTIME_CONFIG}",
+            f"--feature-gates={KUBE_FEATURE_GATES}",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            "--profiling=false", "--v=1",
+        ])
+        ctx = processes.https_context(self.ca.ca.cert, self.admin_cert.cert,
+                                      self.admin_cert.key)
+        processes.wait_until("kube-apiserver /readyz",
+                             lambda: processes.probe(f"{self.server}/readyz", ctx),
+                             START_TIMEOUT_S, proc)
+
+    def _start_kcm_scheduler(self) -> None:
+        p = self.ports
+        kcm = self._spawn("kube-controller-manager", [
+            str(self.binaries["kube-controller-manager"]),
+            f"--kubeconfig={self.kcm_kubeconfig}",
+            f"--authentication-kubeconfig={self.kcm_kubeconfig}",
+            f"--authorization-kubeconfig={self.kcm_kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={p.controller_manager}",
+            f"--tls-cert-file={self.kcm_cert.cert}",
+            f"--tls-private-key-file={self.kcm_cert.key}",
+            "--leader-elect=false", "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={self.sa_key.key}",
+            f"--root-ca-file={self.ca.ca.cert}",
+            # nodeipam would need pod CIDRs; the cloud ones need a cloud.
+            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,"
+            "-node-route-controller",
+            f"--feature-gates={KUBE_FEATURE_GATES}", "--v=1",
+        ])
+        sched = self._spawn("kube-scheduler", [
+            str(self.binaries["kube-scheduler"]),
+            f"--kubeconfig={self.scheduler_kubeconfig}",
+            f"--authentication-kubeconfig={self.scheduler_kubeconfig}",
+            f"--authorization-kubeconfig={self.scheduler_kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={p.scheduler}",
+            f"--tls-cert-file={self.scheduler_cert.cert}",
+            f"--tls-private-key-file={self.scheduler_cert.key}",
+            "--leader-elect=false",
+            f"--feature-gates={KUBE_FEATURE_GATES}", "--v=1",
+        ])
+        ctx = processes.https_context(self.ca.ca.cert)
+        processes.wait_until(
+            "kube-controller-manager /healthz",
+            lambda: processes.probe(f"https://127.0.0.1:{p.controller_manager}/healthz", ctx),
+            START_TIMEOUT_S, kcm)
+        processes.wait_until(
+            "kube-scheduler /readyz",
+            lambda: processes.probe(f"https://127.0.0.1:{p.scheduler}/readyz", ctx),
+            START_TIMEOUT_S, sched)
+
+    # -- cluster objects ---------------------------------------------------------------
+
+    def _kueue_source(self) -> pathlib.Path:
+        return build.module_source("sigs.k8s.io/kueue", build.KUEUE_VERSION, via="kueue")
+
+    def _install_objects(self) -> None:
+        kueue_src = self._kueue_source()
+        webhook_base = f"https://127.0.0.1:{self.ports.kueue_webhook}"
+        ca_bundle = self.ca.ca_bundle_b64()
+        objects: list[dict[str, Any]] = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
+            for n in (KUEUE_NAMESPACE, SYSTEM_NAMESPACE)]
+        objects += kueue_crds(kueue_src, webhook_base, ca_bundle)
+        objects += kueue_webhooks(kueue_src, webhook_base, ca_bundle)
+        apis_src = build.module_source("k8s.io/autoscaler/cluster-autoscaler/apis",
+                                       build.CA_APIS_VERSION, via="kueue")
+        crd_path = apis_src / "config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml"
+        objects.append(yaml.safe_load(crd_path.read_text()))
+        objects += kwok_provider_configmaps(self.node_groups)
+        self.apply(objects)
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+    def _start_kwok(self) -> None:
+        kwok_src = build.module_source("sigs.k8s.io/kwok", build.KWOK_VERSION, via="kwok")
+        stages = self.workdir / "kwok-stages.yaml"
+        stages.write_text(yaml.safe_dump_all(kwok_stages(kwok_src), sort_keys=False))
+        port = self.ports.kwok
+        proc = self._spawn("kwok", [
+            str(self.binaries["kwok"]), f"--kubeconfig={self.kubeconfig}",
+            f"--config={stages}", "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+            "--manage-nodes-with-label-selector=", "--manage-single-node=",
+            "--cidr=10.244.0.0/16", "--node-ip=10.0.0.1",
+            "--node-lease-duration-seconds=40", f"--server-address=127.0.0.1:{port}",
+        ])
+        processes.wait_until("kwok /healthz",
+                             lambda: processes.probe(f"http://127.0.0.1:{port}/healthz"),
+                             START_TIMEOUT_S, proc)
+
+    def _start_kueue(self) -> None:
+        p = self.ports
+        cert_dir = self.workdir / "kueue-certs"
+        cert_dir.mkdir(exist_ok=True)
+        (cert_dir / "tls.crt").write_bytes(self.kueue_cert.cert.read_bytes())
+        (cert_dir / "tls.key").write_bytes(self.kueue_cert.key.read_bytes())
+        self._place_kueue_metrics_certs()
+        config = {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+            "kind": "Configuration",
+            "namespace": KUEUE_NAMESPACE,
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{p.kueue_health}"},
+            "metrics": {"bindAddress": f"127.0.0.1:{p.kueue_metrics}"},
+            "webhook": {"port": p.kueue_webhook, "host": "127.0.0.1",
+                        "certDir": str(cert_dir)},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "integrations": {"frameworks": ["batch/job"]},
+            "featureGates": {"AdmissionGatedBy": True, "VisibilityOnDemand": False},
+        }
+        config_path = self.workdir / "kueue-config.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        proc = self._spawn("kueue", [
+            str(self.binaries["kueue"]), f"--config={config_path}",
+            f"--kubeconfig={self.kubeconfig}", "--zap-log-level=2",
+        ], env={"KUBECONFIG": str(self.kubeconfig)})
+        processes.wait_until(
+            "kueue /readyz",
+            lambda: processes.probe(f"http://127.0.0.1:{p.kueue_health}/readyz"),
+            START_TIMEOUT_S, proc)
+        # The webhooks answer once the manager serves them; prove it with a dry run.
+        probe = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                 "metadata": {"name": "fitgate-e2e-webhook-probe"}}
+        processes.wait_until(
+            "kueue webhooks",
+            lambda: self.kubectl("create", "--dry-run=server", "-f", "-",
+                                 input_text=json.dumps(probe), check=False).returncode == 0,
+            START_TIMEOUT_S, proc)
+
+    def _place_kueue_metrics_certs(self) -> None:
+        crt, key = KUEUE_METRICS_CERT_DIR / "tls.crt", KUEUE_METRICS_CERT_DIR / "tls.key"
+        if crt.exists() and key.exists():
+            return  # someone else's (or a crashed run's); any valid pair serves
+        try:
+            KUEUE_METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+            crt.write_bytes(self.kueue_cert.cert.read_bytes())
+            key.write_bytes(self.kueue_cert.key.read_bytes())
+        except OSError as err:
+            raise RuntimeError(
+                f"Kueue (internal cert management off) reads its metrics certificate from "
+                f"{KUEUE_METRICS_CERT_DIR}, which cannot be written here: {err}. Run as root "
+                f"or create that directory writable for this user.") from err
+        self._wrote_kueue_metrics_certs = True
+
+    def _start_driver(self) -> None:
+        port = self.ports.driver_health
+        proc = self._spawn("fake-dra-driver", [
+            sys.executable, "-m", "e2e.dra_driver", f"--kubeconfig={self.kubeconfig}",
+            f"--namespace={SYSTEM_NAMESPACE}", f"--health-port={port}",
+        ], env={"PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[3])})
+        processes.wait_until("fake DRA driver /healthz",
+                             lambda: processes.probe(f"http://127.0.0.1:{port}/healthz"),
+                             START_TIMEOUT_S, proc)
+
+    def _start_autoscaler(self) -> None:
+        port = self.ports.autoscaler
+        proc = self._spawn("cluster-autoscaler", [
+            str(self.binaries["cluster-autoscaler"]), f"--kubeconfig={self.kubeconfig}",
+            "--cloud-provider=kwok", f"--namespace={SYSTEM_NAMESPACE}",
+            "--enable-provisioning-requests=true", "--scan-interval=2s",
+            "--leader-elect=false", "--scale-down-enabled=false",
+            "--max-node-provision-time=2m", f"--address=127.0.0.1:{port}",
+            "--expander=least-waste", "--v=2",
+        ], env={"POD_NAMESPACE": SYSTEM_NAMESPACE, "KWOK_PROVIDER_MODE": "local",
+                "KUBECONFIG": str(self.kubeconfig)})
+        processes.wait_until(
+            "cluster-autoscaler /health-check",
+            lambda: processes.probe(f"http://127.0.0.1:{port}/health-check"),
+            START_TIMEOUT_S, proc)
+
+
+# -- manifests ---------------------------------------------------------------------------
+
+# CRDs whose older API version Kueue converts through its /convert webhook
+# (config/components/crd/kustomization.yaml patches).
+_KUEUE_CONVERTED = {"localqueues", "clusterqueues", "cohorts", "workloads",
+                    "multikueueclusters"}
+
+
+def kueue_crds(src: pathlib.Path, webhook_base: str, ca_bundle: str) -> list[dict[str, Any]]:
+    """Kueue's CRDs from its module source, with conversion served by the local Kueue."""
+    crds = []
+    for path in sorted((src / "config/components/crd/bases").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        if crd["spec"]["names"]["plural"] in _KUEUE_CONVERTED:
+            crd["spec"]["conversion"] = {
+                "strategy": "Webhook",
+                "webhook": {"clientConfig": {"url": f"{webhook_base}/convert",
+                                             "caBundle": ca_bundle},
+                            "conversionReviewVersions": ["v1"]}}
+        crds.append(crd)
+    return crds
+
+
+def kueue_webhooks(src: pathlib.Path, webhook_base: str, ca_bundle: str
+                   ) -> list[dict[str, Any]]:
+    """Kueue's webhook configurations, renamed ``kueue-*`` and pointed at a loopback URL.
+
+    As Kueue's kustomization does, the webhooks for workload kinds skip the kube-system and
+    kueue-system namespaces.
+    """
+    skip_system = {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                                         "operator": "NotIn",
+                                         "values": ["kube-system", KUEUE_NAMESPACE]}]}
+    out = []
+    docs = yaml.safe_load_all((src / "config/components/webhook/manifests.yaml").read_text())
+    for doc in docs:
+        if not doc:
+            continue
+        doc = copy.deepcopy(doc)
+        doc["metadata"]["name"] = "kueue-" + doc["metadata"]["name"]
+        for hook in doc.get("webhooks", []):
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"{webhook_base}{path}", "caBundle": ca_bundle}
+            groups = {g for rule in hook.get("rules", []) for g in rule.get("apiGroups", [])}
+            if "kueue.x-k8s.io" not in groups:
+                hook["namespaceSelector"] = skip_system
+        out.append(doc)
+    return out
+
+
+def kwok_stages(src: pathlib.Path) -> list[dict[str, Any]]:
+    """kwok's own fast stages, except that Job pods finish only when a test says so.
+
+    kwok v0.8.0 has no built-in stages any more; kwokctl passes these same files. Its
+    ``pod-complete`` stage turns every Running Job pod Succeeded at once; ours instead
+    waits for the annotation ``POD_COMPLETE_ANNOTATION=true`` on the pod.
+    """
+    base = src / "kustomize/stage"
+    stages = [yaml.safe_load((base / rel).read_text()) for rel in (
+        "node/fast/node-initialize.yaml",
+        "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+        "pod/fast/pod-ready.yaml",
+        "pod/fast/pod-delete.yaml")]
+    complete = yaml.safe_load((base / "pod/fast/pod-complete.yaml").read_text())
+    complete["metadata"]["name"] = "pod-complete-on-request"
+    exprs = [e for e in complete["spec"]["selector"]["matchExpressions"]
+             if "ownerReferences" not in e["key"]]
+    exprs.append({"key": f'.metadata.annotations["{POD_COMPLETE_ANNOTATION}"]',
+                  "operator": "In", "values": ["true"]})
+    complete["spec"]["selector"]["matchExpressions"] = exprs
+    stages.append(complete)
+    return stages
+
+
+def template_node(group: NodeGroup) -> dict[str, Any]:
+    """The node template the kwok provider clones for ``group``."""
+    labels = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+              NODEGROUP_LABEL: group.name, SHAPE_LABEL: group.shape, **group.labels}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": group.name, "labels": labels,
+            "annotations": {
+                KWOK_NODE_ANNOTATION: "fake",
+                "cluster-autoscaler.kwok.nodegroup/min-count": "0",
+                "cluster-autoscaler.kwok.nodegroup/max-count": str(group.max_size),
+                "cluster-autoscaler.kwok.nodegroup/desired-count": "0"}},
+        "status": {"allocatable": dict(group.allocatable), "capacity": dict(group.allocatable),
+                   "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
+                                "kubeletVersion": build.KUBE_VERSION}},
+    }
+
+
+def kwok_provider_configmaps(groups: tuple[NodeGroup, ...]) -> list[dict[str, Any]]:
+    """The kwok cloud provider's config and node-template ConfigMaps."""
+    config = {"apiVersion": "v1alpha1", "readNodesFrom": "configmap",
+              "nodegroups": {"fromNodeLabelKey": NODEGROUP_LABEL},
+              "nodes": {"skipTaint": True},
+              "configmap": {"name": "kwok-provider-templates"}}
+    templates = {"apiVersion": "v1", "kind": "List",
+                 "items": [template_node(g) for g in groups]}
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "kwok-provider-config", "namespace": SYSTEM_NAMESPACE},
+         "data": {"config": yaml.safe_dump(config)}},
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "kwok-provider-templates", "namespace": SYSTEM_NAMESPACE},
+         "data": {"templates": yaml.safe_dump(templates)}},
+    ]
+
+
+def default_workdir() -> pathlib.Path:
+    """``e2e/.run/cluster`` in the checkout (ignored by git), or ``$FITGATE_E2E_WORKDIR``."""
+    env = os.environ.get("FITGATE_E2E_WORKDIR")
+    if env:
+        return pathlib.Path(env)
+    return pathlib.Path(__file__).resolve().parents[2] / ".run" / "cluster"

@@ -1,0 +1,131 @@
+"""Start, watch and stop the control plane's local processes.
+
+Every component runs in a session (and process group) of its own, with its output in
+``<workdir>/logs/<name>.log``; its pid is recorded in ``<workdir>/pids/<name>`` so that a
+later ``down`` can end what an aborted run left behind — only those pids, and only if the
+process still runs the binary we started. Stopping is SIGTERM to the group, a bounded
+wait, then SIGKILL: nothing survives a teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+STOP_GRACE_S = 10.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Process:
+    """One running component."""
+
+    def __init__(self, name: str, argv: list[str], workdir: pathlib.Path,
+                 env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = workdir / "logs" / f"{name}.log"
+        self.pid_path = workdir / "pids" / name
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"# {' '.join(argv)}\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True,
+                                          cwd=workdir, env={**os.environ, **(env or {})})
+        self.pid_path.write_text(f"{self.popen.pid} {argv[0]}\n")
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGTERM the process group, wait, then SIGKILL it; forget the pid file."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout=STOP_GRACE_S)
+        # The group may hold children even after the leader exited.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.pid_path.unlink(missing_ok=True)
+
+
+def kill_recorded(workdir: pathlib.Path) -> list[str]:
+    """End processes an earlier run recorded in ``workdir/pids`` and that still run."""
+    ended: list[str] = []
+    pids = workdir / "pids"
+    if not pids.is_dir():
+        return ended
+    for record in sorted(pids.iterdir()):
+        try:
+            pid_text, exe = record.read_text().split(maxsplit=1)
+            pid = int(pid_text)
+            cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except (OSError, ValueError):
+            record.unlink(missing_ok=True)
+            continue
+        if cmdline.decode(errors="replace") == exe.strip():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            ended.append(f"{record.name} (pid {pid})")
+        record.unlink(missing_ok=True)
+    return ended
+
+
+def https_context(ca: pathlib.Path | None, cert: pathlib.Path | None = None,
+                  key: pathlib.Path | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(ca) if ca else None)
+    if cert and key:
+        ctx.load_cert_chain(str(cert), str(key))
+    return ctx
+
+
+def probe(url: str, context: ssl.SSLContext | None = None, timeout: float = 3.0) -> bool:
+    """True if ``url`` answers 200."""
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=timeout) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float,
+               process: Process | None = None, interval: float = 0.5) -> None:
+    """Poll ``check`` until it holds; fail early if ``process`` died; bounded in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if process is not None and not process.alive():
+            raise RuntimeError(f"{process.name} exited with {process.popen.returncode} while "
+                               f"waiting for {what}; last log lines "
+                               f"({process.log_path}):\n{process.log_tail()}")
+        time.sleep(interval)
+    tail = f"; last log lines ({process.log_path}):\n{process.log_tail()}" if process else ""
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
