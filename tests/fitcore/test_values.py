@@ -1,5 +1,6 @@
 """Quantity and Version: parsing tables, canonical printing, ordering, rounding."""
 
+import itertools
 from fractions import Fraction
 
 import pytest
@@ -218,11 +219,10 @@ SEMVER_ORG_ORDER = ["1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-b
                     "2.1.1"]
 
 
-@pytest.mark.parametrize("i", range(len(SEMVER_ORG_ORDER) - 1),
-                         ids=[f"{a}<{b}" for a, b in zip(SEMVER_ORG_ORDER, SEMVER_ORG_ORDER[1:],
-                                                         strict=False)])
-def test_semver_org_precedence(i):
-    low, high = V(SEMVER_ORG_ORDER[i]), V(SEMVER_ORG_ORDER[i + 1])
+@pytest.mark.parametrize(("low_text", "high_text"), list(itertools.pairwise(SEMVER_ORG_ORDER)),
+                         ids=[f"{a}<{b}" for a, b in itertools.pairwise(SEMVER_ORG_ORDER)])
+def test_semver_org_precedence(low_text, high_text):
+    low, high = V(low_text), V(high_text)
     assert low < high and low <= high and high > low and high >= low
     assert low.compare(high) == -1 and high.compare(low) == 1
 
