@@ -81,14 +81,17 @@ def dclass(name: str = "gpu", *exprs: str) -> dict[str, Any]:
     }
 
 
-def exactly(name: str, count: int | None = None, cls: str = "gpu", **fields: Any) -> dict:
+def exactly(name: str, count: int | None = None, cls: str = "gpu", **fields: Any) -> dict[str, Any]:
     request: dict[str, Any] = {"deviceClassName": cls, **fields}
     if count is not None:
         request["count"] = count
     return {"name": name, "exactly": request}
 
 
-def claim(name: str, *requests: dict, constraints: list | None = None) -> dict[str, Any]:
+Obj = dict[str, Any]
+
+
+def claim(name: str, *requests: Obj, constraints: list[Obj] | None = None) -> Obj:
     devices: dict[str, Any] = {"requests": list(requests)}
     if constraints:
         devices["constraints"] = constraints
@@ -116,7 +119,7 @@ def allocated(name: str, *devices: str, pool: str = "n1", **result: Any) -> dict
     return out
 
 
-def case(slices: list, claims: list, **extra: Any) -> dict[str, Any]:
+def case(slices: list[Obj], claims: list[Obj], **extra: Any) -> Obj:
     return {
         "id": extra.pop("id", "case"),
         "mode": "node",
@@ -135,7 +138,7 @@ def devices_of(answer: dict[str, Any], claim_index: int = 0) -> list[str]:
 
 def fits(answer: dict[str, Any]) -> bool:
     assert answer["error"] is None, answer
-    return answer["fits"]
+    return bool(answer["fits"])
 
 
 MATCH_ROOT = [{"matchAttribute": f"{DRIVER}/pcieRoot"}]
@@ -487,3 +490,35 @@ def test_gang_mode_carries_consumed_counters_to_the_next_pod(oracle: Oracle) -> 
     p0, p1 = oracle.ask(gang)["pods"]
     assert p0["node"] == "n1" and p0["results"][0][0]["device"] == "whole"
     assert p1["node"] is None and p1["error"] is None
+
+
+def hopeless_search() -> dict[str, Any]:
+    """10 of 30 identical devices, then a request the constraint always rejects: upstream
+    tries every combination of the 10 (no symmetry breaking), C(30, 10) = 30 million."""
+    devices = [device(f"a{i}", attrs={"r": "a"}) for i in range(30)]
+    devices.append(device("b0", attrs={"r": "b"}))
+    classes = [dclass("gpu"), dclass("bee", f"device.attributes['{DRIVER}'].r == 'b'")]
+    hopeless = claim(
+        "c",
+        exactly("a", 10),
+        exactly("b", 1, cls="bee"),
+        constraints=[{"matchAttribute": f"{DRIVER}/r"}],
+    )
+    return case([rslice("s", devices)], [hopeless], classes=classes)
+
+
+def test_filter_timeout_is_reported_as_a_timeout(oracle: Oracle) -> None:
+    answer = oracle.ask({**hopeless_search(), "timeout_ms": 200})
+    assert answer["fits"] is False and answer["error"] is None
+    assert answer["timeout"] is True
+    assert answer["invocations"] > 1000
+
+
+def test_client_timeout_kills_the_oracle() -> None:
+    if not go_available():
+        pytest.skip("go is not installed")
+    running = Oracle.start()
+    with pytest.raises(OracleError, match="no answer"):
+        running.ask({**hopeless_search(), "timeout_ms": 0}, timeout=0.5)
+    with pytest.raises(OracleError, match="closed"):
+        running.info()
