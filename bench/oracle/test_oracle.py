@@ -522,3 +522,35 @@ def test_client_timeout_kills_the_oracle() -> None:
         running.ask({**hopeless_search(), "timeout_ms": 0}, timeout=0.5)
     with pytest.raises(OracleError, match="closed"):
         running.info()
+
+
+def test_distinct_attribute_in_1_36_only_compares_with_each_requests_last_device(
+    oracle: Oracle,
+) -> None:
+    """Upstream quirk pinned on purpose: in v0.36.x distinctAttribute keeps one value per
+    request name (a map), so the third device of one request is compared with the second
+    only and may repeat the first one's value. Newer upstream keeps every value; if this
+    test fails after a module bump, fitcore's semantics must follow."""
+    slices = [
+        rslice(
+            "s",
+            [
+                device("g0", attrs={"r": "a"}),
+                device("g1", attrs={"r": "b"}),
+                device("g2", attrs={"r": "a"}),
+            ],
+        )
+    ]
+    distinct = [{"distinctAttribute": f"{DRIVER}/r"}]
+    three, two_requests = oracle.ask_many(
+        [
+            case(slices, [claim("c", exactly("g", 3), constraints=distinct)]),
+            # Across requests the values are compared: two "a" devices are refused.
+            case(
+                [rslice("s", [device("g0", attrs={"r": "a"}), device("g1", attrs={"r": "a"})])],
+                [claim("c", exactly("x"), exactly("y"), constraints=distinct)],
+            ),
+        ]
+    )
+    assert fits(three) and devices_of(three) == ["g0", "g1", "g2"]
+    assert not fits(two_requests)
