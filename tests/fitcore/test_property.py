@@ -1,0 +1,48 @@
+"""The compiled core and the reference agree on random cases (fitcore.testing.case).
+
+Cases are drawn by seed, so a failure names a seed that reproduces it exactly:
+`python -c "import json, fitcore.testing as t; print(json.dumps(t.case(SEED)))"`.
+FITCORE_PROPERTY_EXAMPLES sets the number of cases (default 10,000).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fitcore import api, kube, testing
+from tests.fitcore.conftest import _check_allocation
+
+EXAMPLES = int(os.environ.get("FITCORE_PROPERTY_EXAMPLES", "10000"))
+
+pytestmark = pytest.mark.skipif(not api.compiled_available(),
+                                reason="compares the compiled core; FITCORE_NO_EXTENSIONS is set")
+
+
+def run(case: dict, engine: str):
+    inventory = kube.inventory(case["slices"], case["classes"], case["allocated"])
+    claims = [kube.resource_claim(c) for c in case["claims"]]
+    node = kube.node(case["node"])
+    result = api.allocate(node, inventory, claims, engine=engine, budget=200_000)
+    if result.fits:
+        _check_allocation(inventory, claims, result)
+    return result
+
+
+@pytest.mark.timeout(900)
+@settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_compiled_agrees_with_reference(seed: int) -> None:
+    case = testing.case(seed)
+    py = run(case, "py")
+    c = run(case, "c")
+    if py.verdict == "undecided" or c.verdict == "undecided":
+        return
+    assert c.verdict == py.verdict, (
+        f"seed {seed}: compiled says {c.verdict}, reference says {py.verdict}\n"
+        f"case: {json.dumps(case)}\nreasons: {py.reasons} / {c.reasons}")
