@@ -215,7 +215,7 @@ async def run(args: argparse.Namespace) -> None:
             while not stop.is_set() and time.monotonic() < deadline:
                 try:
                     await asyncio.wait_for(driver.reconcile(), timeout=30)
-                except (ApiException, asyncio.TimeoutError, OSError) as err:
+                except (TimeoutError, ApiException, OSError) as err:
                     log.warning("reconcile failed: %s", err)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=args.interval)

@@ -42,15 +42,16 @@ from typing import Any
 
 import yaml
 
+from e2e import dra_driver
 from e2e.cluster.local import build, pki, processes
 
 SYSTEM_NAMESPACE = "fitgate-e2e-system"
 KUEUE_NAMESPACE = "kueue-system"
-SHAPE_LABEL = "e2e.fitgate.io/shape"
+SHAPE_LABEL = dra_driver.SHAPE_LABEL
 NODEGROUP_LABEL = "e2e.fitgate.io/nodegroup"
 POD_COMPLETE_ANNOTATION = "e2e.fitgate.io/complete"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-DRIVER_NAME = "gpu.e2e.fitgate.io"
+DRIVER_NAME = dra_driver.DEFAULT_DRIVER
 
 KUBE_FEATURE_GATES = "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true"
 KUBE_RUNTIME_CONFIG = ("scheduling.k8s.io/v1alpha2=true,resource.k8s.io/v1beta1=true,"

@@ -1,0 +1,148 @@
+"""What an e2e test works with: node pools of a shape, Jobs, Workloads, and waiting.
+
+A ``Harness`` is bound to one test: its namespace, and the cluster-scoped objects it
+created (nodes, queues), which it deletes at the end of the test. Node pools are kwok
+nodes labelled with a shape; the fake DRA driver publishes that shape's ResourceSlices
+for them (after the shape's delay, or the shape's faulty devices for faulty nodes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import yaml
+
+from e2e import builders, dra_driver, kube
+from e2e.cluster.local import cluster
+
+SYSTEM_NAMESPACE = cluster.SYSTEM_NAMESPACE
+DEFAULT_TIMEOUT_S = 60.0
+# The node group cluster-autoscaler may grow in tests (kwok provider; see cluster.py).
+# Its nodes carry the shape label "gpu-pool": a test defines that shape before scaling.
+GPU_NODE_GROUP = cluster.NodeGroup(name="gpu-pool", shape="gpu-pool", max_size=4)
+
+
+class Harness:
+    def __init__(self, client: kube.Kube, namespace: str,
+                 system_namespace: str = SYSTEM_NAMESPACE) -> None:
+        self.kube = client
+        self.namespace = namespace
+        self.system_namespace = system_namespace
+        self._cluster_objects: list[tuple[str, str, str]] = []  # apiVersion, kind, name
+
+    wait_for = staticmethod(kube.wait_for)
+
+    # -- shapes and node pools -----------------------------------------------------------
+
+    async def define_shape(self, name: str, spec: dict[str, Any]) -> None:
+        """Add or replace one shape in the driver's shapes ConfigMap."""
+        await self.kube.apply({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": dra_driver.SHAPES_CONFIGMAP,
+                         "namespace": self.system_namespace},
+            "data": {name: yaml.safe_dump(spec, sort_keys=False)}})
+
+    async def create_node_pool(self, name: str, count: int, devices: list[dict[str, Any]],
+                               labels: dict[str, str] | None = None,
+                               allocatable: dict[str, str] | None = None,
+                               delay_seconds: float = 0,
+                               faulty_devices: list[dict[str, Any]] | None = None,
+                               faulty_nodes: str = "annotated",
+                               wait: bool = True,
+                               timeout: float = DEFAULT_TIMEOUT_S) -> list[str]:
+        """``count`` kwok nodes ``<name>-<i>`` of a shape named ``name``.
+
+        ``devices`` is what every node's ResourceSlice holds (ResourceSlice v1 device
+        dicts, e.g. ``builders.gpu_devices()``). With ``wait``, returns once the nodes are
+        Ready and (unless a delay or fault was asked for) have published their slices.
+        """
+        await self.define_shape(name, builders.shape(devices, delay_seconds, faulty_devices,
+                                                     faulty_nodes))
+        names = [f"{name}-{i}" for i in range(count)]
+        for node in names:
+            await self.kube.create(builders.kwok_node(node, name, labels, allocatable))
+            self._cluster_objects.append(("v1", "Node", node))
+        if wait:
+            await self.wait_nodes_ready(names, timeout)
+            if delay_seconds == 0:
+                await self.wait_slices(names, timeout)
+        return names
+
+    async def wait_nodes_ready(self, names: list[str], timeout: float = DEFAULT_TIMEOUT_S
+                               ) -> None:
+        async def ready() -> bool:
+            for name in names:
+                node = await self.kube.get("v1", "Node", name)
+                if not kube.has_condition(node, "Ready"):
+                    return False
+            return True
+        await kube.wait_for(ready, timeout, f"nodes {names} Ready")
+
+    async def slices_of(self, node: str) -> list[dict[str, Any]]:
+        return await self.kube.list("resource.k8s.io/v1", "ResourceSlice",
+                                    field_selector=f"spec.nodeName={node}")
+
+    async def wait_slices(self, names: list[str], timeout: float = DEFAULT_TIMEOUT_S
+                          ) -> dict[str, list[dict[str, Any]]]:
+        """Wait until every node has at least one ResourceSlice; return them by node."""
+        async def published() -> dict[str, list[dict[str, Any]]] | None:
+            out = {n: await self.slices_of(n) for n in names}
+            return out if all(out.values()) else None
+        return await kube.wait_for(published, timeout, f"ResourceSlices of {names}")
+
+    # -- Kueue -----------------------------------------------------------------------------
+
+    async def create_queues(self, name: str, quota: dict[str, str] | None = None,
+                            admission_checks: list[str] | None = None,
+                            flavor: str = "default") -> str:
+        """A ResourceFlavor (shared), a ClusterQueue ``name`` and a LocalQueue ``name`` in
+        this test's namespace; returns the LocalQueue's name."""
+        await self.kube.apply(builders.resource_flavor(flavor))
+        await self.kube.apply(builders.cluster_queue(name, flavor, quota, admission_checks))
+        self._cluster_objects.append((builders.KUEUE, "ClusterQueue", name))
+        await self.kube.apply(builders.local_queue(name, self.namespace, name))
+
+        async def active() -> bool:
+            cq = await self.kube.get(builders.KUEUE, "ClusterQueue", name)
+            return kube.has_condition(cq, "Active")
+        await kube.wait_for(active, DEFAULT_TIMEOUT_S, f"ClusterQueue {name} Active")
+        return name
+
+    async def create_job(self, name: str, queue: str | None, parallelism: int = 1,
+                         cpu: str = "1", claim_template_name: str | None = None
+                         ) -> dict[str, Any]:
+        return await self.kube.create(builders.job(name, self.namespace, queue, parallelism,
+                                                   cpu, claim_template_name))
+
+    async def create_workload(self, name: str, queue: str, count: int = 1, cpu: str = "1",
+                              claim_template_name: str | None = None) -> dict[str, Any]:
+        return await self.kube.create(builders.kueue_workload(
+            name, self.namespace, queue, count, cpu, claim_template_name))
+
+    async def workload_of_job(self, job_name: str) -> dict[str, Any] | None:
+        """The Kueue Workload Kueue created for a Job (owned by it), if any yet."""
+        for wl in await self.kube.list(builders.KUEUE, "Workload", self.namespace):
+            for ref in wl["metadata"].get("ownerReferences") or []:
+                if ref.get("kind") == "Job" and ref.get("name") == job_name:
+                    return wl
+        return None
+
+    async def pods_of_job(self, job_name: str) -> list[dict[str, Any]]:
+        return await self.kube.list("v1", "Pod", self.namespace,
+                                    label_selector=f"batch.kubernetes.io/job-name={job_name}")
+
+    async def finish_pods(self, pods: list[dict[str, Any]]) -> None:
+        """Ask kwok to complete these Running pods (they stay Running until then)."""
+        for pod in pods:
+            await self.kube.patch("v1", "Pod", pod["metadata"]["name"], {
+                "metadata": {"annotations": {cluster.POD_COMPLETE_ANNOTATION: "true"}}},
+                namespace=self.namespace)
+
+    # -- cleanup ---------------------------------------------------------------------------
+
+    async def cleanup(self) -> None:
+        for api_version, kind, name in reversed(self._cluster_objects):
+            with contextlib.suppress(Exception):
+                await self.kube.delete(api_version, kind, name)
+        self._cluster_objects.clear()
