@@ -18,11 +18,11 @@ cdef struct Problem:
     const i64* alt_claim         # [n_alt] claim of the alternative
     const i64* alt_mode          # [n_alt] 0 ExactCount, 1 All
     const i64* alt_count         # [n_alt] devices needed
-    const i64* alt_all_blocked   # [n_alt] All that can never succeed (device in use/tainted)
     const i64* alt_cls_start     # [n_alt+1] ExactCount: candidate classes, ascending
     const i64* alt_cls
     const i64* alt_dev_start     # [n_alt+1] All: the devices to take, in order
     const i64* alt_dev
+    const i64* alt_dev_block     #   the device is in use or tainted: the All fails
     # ---- devices and their classes of interchangeable devices
     const i64* dev_cls           # [n_dev] class of the device
     const i64* dev_pool          # [n_dev] pool of the device

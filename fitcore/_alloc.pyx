@@ -1,5 +1,6 @@
 # The compiled per-node search: depth-first over requests, alternatives and classes of
-# interchangeable devices, with exact pruning. Return codes: 1 found, 0 none, -1 budget.
+# interchangeable devices, with exact pruning. Return codes: 1 found, 0 none, -1 budget,
+# -2 a fatal error (a device of an All request breaks a claim constraint).
 
 from libc.stdlib cimport calloc, free
 
@@ -54,32 +55,32 @@ cdef inline bint _pays_counters(const Problem* p, State* s, i64 d) noexcept nogi
     return not (p.dev_multi[d] and (p.shared_before[d] or s.dev_shares[d] > 0))
 
 
-cdef bint _add(const Problem* p, State* s, i64 a, i64 d) noexcept nogil:
-    """Allocate device d for alternative a, or leave the state unchanged and fail."""
+cdef int _add(const Problem* p, State* s, i64 a, i64 d) noexcept nogil:
+    """Allocate device d for alternative a: 1 done; 0 not possible (state unchanged);
+    2 a claim constraint rejects it. Checks run in the allocator's order."""
     cdef i64 i, c
     cdef i64 off = 0, n = 0, base = 0
     cdef bint pays
-    if p.dev_multi[d]:
-        off = p.take_off[a * p.n_dev + d]
-        if off < 0:
-            return False
-        base = p.dev_cap_start[d]
-        n = p.dev_cap_start[d + 1] - base
-        for i in range(n):
-            if s.cap_used[base + i] + p.take_vals[off + i] > p.cap_left[base + i]:
-                return False
-    elif s.dev_used[d]:
-        return False
+    if not p.dev_multi[d] and s.dev_used[d]:
+        return 0
     pays = _pays_counters(p, s, d)
     if pays:
         if p.pool_bad[p.dev_pool[d]]:
-            return False
+            return 0
         for i in range(p.dev_ctr_start[d], p.dev_ctr_start[d + 1]):
             c = p.ctr_id[i]
             if s.ctr_used[c] + p.ctr_amt[i] > p.ctr_avail[c]:
-                return False
+                return 0
     if not _constraints_add(p, s, a, d):
-        return False
+        return 2
+    if p.dev_multi[d]:
+        off = p.take_off[a * p.n_dev + d]
+        base = p.dev_cap_start[d]
+        n = p.dev_cap_start[d + 1] - base
+        for i in range(n):
+            if off < 0 or s.cap_used[base + i] + p.take_vals[off + i] > p.cap_left[base + i]:
+                _constraints_remove(p, s, a, d)
+                return 0
     if pays:
         for i in range(p.dev_ctr_start[d], p.dev_ctr_start[d + 1]):
             s.ctr_used[p.ctr_id[i]] += p.ctr_amt[i]
@@ -94,7 +95,7 @@ cdef bint _add(const Problem* p, State* s, i64 a, i64 d) noexcept nogil:
     s.res_alt[s.res_len] = a
     s.res_dev[s.res_len] = d
     s.res_len += 1
-    return True
+    return 1
 
 
 cdef void _remove(const Problem* p, State* s, i64 a, i64 d) noexcept nogil:
@@ -168,7 +169,7 @@ cdef int _pick(const Problem* p, State* s, i64 r, i64 a, i64 left, i64 pos) noex
                 continue
             d = p.cls_members[p.cls_start[k] + s.cls_taken[k]]
             nxt = q              # the next member of the same class may follow
-        if not _add(p, s, a, d):
+        if _add(p, s, a, d) != 1:
             continue
         found = _pick(p, s, r, a, left - 1, nxt)
         if found != 0:
@@ -186,7 +187,12 @@ cdef int _take_all(const Problem* p, State* s, i64 r, i64 a, i64 i) noexcept nog
     if s.steps > s.budget:
         return -1
     d = p.alt_dev[i]
-    if not _add(p, s, a, d):
+    if p.alt_dev_block[i]:
+        return 0
+    found = _add(p, s, a, d)
+    if found == 2:
+        return -2        # a device of an All request breaks a constraint: fatal
+    if found == 0:
         return 0
     found = _take_all(p, s, r, a, i + 1)
     if found == 0:
@@ -203,7 +209,7 @@ cdef int search_request(const Problem* p, State* s, i64 r) noexcept nogil:
         if s.claim_n[p.alt_claim[a]] + p.alt_count[a] > MAX_PER_CLAIM:
             continue
         if p.alt_mode[a] == 1:
-            if p.alt_all_blocked[a] or p.alt_count[a] == 0:
+            if p.alt_count[a] == 0:
                 continue
             found = _take_all(p, s, r, a, p.alt_dev_start[a])
         else:
@@ -223,7 +229,7 @@ cdef const i64* _ptr(const i64[::1] view):
 def search(problem, i64 budget):
     """Run the search over a `fitcore.compiled.Problem`.
 
-    Returns (status, steps, res_alt, res_dev): status 1 found, 0 no allocation exists,
+    Returns (status, steps, res_alt, res_dev): status 1 found, 0 no allocation exists, -2 fatal (All vs a constraint),
     -1 budget exhausted; res_* list the allocated (alternative, device) pairs in order.
     """
     cdef Problem p
@@ -233,7 +239,7 @@ def search(problem, i64 budget):
     cdef const i64[::1] alt_claim = problem.alt_claim
     cdef const i64[::1] alt_mode = problem.alt_mode
     cdef const i64[::1] alt_count = problem.alt_count
-    cdef const i64[::1] alt_all_blocked = problem.alt_all_blocked
+    cdef const i64[::1] alt_dev_block = problem.alt_dev_block
     cdef const i64[::1] alt_cls_start = problem.alt_cls_start
     cdef const i64[::1] alt_cls = problem.alt_cls
     cdef const i64[::1] alt_dev_start = problem.alt_dev_start
@@ -272,7 +278,7 @@ def search(problem, i64 budget):
     p.alt_claim = _ptr(alt_claim)
     p.alt_mode = _ptr(alt_mode)
     p.alt_count = _ptr(alt_count)
-    p.alt_all_blocked = _ptr(alt_all_blocked)
+    p.alt_dev_block = _ptr(alt_dev_block)
     p.alt_cls_start = _ptr(alt_cls_start)
     p.alt_cls = _ptr(alt_cls)
     p.alt_dev_start = _ptr(alt_dev_start)

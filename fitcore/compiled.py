@@ -89,19 +89,18 @@ class Problem:
         member = [[False] * n_dev for _ in range(n_alt)]
         self.takes: dict[tuple[int, int], dict[str, values.Quantity]] = {}
         all_lists: list[list[int] | None] = []
-        all_blocked = _q(n_alt)
+        all_block: list[int] = []  # per device of an All list: in use or tainted
         for a, (ci, alt) in enumerate(self.alts):
             claim = claims[ci]
             if alt.all_devices is not None:
                 ids = []
                 for pool, device in alt.all_devices:
                     ident = model.DeviceId(pool.driver, pool.name, device.name)
-                    d = index.get(ident)
+                    d = index[ident]
                     take = semantics.capacity_take(alt.exact, device)
-                    if (d is None or take is None or ident in allocated.dedicated
-                            or not semantics.taint_allows(device, alt.exact)):
-                        all_blocked[a] = 1
-                        continue
+                    assert take is not None  # prepare() keeps only devices with capacity
+                    all_block.append(1 if ident in allocated.dedicated
+                                     or not semantics.taint_allows(device, alt.exact) else 0)
                     self.takes[(a, d)] = take
                     ids.append(d)
                     member[a][d] = True
@@ -255,7 +254,7 @@ class Problem:
         self.alt_count = array.array("q", [alt.needed if alt.all_devices is None
                                            else len(all_lists[a] or ())
                                            for a, (_, alt) in enumerate(self.alts)])
-        self.alt_all_blocked = all_blocked
+        self.alt_dev_block = array.array("q", all_block)
         self.alt_cls_start = array.array("q", alt_cls_start)
         self.alt_cls = array.array("q", alt_cls)
         self.alt_dev_start = array.array("q", alt_dev_start)

@@ -219,7 +219,7 @@ class _Search:
             return self.request(ci, ri + 1)
         self.step()
         pool, device = alt.all_devices[k]
-        undo = self.allocate(ci, alt, pool, device)
+        undo = self.allocate(ci, alt, pool, device, must=True)
         if undo is None:
             return False
         if self.take_all(ci, ri, alt, k + 1):
@@ -263,17 +263,19 @@ class _Search:
     def in_use(self, ident: model.DeviceId) -> bool:
         return ident in self.allocated.dedicated or bool(self.in_call.get(ident))
 
-    def allocate(self, ci: int, alt: Alternative, pool: pools.Pool, device: model.Device):  # type: ignore[no-untyped-def]
+    def allocate(self, ci: int, alt: Alternative, pool: pools.Pool, device: model.Device,
+                 *, must: bool = False):  # type: ignore[no-untyped-def]
+        """Allocate one device, returning an undo function, or None when it cannot be.
+
+        Checks run in the allocator's order (in use, counters, taints, constraints,
+        capacity): with `must` (allocationMode All) a broken constraint is fatal.
+        """
         ident = model.DeviceId(pool.driver, pool.name, device.name)
         multi = device.allow_multiple_allocations
         admin = alt.exact.admin_access
         if not multi and admin and ci in self.in_call.get(ident, ()):
             return None
         if not admin and self.in_use(ident):
-            return None
-        take = semantics.capacity_take(alt.exact, device)
-        if take is None or not semantics.capacity_fits(
-                device, take, self.allocated.consumed.get(ident), self.sharing.get(ident)):
             return None
         already_sharing = ident in self.sharing or bool(self.allocated.consumed.get(ident))
         counted = False
@@ -292,8 +294,21 @@ class _Search:
                     c.remove(alt)
                 if counted:
                     self.release_counters(pool, device)
+                if must:
+                    raise ClaimError(
+                        f"ResourceClaim {self.p.claims[ci].key}: request {alt.result_name} "
+                        f"asks for all matching devices, but device {ident} breaks the "
+                        f"claim's constraint on {constraint.attribute}")
                 return None
             added.append(constraint)
+        take = semantics.capacity_take(alt.exact, device)
+        if take is None or not semantics.capacity_fits(
+                device, take, self.allocated.consumed.get(ident), self.sharing.get(ident)):
+            for c in reversed(added):
+                c.remove(alt)
+            if counted:
+                self.release_counters(pool, device)
+            return None
         if not multi:
             self.in_call.setdefault(ident, set()).add(ci)
         else:
@@ -349,6 +364,9 @@ def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
     search = _Search(prepared, budget)
     try:
         found = search.claim(0)
+    except ClaimError as exc:
+        return model.NodeFit("error", node.name, reasons=(str(exc),), steps=search.steps,
+                             engine="py")
     except BudgetExceeded:
         return model.NodeFit("undecided", node.name, steps=search.steps, engine="py", reasons=(
             f"the search took more than {budget} steps on node {node.name}",))
