@@ -194,7 +194,7 @@ class LocalCluster:
 
     def apply(self, objects: list[dict[str, Any]]) -> None:
         """Server-side apply a list of objects."""
-        text = yaml.safe_dump_all(objects, sort_keys=False)
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
         self.kubectl("apply", "--server-side", "--force-conflicts",
                      "--field-manager=fitgate-e2e", "-f", "-", input_text=text)
 
@@ -360,7 +360,7 @@ class LocalCluster:
         apis_src = build.module_source("k8s.io/autoscaler/cluster-autoscaler/apis",
                                        build.CA_APIS_VERSION, via="kueue")
         crd_path = apis_src / "config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml"
-        objects.append(yaml.safe_load(crd_path.read_text()))
+        objects.append(_load_yaml(crd_path.read_text()))
         objects += kwok_provider_configmaps(self.node_groups)
         self.apply(objects)
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
@@ -465,6 +465,13 @@ class LocalCluster:
 
 # -- manifests ---------------------------------------------------------------------------
 
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: Kueue's CRDs are big
+
+
+def _load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # a safe loader (CSafeLoader or SafeLoader)
+
+
 # CRDs whose older API version Kueue converts through its /convert webhook
 # (config/components/crd/kustomization.yaml patches).
 _KUEUE_CONVERTED = {"localqueues", "clusterqueues", "cohorts", "workloads",
@@ -475,7 +482,7 @@ def kueue_crds(src: pathlib.Path, webhook_base: str, ca_bundle: str) -> list[dic
     """Kueue's CRDs from its module source, with conversion served by the local Kueue."""
     crds = []
     for path in sorted((src / "config/components/crd/bases").glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
+        crd = _load_yaml(path.read_text())
         if crd["spec"]["names"]["plural"] in _KUEUE_CONVERTED:
             crd["spec"]["conversion"] = {
                 "strategy": "Webhook",
