@@ -16,6 +16,8 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE = "kueue.x-k8s.io/v1beta2"
 AUTOSCALING = "autoscaling.x-k8s.io/v1"
 BEST_EFFORT_ATOMIC = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+# The resource name the local Kueue maps the fake driver's DeviceClass to (quota for GPUs).
+KUEUE_DRA_RESOURCE = "e2e.fitgate.io/gpu"
 
 
 def gpu_devices(count: int = 4, per_pcie_root: int = 2, model: str = "H100",
@@ -118,7 +120,7 @@ def resource_flavor(name: str = "default", node_labels: dict[str, str] | None = 
 def cluster_queue(name: str, flavor: str = "default",
                   quota: dict[str, str] | None = None,
                   admission_checks: list[str] | None = None) -> dict[str, Any]:
-    quota = quota or {"cpu": "1000", "memory": "10Ti"}
+    quota = quota or {"cpu": "1000", "memory": "10Ti", KUEUE_DRA_RESOURCE: "64"}
     spec: dict[str, Any] = {
         "namespaceSelector": {},
         "resourceGroups": [{"coveredResources": list(quota),

@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from e2e import dra_driver
+from e2e import builders, dra_driver
 from e2e.cluster.local import build, pki, processes
 
 SYSTEM_NAMESPACE = "fitgate-e2e-system"
@@ -52,6 +52,9 @@ NODEGROUP_LABEL = "e2e.fitgate.io/nodegroup"
 POD_COMPLETE_ANNOTATION = "e2e.fitgate.io/complete"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 DRIVER_NAME = dra_driver.DEFAULT_DRIVER
+# Kueue (KueueDRAIntegration, beta and on in v0.18) counts DRA devices against quota only
+# for DeviceClasses mapped to a resource name; ClusterQueues give quota for that name.
+KUEUE_DRA_RESOURCE = builders.KUEUE_DRA_RESOURCE
 
 KUBE_FEATURE_GATES = "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true"
 KUBE_RUNTIME_CONFIG = ("scheduling.k8s.io/v1alpha2=true,resource.k8s.io/v1beta1=true,"
@@ -401,6 +404,8 @@ class LocalCluster:
             "internalCertManagement": {"enable": False},
             "integrations": {"frameworks": ["batch/job"]},
             "featureGates": {"AdmissionGatedBy": True, "VisibilityOnDemand": False},
+            "resources": {"deviceClassMappings": [
+                {"name": KUEUE_DRA_RESOURCE, "deviceClassNames": [DRIVER_NAME]}]},
         }
         config_path = self.workdir / "kueue-config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
