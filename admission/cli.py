@@ -1,0 +1,198 @@
+"""The `fitgate` command line.
+
+`fitgate fit` answers offline what the admission check answers in the cluster: given an
+inventory (Nodes, ResourceSlices, DeviceClasses, allocated ResourceClaims, bound Pods),
+optional NodeShapes and a workload (a Kueue Workload or a Job, with its
+ResourceClaimTemplates), does the gang fit now, and if not, which new nodes would make it
+fit. Inputs are YAML or JSON files (multi-document allowed) or directories of them.
+
+Exit status: 0 for any verdict; 2 for bad input, with a message naming the file, the
+object and the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from importlib import metadata
+from typing import Any
+
+import yaml
+
+from fitcore import errors, gang, plan, workload
+
+EXIT_BAD_INPUT = 2
+_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class UsageError(Exception):
+    """Bad input that is not about one object's field (a missing file, broken YAML)."""
+
+
+# ---------------------------------------------------------------------- reading
+
+
+def _files(path: pathlib.Path) -> Iterator[pathlib.Path]:
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _SUFFIXES)
+        if not found:
+            raise UsageError(f"{path}: directory holds no .yaml, .yml or .json files")
+        yield from found
+    elif path.is_file():
+        yield path
+    else:
+        raise UsageError(f"{path}: no such file or directory")
+
+
+def read_documents(paths: Sequence[str]) -> list[workload.Document]:
+    """Every object in the given files and directories, with the file it came from."""
+    out: list[workload.Document] = []
+    for raw in paths:
+        for path in _files(pathlib.Path(raw)):
+            try:
+                text = path.read_text()
+                docs = list(yaml.safe_load_all(text))
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"{path}: cannot read: {exc}") from exc
+            except yaml.YAMLError as exc:
+                raise UsageError(f"{path}: not valid YAML or JSON: {exc}") from exc
+            for i, doc in enumerate(docs):
+                if doc is None:
+                    continue
+                if not isinstance(doc, Mapping):
+                    raise UsageError(f"{path}: document {i + 1} is a {type(doc).__name__}, "
+                                     "not a Kubernetes object")
+                out.append((doc, str(path)))
+    return out
+
+
+# ------------------------------------------------------------------------ fit
+
+
+def run_fit(inventory: Sequence[str], shape_paths: Sequence[str], workload_path: str
+            ) -> tuple[gang.Gang, plan.PlanResult]:
+    docs = read_documents(inventory) + read_documents(shape_paths)
+    wl_docs = read_documents([workload_path])
+    bundle = workload.load(docs + wl_docs)
+    wl_sources = {source for _, source in wl_docs}
+    gangs = [g for g in bundle.gangs if g.source in wl_sources]
+    if len(gangs) != 1:
+        found = ", ".join(g.label for g in gangs) or "none"
+        raise UsageError(f"{workload_path}: must hold exactly one Workload or Job, found "
+                         f"{found}")
+    snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used)
+    return gangs[0], plan.plan(gangs[0], snapshot, bundle.shapes)
+
+
+def _devices(p: gang.Placement) -> dict[str, dict[str, list[str]]]:
+    out: dict[str, dict[str, list[str]]] = {}
+    for claim, results in p.devices:
+        per_request = out.setdefault(claim, {})
+        for r in results:
+            per_request.setdefault(r.request or "*", []).append(str(r.id))
+    return out
+
+
+def _plan_json(p: plan.Plan) -> dict[str, Any]:
+    return {"shapes": [{"shape": s.shape, "count": s.count, "domain": s.domain}
+                       for s in p.shapes],
+            "price": plan.price_str(p.price)}
+
+
+def as_json(result: plan.PlanResult) -> dict[str, Any]:
+    placements = result.placements or (result.plan.placements if result.plan else ())
+    return {
+        "verdict": result.verdict,
+        "category": result.category,
+        "placements": [{"podSet": p.pod_set, "index": p.index, "node": p.node,
+                        "devices": _devices(p)} for p in placements],
+        "plan": _plan_json(result.plan) if result.plan else None,
+        "alternatives": [_plan_json(a) for a in result.alternatives],
+        "rejectedShapes": [{"shape": name, "reason": why} for name, why in result.rejected],
+        "reasons": list(result.reasons),
+        "stats": {"seconds": round(result.stats.seconds, 6), "nodes": result.stats.nodes,
+                  "devices": result.stats.devices, "steps": result.stats.steps},
+    }
+
+
+def _plan_text(p: plan.Plan) -> str:
+    parts = []
+    for s in p.shapes:
+        where = f" in new domain {s.domain}" if s.domain else ""
+        parts.append(f"{s.count} × {s.shape}{where}")
+    return f"{' + '.join(parts)}  (price {plan.price_str(p.price)})"
+
+
+def as_text(g: gang.Gang, result: plan.PlanResult) -> str:
+    headline = {"fits": "fits on existing nodes", "needs-capacity": "needs new nodes",
+                "unsatisfiable": "cannot fit", "undecided": "undecided"}[result.verdict]
+    lines = [f"{g.label}: {headline}"
+             + (f" ({result.category})" if result.verdict == "unsatisfiable" else "")]
+    if result.plan:
+        lines.append(f"plan: {_plan_text(result.plan)}")
+        for alt in result.alternatives:
+            lines.append(f"  alternative: {_plan_text(alt)}")
+        for name, why in result.rejected:
+            lines.append(f"  not {name}: {why}")
+    placements = result.placements or (result.plan.placements if result.plan else ())
+    if placements:
+        lines.append("placements:")
+        for p in placements:
+            devs = "  ".join(f"{claim}.{req}=" + ",".join(i.rsplit("/", 1)[-1] for i in ids)
+                             for claim, reqs in _devices(p).items() for req, ids in reqs.items())
+            lines.append(f"  {p.pod_set}[{p.index}] -> {p.node}" + (f"  {devs}" if devs else ""))
+    if result.reasons:
+        lines.append("why:" if result.verdict != "needs-capacity"
+                     else "why existing nodes are not enough:")
+        lines.extend(f"  - {r}" for r in result.reasons)
+    s = result.stats
+    lines.append(f"decided in {s.seconds * 1e3:.1f} ms over {s.nodes} nodes and {s.devices} "
+                 f"devices ({s.steps} allocator steps)")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------ main
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fitgate", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    fit = sub.add_parser("fit", help="fit a workload's gang against an offline inventory")
+    fit.add_argument("--inventory", action="append", required=True, metavar="PATH",
+                     help="Nodes, ResourceSlices, DeviceClasses, ResourceClaims, Pods "
+                          "(file or directory; repeatable)")
+    fit.add_argument("--shapes", action="append", default=[], metavar="PATH",
+                     help="NodeShapes (file or directory; repeatable)")
+    fit.add_argument("--workload", required=True, metavar="PATH",
+                     help="one Workload or Job, with its ResourceClaimTemplates")
+    fit.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "version":
+        try:
+            version = metadata.version("fitgate")
+        except metadata.PackageNotFoundError:
+            version = "unknown"
+        print(f"fitgate {version}")
+        return 0
+    try:
+        g, result = run_fit(args.inventory, args.shapes, args.workload)
+    except (UsageError, errors.InputError) as exc:
+        print(f"fitgate: bad input:\n{exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.output == "json":
+        print(json.dumps(as_json(result), indent=2))
+    else:
+        print(as_text(g, result))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

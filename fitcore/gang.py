@@ -1,0 +1,784 @@
+"""Gang placement: can every pod of a workload be placed on the nodes that exist, now?
+
+The scheduler places pods one at a time; a gang is admitted only when all of its pods
+(or at least `minCount` of a pod set) can be placed together. `place` answers that with
+the scheduler's own filters: node selection (nodeSelector and required node affinity),
+node taints against pod tolerations, allocatable minus what bound pods request, and DRA
+through `api.allocate`, carrying each pod's device allocation forward to the next pod.
+
+Design: equivalence classes of nodes.
+- The pods of one pod set are identical, and so are many nodes. Two nodes are in the same
+  *class* when they have the same taints, the same free resources, and node-local
+  ResourceSlices of the same shape: the same devices (names, attributes, capacity,
+  counters) in pools that sort the same way, with the same devices already allocated.
+  Pool and slice names do not count: allocation results on one node of a class map onto
+  another by pool position.
+- For a class and a pod set, one representative node is filled pod by pod (as the
+  scheduler would) until a pod no longer fits; the sequence of allocations is cached. A
+  node that received k pods moves to the derived class (class, pod set, k), which is again
+  shared by all nodes that received the same. So 1,000 identical nodes cost about what
+  one costs, and the cache is keyed by content, so it can be shared by the several
+  searches that planning runs.
+- Labels matter only to node selection and topology: they are evaluated per group of
+  nodes with identical labels (the hostname label aside).
+- A node that sees pools which are not node-local (allNodes, node selectors, devices
+  with per-device node selection, counter slices without a node) is its own class, and
+  its cache entries are keyed by what the gang has allocated from such pools so far.
+
+Topology: a pod set with a required topology label is placed in one domain (one value of
+that node label). The domains are ranked by how many of its pods they can hold, and the
+smallest domain that holds them all is chosen (best fit, as Kueue's topology-aware
+scheduling does), leaving large domains for large gangs.
+
+Shared ResourceClaims (`resourceClaimName`): allocated once. A claim not yet allocated is
+allocated with the first pod that uses it, and every pod using it must then land on that
+node (the simplest correct rule for a node-local allocation). A claim that the inventory
+already shows allocated restricts its pods to the nodes its allocation names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any, Literal
+
+from fitcore import api, model, pools, predicates, values
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+# ---------------------------------------------------------------------------- model
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration (core/v1 semantics; an empty key with Exists tolerates all)."""
+
+    key: str = ""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: model.Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One entry of a pod's `spec.resourceClaims`.
+
+    `shared`: named by `resourceClaimName`, one claim for every pod that names it;
+    otherwise each pod gets its own claim from a ResourceClaimTemplate.
+    `allocated`: for a shared claim that is already allocated, its devices, and
+    `allocated_nodes` the nodes where that allocation is usable (None: any node).
+    """
+
+    name: str
+    claim: model.Claim
+    shared: bool = False
+    allocated: tuple[model.AllocatedDevice, ...] | None = None
+    allocated_nodes: frozenset[str] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodSet:
+    """`count` identical pods; at least `min_count` of them must be placed (default all)."""
+
+    name: str
+    count: int
+    min_count: int | None = None
+    requests: Mapping[str, values.Quantity] = dataclasses.field(default_factory=dict)
+    node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    affinity: model.NodeSelector | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    claims: tuple[PodClaim, ...] = ()
+    topology: str | None = None  # node label: all pods in one domain (one value of it)
+
+    @property
+    def needed(self) -> int:
+        return self.count if self.min_count is None else min(self.min_count, self.count)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Gang:
+    """The pods of one workload, which are admitted all together or not at all."""
+
+    name: str
+    namespace: str = "default"
+    kind: str = "Workload"
+    pod_sets: tuple[PodSet, ...] = ()
+    source: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one pod goes, and the devices each of its claims gets there."""
+
+    pod_set: str
+    index: int
+    node: str
+    devices: tuple[tuple[str, tuple[model.DeviceResult, ...]], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stats:
+    seconds: float = 0.0
+    nodes: int = 0
+    devices: int = 0
+    steps: int = 0
+    classes: int = 0
+    allocations: int = 0  # calls into the per-node allocator
+
+
+GangVerdict = Literal["fits", "no-fit", "undecided"]
+Category = Literal["capacity", "configuration", "coordination"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GangResult:
+    """`fits`: `placements` holds every placed pod. `no-fit`: `reasons` says why, and
+    `category` is `configuration` when some pod set fits no node at all even alone, else
+    `capacity`. `undecided`: the allocator's work budget ran out somewhere."""
+
+    verdict: GangVerdict
+    placements: tuple[Placement, ...] = ()
+    reasons: tuple[str, ...] = ()
+    category: Category | None = None
+    domains: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # Per pod set: how many pods one node of some class could host (0: none anywhere).
+    hostable: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    stats: Stats = dataclasses.field(default_factory=Stats)
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == "fits"
+
+
+# ------------------------------------------------------------------------- snapshot
+
+_ZERO = Fraction(0)
+PoolKey = tuple[str, str]
+
+
+def _device_key(d: model.Device) -> tuple[Any, ...]:
+    return (d.name, tuple(sorted(d.attributes.items())), tuple(sorted(d.capacity.items())),
+            tuple((c.counter_set, tuple(sorted(c.counters.items())))
+                  for c in d.consumes_counters),
+            d.taints, d.allow_multiple_allocations, d.binding_conditions, d.binds_to_node)
+
+
+def slice_shape(s: model.ResourceSlice) -> tuple[Any, ...]:
+    """What of a node-local slice matters to allocation, without slice/pool/node names."""
+    return (s.driver, s.generation, s.resource_slice_count,
+            tuple(_device_key(d) for d in s.devices),
+            tuple((c.name, tuple(sorted(c.counters.items()))) for c in s.shared_counters))
+
+
+@dataclasses.dataclass(slots=True)
+class _NodeEntry:
+    node: model.Node
+    label_group: int
+    local_pools: tuple[PoolKey, ...]  # in allocator order (driver, pool name)
+    local_slices: tuple[model.ResourceSlice, ...]
+    sees_global: bool
+    key: int  # class id (interned class key)
+    free: dict[str, Fraction]
+    devices: int  # local devices not allocated exclusively (an upper bound for counting)
+
+
+class Snapshot:
+    """Nodes and inventory indexed for gang placement.
+
+    Built once per inventory (O(nodes + devices)); each gang decision then works on node
+    classes. `used`: what pods already bound to each node request (cpu, memory, pods,
+    ...). `shapes`: optional precomputed local-slice shape per node name (for
+    hypothetical nodes of one NodeShape, which are identical by construction).
+    """
+
+    def __init__(self, nodes: Sequence[model.Node], inventory: model.Inventory,
+                 used: Mapping[str, Mapping[str, values.Quantity]] | None = None) -> None:
+        self.inventory = inventory
+        self.entries: list[_NodeEntry] = []
+        self.by_name: dict[str, int] = {}
+        # Class keys are large tuples: interned once, then compared as ints. Shared by
+        # extended snapshots, so ids stay valid across the searches of one plan.
+        self.keys: dict[Any, int] = {}
+        self.label_groups: list[Mapping[str, str]] = []
+        self._group_index: dict[tuple[tuple[str, str], ...], int] = {}
+        by_pool: dict[PoolKey, list[model.ResourceSlice]] = {}
+        for s in inventory.slices:
+            by_pool.setdefault((s.driver, s.pool), []).append(s)
+        self._owner: dict[PoolKey, str] = {}
+        self.global_slices: list[model.ResourceSlice] = []
+        self._local: dict[str, list[PoolKey]] = {}
+        self._pool_slices = by_pool
+        for key, group in by_pool.items():
+            owners = {s.node_name for s in group}
+            if len(owners) == 1 and None not in owners:
+                owner = next(iter(owners))
+                assert owner is not None
+                self._owner[key] = owner
+                self._local.setdefault(owner, []).append(key)
+            else:
+                self.global_slices.extend(group)
+        self._allocated_by_pool: dict[PoolKey, list[tuple[Any, ...]]] = {}
+        alloc = inventory.allocated
+        for ident in alloc.dedicated:
+            self._allocated_by_pool.setdefault((ident.driver, ident.pool), []).append(
+                ("d", ident.device))
+        for ident in alloc.shared:
+            self._allocated_by_pool.setdefault((ident.driver, ident.pool), []).append(
+                ("s", ident.device))
+        for ident, amounts in alloc.consumed.items():
+            self._allocated_by_pool.setdefault((ident.driver, ident.pool), []).append(
+                ("c", ident.device, tuple(sorted(amounts.items()))))
+        used = used or {}
+        for n in sorted(nodes, key=lambda n: n.name):
+            self._add(n, used.get(n.name, {}), None)
+
+    def _add(self, n: model.Node, used: Mapping[str, values.Quantity],
+             shape: tuple[Any, ...] | None) -> None:
+        labels = tuple(sorted((k, v) for k, v in n.labels.items() if k != HOSTNAME_LABEL))
+        group = self._group_index.get(labels)
+        if group is None:
+            group = self._group_index[labels] = len(self.label_groups)
+            self.label_groups.append(n.labels)
+        local_pools = tuple(sorted(self._local.get(n.name, ())))
+        local_slices: list[model.ResourceSlice] = []
+        pool_shapes = []
+        devices = 0
+        for pk in local_pools:
+            group_slices = sorted(self._pool_slices[pk], key=lambda s: s.name)
+            local_slices.extend(group_slices)
+            if shape is None:
+                pool_shapes.append(tuple(slice_shape(s) for s in group_slices))
+            taken = self._allocated_by_pool.get(pk, ())
+            devices += sum(len(s.devices) for s in group_slices)
+            devices -= sum(1 for t in taken if t[0] == "d")
+            pool_shapes.append(tuple(sorted(taken)))
+        sees_global = any(pools.slice_relevant(n, s) for s in self.global_slices)
+        free: dict[str, Fraction] = {k: q.value for k, q in n.allocatable.items()}
+        for k, q in used.items():
+            free[k] = free.get(k, _ZERO) - q.value
+        dra = (shape, tuple(pool_shapes)) if shape is not None else tuple(pool_shapes)
+        key: tuple[Any, ...] = (dra, n.taints, n.unschedulable, tuple(sorted(free.items())))
+        if sees_global:
+            key = (*key, ("node", n.name))
+        self.by_name[n.name] = len(self.entries)
+        self.entries.append(_NodeEntry(n, group, local_pools, tuple(local_slices), sees_global,
+                                       self.intern(key), free, devices))
+
+    def intern(self, key: Any) -> int:
+        have = self.keys.get(key)
+        if have is None:
+            have = self.keys[key] = len(self.keys)
+        return have
+
+    def extended(self, nodes: Sequence[model.Node], slices: Sequence[model.ResourceSlice],
+                 shape: tuple[Any, ...] | None = None) -> Snapshot:
+        """This snapshot plus new nodes with node-local slices (hypothetical nodes).
+        `shape`: the nodes' local slices are known to be identical in shape."""
+        other = Snapshot.__new__(Snapshot)
+        other.inventory = dataclasses.replace(self.inventory,
+                                              slices=(*self.inventory.slices, *slices))
+        other.entries = list(self.entries)
+        other.by_name = dict(self.by_name)
+        other.keys = self.keys
+        other.label_groups = list(self.label_groups)
+        other._group_index = dict(self._group_index)
+        other._owner = dict(self._owner)
+        other.global_slices = self.global_slices
+        other._local = dict(self._local)
+        other._pool_slices = dict(self._pool_slices)
+        other._allocated_by_pool = self._allocated_by_pool
+        for s in slices:
+            key = (s.driver, s.pool)
+            if s.node_name is None or key in other._pool_slices:
+                raise ValueError(f"hypothetical slice {s.name} must be node-local in a new pool")
+            other._pool_slices[key] = [s]
+            other._owner[key] = s.node_name
+            other._local.setdefault(s.node_name, []).append(key)
+        for n in nodes:
+            other._add(n, {}, shape)
+        return other
+
+    @property
+    def node_names(self) -> list[str]:
+        return [e.node.name for e in self.entries]
+
+    def device_count(self) -> int:
+        return sum(len(s.devices) for s in self.inventory.slices)
+
+
+# --------------------------------------------------------------------------- search
+
+
+@dataclasses.dataclass(slots=True)
+class _Class:
+    """Nodes that answer every question alike; `rep` answers for all of them."""
+
+    key: int
+    rep: int
+    extra: tuple[model.AllocatedDevice, ...]  # hypothetical allocations on rep
+    free: dict[str, Fraction]
+    taints: tuple[model.Taint, ...]
+    unschedulable: bool
+    devices: int
+
+
+@dataclasses.dataclass(slots=True)
+class _Fill:
+    """A representative filled pod by pod: allocations[i] is pod i's, in rep's device
+    names; `stop` says why no more fit (empty while not yet known)."""
+
+    allocations: list[tuple[tuple[model.DeviceResult, ...], ...]]
+    stop: str = ""
+    undecided: bool = False
+    error: bool = False
+
+
+class Memo:
+    """Cache of fills by (class key, pod variant), shared by searches over one gang."""
+
+    def __init__(self) -> None:
+        self.fills: dict[tuple[Any, ...], _Fill] = {}
+        self.allocations = 0
+        self.steps = 0
+
+
+@dataclasses.dataclass(slots=True)
+class _Variant:
+    """The claims one pod of a pod set allocates at one position of a fill."""
+
+    first: list[PodClaim]  # claims of the first pod on a node
+    rest: list[PodClaim]  # claims of every later pod on the same node
+
+    def claims(self, position: int) -> list[PodClaim]:
+        return self.first if position == 0 else self.rest
+
+
+def _resource_bound(free: Mapping[str, Fraction], requests: Mapping[str, Fraction],
+                    limit: int) -> tuple[int, str]:
+    """How many pods the free resources hold (capped at limit), and what runs out."""
+    best, short = limit, ""
+    for name, amount in requests.items():
+        if amount <= 0:
+            continue
+        have = free.get(name, _ZERO)
+        n = int(have // amount) if have > 0 else 0
+        if n < best:
+            best, short = n, name
+    return best, short
+
+
+class _Search:
+    def __init__(self, gang: Gang, snap: Snapshot, memo: Memo, engine: api.Engine,
+                 budget: int) -> None:
+        self.gang = gang
+        self.snap = snap
+        self.memo = memo
+        self.engine = engine
+        self.budget = budget
+        self.classes: dict[int, _Class] = {}
+        self.node_class: list[int] = []
+        for i, e in enumerate(snap.entries):
+            cls = self.classes.get(e.key)
+            if cls is None:
+                cls = self.classes[e.key] = _Class(e.key, i, (), e.free, e.node.taints,
+                                                   e.node.unschedulable, e.devices)
+            self.node_class.append(e.key)
+        self.global_results: list[model.DeviceResult] = []
+        self.pinned: dict[str, tuple[str | None, tuple[model.DeviceResult, ...]]] = {}
+        self.undecided = False
+        self.rep_inventory: dict[int, model.Inventory] = {}
+
+    # -- per-class questions ---------------------------------------------------------
+
+    def _inventory(self, cls: _Class) -> model.Inventory:
+        e = self.snap.entries[cls.rep]
+        slices = self.rep_inventory.get(cls.rep)
+        if slices is None:
+            inv = model.Inventory((*e.local_slices, *self.snap.global_slices)
+                                  if e.sees_global else e.local_slices,
+                                  self.snap.inventory.classes, self.snap.inventory.allocated)
+            self.rep_inventory[cls.rep] = inv
+            slices = inv
+        return slices
+
+    def tolerated(self, cls: _Class, pod_set: PodSet) -> str:
+        """The first taint of the class that the pod set does not tolerate ("" if none)."""
+        taints = cls.taints
+        if cls.unschedulable:
+            taints = (*taints, model.Taint(UNSCHEDULABLE_TAINT, "", "NoSchedule"))
+        for t in taints:
+            if t.effect not in ("NoSchedule", "NoExecute"):
+                continue
+            if not any(tol.tolerates(t) for tol in pod_set.tolerations):
+                return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+        return ""
+
+    def fill(self, cls: _Class, ps_index: int, pod_set: PodSet, variant: _Variant,
+             requests: Mapping[str, Fraction], limit: int) -> _Fill:
+        """Fill the class representative with up to `limit` pods, pod by pod."""
+        e = self.snap.entries[cls.rep]
+        key: tuple[Any, ...] = (cls.key, id(self.gang), ps_index,
+                                tuple(c.claim.key for c in variant.first),
+                                tuple(c.claim.key for c in variant.rest))
+        if e.sees_global:
+            key = (*key, tuple((r.request, r.id) for r in self.global_results))
+        f = self.memo.fills.get(key)
+        if f is None:
+            f = self.memo.fills[key] = _Fill([])
+        if f.stop or len(f.allocations) >= limit:
+            return f
+        bound, short = _resource_bound(cls.free, requests, limit)
+        inventory = self._inventory(cls)
+        base = inventory.allocated.plus(list(cls.extra))
+        carried = [r.as_allocated() for a in f.allocations for rs in a for r in rs]
+        if e.sees_global:
+            carried += [r.as_allocated() for r in self.global_results]
+        while len(f.allocations) < limit:
+            i = len(f.allocations)
+            if i >= bound:
+                if bound < limit:
+                    f.stop = f"not enough {short}"
+                return f
+            claims = variant.claims(i)
+            needs = sum(r.exactly.count for c in claims for r in c.claim.requests
+                        if r.exactly is not None and r.exactly.allocation_mode == "ExactCount"
+                        and not r.exactly.admin_access)
+            taken = sum(1 for a in f.allocations for rs in a for r in rs
+                        if not r.shared and not r.admin_access)
+            if needs and not e.sees_global and cls.devices - taken < needs:
+                f.stop = "too few free devices"
+                return f
+            inv = model.Inventory(inventory.slices, inventory.classes, base.plus(carried))
+            nf = api.allocate(e.node, inv, [c.claim for c in claims], engine=self.engine,
+                              budget=self.budget)
+            self.memo.allocations += 1
+            self.memo.steps += nf.steps
+            if not nf.fits:
+                f.stop = "; ".join(nf.reasons) or nf.verdict
+                f.undecided = nf.verdict == "undecided"
+                f.error = nf.verdict == "error"
+                return f
+            f.allocations.append(nf.allocations)
+            carried += [r.as_allocated() for rs in nf.allocations for r in rs]
+        return f
+
+    def derived(self, cls: _Class, f: _Fill, k: int, requests: Mapping[str, Fraction],
+                tag: tuple[Any, ...]) -> _Class:
+        """The class of a node of `cls` after it received the first k pods of fill f."""
+        key = self.snap.intern((cls.key, tag, k))
+        have = self.classes.get(key)
+        if have is not None:
+            return have
+        extra = cls.extra + tuple(r.as_allocated() for a in f.allocations[:k] for rs in a
+                                  for r in rs)
+        free = dict(cls.free)
+        for name, amount in requests.items():
+            free[name] = free.get(name, _ZERO) - amount * k
+        used = sum(1 for a in f.allocations[:k] for rs in a for r in rs
+                   if not r.shared and not r.admin_access)
+        new = _Class(key, cls.rep, extra, free, cls.taints, cls.unschedulable,
+                     cls.devices - used)
+        self.classes[key] = new
+        return new
+
+    # -- remapping -------------------------------------------------------------------
+
+    def remap(self, cls: _Class, node: int, results: tuple[model.DeviceResult, ...]
+              ) -> tuple[model.DeviceResult, ...]:
+        if node == cls.rep:
+            return results
+        src = self.snap.entries[cls.rep].local_pools
+        dst = self.snap.entries[node].local_pools
+        mapping = {a: b for a, b in zip(src, dst, strict=True) if a != b}
+        if not mapping:
+            return results
+        out = []
+        for r in results:
+            to = mapping.get((r.id.driver, r.id.pool))
+            if to is None:
+                out.append(r)
+            else:
+                out.append(model.DeviceResult(r.request, model.DeviceId(to[0], to[1], r.id.device),
+                                              r.admin_access, r.shared, r.consumed_capacity))
+        return tuple(out)
+
+
+# ----------------------------------------------------------------------- placement
+
+
+def fit(gang: Gang, nodes: Sequence[model.Node], inventory: model.Inventory,
+        used: Mapping[str, Mapping[str, values.Quantity]] | None = None, *,
+        engine: api.Engine = "auto", budget: int = api.DEFAULT_BUDGET) -> GangResult:
+    """Whether the whole gang can be placed on `nodes` now (all or nothing)."""
+    return place(gang, Snapshot(nodes, inventory, used), engine=engine, budget=budget)
+
+
+def place(gang: Gang, snapshot: Snapshot, *, memo: Memo | None = None,
+          engine: api.Engine = "auto", budget: int = api.DEFAULT_BUDGET) -> GangResult:
+    """`fit` on a prepared Snapshot; `memo` may be shared by searches over one gang."""
+    started = time.perf_counter()
+    memo = memo if memo is not None else Memo()
+    before_alloc, before_steps = memo.allocations, memo.steps
+    search = _Search(gang, snapshot, memo, engine, budget)
+    placements: list[Placement] = []
+    reasons: list[str] = []
+    domains: dict[str, str] = {}
+    hostable: dict[str, int] = {}
+    failed = False
+    for ps_index, pod_set in enumerate(gang.pod_sets):
+        ok, why, domain, best = _place_pod_set(search, ps_index, pod_set, placements)
+        hostable[pod_set.name] = best
+        if domain is not None:
+            domains[pod_set.name] = domain
+        if not ok:
+            failed = True
+            reasons.extend(why)
+    stats = Stats(time.perf_counter() - started, len(snapshot.entries), 0,
+                  memo.steps - before_steps, len(search.classes),
+                  memo.allocations - before_alloc)
+    if not failed:
+        return GangResult("fits", tuple(placements), domains=domains, hostable=hostable,
+                          stats=stats)
+    verdict: GangVerdict = "undecided" if search.undecided else "no-fit"
+    category: Category = "configuration" if any(v == 0 for v in hostable.values()) \
+        else "capacity"
+    return GangResult(verdict, (), tuple(reasons), category, domains, hostable, stats)
+
+
+def _eligible_groups(search: _Search, pod_set: PodSet) -> Callable[[int], bool]:
+    snap = search.snap
+    per_node = (pod_set.affinity is not None and any(
+        t.match_fields or any(r.key == HOSTNAME_LABEL for r in t.match_expressions)
+        for t in pod_set.affinity.terms)) or HOSTNAME_LABEL in pod_set.node_selector
+
+    def matches(node: model.Node) -> bool:
+        for k, v in pod_set.node_selector.items():
+            if node.labels.get(k) != v:
+                return False
+        return pod_set.affinity is None or predicates.selector_matches(pod_set.affinity, node)
+
+    if per_node:
+        return lambda i: matches(snap.entries[i].node)
+    cache: dict[int, bool] = {}
+
+    def by_group(i: int) -> bool:
+        g = snap.entries[i].label_group
+        ok = cache.get(g)
+        if ok is None:
+            ok = cache[g] = matches(snap.entries[i].node)
+        return ok
+
+    return by_group
+
+
+def _requests(pod_set: PodSet) -> dict[str, Fraction]:
+    out = {k: q.value for k, q in pod_set.requests.items()}
+    out["pods"] = out.get("pods", _ZERO) + 1
+    return out
+
+
+def _place_pod_set(search: _Search, ps_index: int, pod_set: PodSet,
+                   placements: list[Placement]) -> tuple[bool, list[str], str | None, int]:
+    """Place one pod set; append its placements. Returns (ok, reasons, domain, best)
+    where best is the most pods of this set that one node could host."""
+    snap = search.snap
+    label = f"pod set {pod_set.name}"
+    requests = _requests(pod_set)
+    eligible = _eligible_groups(search, pod_set)
+    # Shared claims: already allocated (restrict nodes), pinned by an earlier pod set of
+    # this gang (restrict nodes), or to be allocated with this pod set's first pod.
+    allowed: set[str] | None = None
+    first_claims: list[PodClaim] = []
+    rest_claims: list[PodClaim] = []
+    unpinned: list[PodClaim] = []
+    for pc in pod_set.claims:
+        if not pc.shared:
+            first_claims.append(pc)
+            rest_claims.append(pc)
+            continue
+        if pc.allocated is not None:
+            if pc.allocated_nodes is not None:
+                allowed = set(pc.allocated_nodes) if allowed is None \
+                    else allowed & pc.allocated_nodes
+            continue
+        pin = search.pinned.get(pc.claim.key)
+        if pin is not None:
+            if pin[0] is not None:
+                allowed = {pin[0]} if allowed is None else allowed & {pin[0]}
+            continue
+        first_claims.append(pc)
+        unpinned.append(pc)
+    variant = _Variant(first_claims, rest_claims)
+    single_node = bool(unpinned)
+    need, want = pod_set.needed, pod_set.count
+    # Per node: how many pods of this set it can host.
+    counts: dict[int, int] = {}
+    fills: dict[int, _Fill] = {}
+    skipped = {"selector": 0, "taint": 0, "topology": 0, "shared": 0}
+    taint_example = ""
+    short: dict[str, tuple[int, str]] = {}  # stop reason -> (nodes, example node)
+    capacity: list[int] = []
+    for i, e in enumerate(snap.entries):
+        if allowed is not None and e.node.name not in allowed:
+            skipped["shared"] += 1
+            capacity.append(0)
+            continue
+        if not eligible(i):
+            skipped["selector"] += 1
+            capacity.append(0)
+            continue
+        if pod_set.topology is not None and pod_set.topology not in e.node.labels:
+            skipped["topology"] += 1
+            capacity.append(0)
+            continue
+        ck = search.node_class[i]
+        n = counts.get(ck)
+        if n is None:
+            cls = search.classes[ck]
+            bad = search.tolerated(cls, pod_set)
+            if bad:
+                n = -1
+                taint_example = taint_example or f"{bad} (node {e.node.name})"
+            else:
+                f = search.fill(cls, ps_index, pod_set, variant, requests, want)
+                fills[ck] = f
+                n = len(f.allocations)
+                if f.undecided:
+                    search.undecided = True
+                if n < want and f.stop:
+                    why = _holds(n, f.stop)
+                    have = short.get(why)
+                    short[why] = (1, e.node.name) if have is None else have
+            counts[ck] = n
+        elif n < want and ck in fills and fills[ck].stop:
+            why = _holds(n, fills[ck].stop)
+            c, ex = short[why]
+            short[why] = (c + 1, ex)
+        if n < 0:
+            skipped["taint"] += 1
+            n = 0
+        capacity.append(n)
+    best = max(capacity, default=0)
+    # Domains: all eligible nodes, or per value of the topology label.
+    groups: dict[str, list[int]] = {}
+    for i, e in enumerate(snap.entries):
+        if capacity[i] <= 0:
+            continue
+        d = e.node.labels.get(pod_set.topology, "") if pod_set.topology else ""
+        groups.setdefault(d, []).append(i)
+    ranked = []
+    for d, members in groups.items():
+        total = max(capacity[i] for i in members) if single_node else \
+            sum(capacity[i] for i in members)
+        ranked.append((min(total, want), d))
+    full = sorted((t, d) for t, d in ranked if t >= want)
+    partial = sorted(((t, d) for t, d in ranked if need <= t < want), key=lambda x: (-x[0], x[1]))
+    choice = full[0] if full else (partial[0] if partial else None)
+    if choice is None:
+        return False, _explain(pod_set, label, need, want, ranked, skipped, taint_example, short,
+                               single_node, len(snap.entries)), None, best
+    total, domain = choice
+    placed = 0
+    index_base = sum(1 for p in placements if p.pod_set == pod_set.name)
+    for i in groups[domain]:
+        if placed >= total:
+            break
+        k = min(capacity[i], total - placed)
+        if single_node and k < total:
+            continue
+        ck = search.node_class[i]
+        cls = search.classes[ck]
+        f = fills[ck]
+        node = snap.entries[i].node.name
+        for j in range(k):
+            devices = []
+            for pc, results in zip(variant.claims(j), f.allocations[j], strict=True):
+                mapped = search.remap(cls, i, results)
+                devices.append((pc.name, mapped))
+                if pc.shared:
+                    local = any((r.id.driver, r.id.pool) in snap._owner for r in mapped)
+                    search.pinned[pc.claim.key] = (node if local else None, mapped)
+                if snap.entries[i].sees_global:
+                    search.global_results.extend(
+                        r for r in mapped if (r.id.driver, r.id.pool) not in snap._owner)
+            devices.extend(_pinned_devices(search, pod_set, {name for name, _ in devices}))
+            placements.append(Placement(pod_set.name, index_base + placed + j, node,
+                                        tuple(devices)))
+        tag = (id(search.gang), ps_index, tuple(c.claim.key for c in variant.first),
+               tuple(c.claim.key for c in variant.rest))
+        new = search.derived(cls, f, k, requests, tag)
+        search.node_class[i] = new.key
+        placed += k
+        if single_node:
+            break
+    return True, [], (domain if pod_set.topology else None), best
+
+
+def _holds(n: int, stop: str) -> str:
+    return f"holds none of its pods: {stop}" if n == 0 else \
+        f"holds {n} of its pods, then {stop}"
+
+
+def _pinned_devices(search: _Search, pod_set: PodSet, have: set[str]
+                    ) -> list[tuple[str, tuple[model.DeviceResult, ...]]]:
+    """Devices of shared claims this pod uses but did not allocate itself."""
+    out = []
+    for pc in pod_set.claims:
+        if not pc.shared or pc.name in have:
+            continue
+        pin = search.pinned.get(pc.claim.key)
+        if pin is not None:
+            out.append((pc.name, pin[1]))
+        elif pc.allocated is not None:
+            out.append((pc.name, tuple(model.DeviceResult("", a.id) for a in pc.allocated)))
+    return out
+
+
+def _explain(pod_set: PodSet, label: str, need: int, want: int, ranked: list[tuple[int, str]],
+             skipped: Mapping[str, int], taint_example: str,
+             short: Mapping[str, tuple[int, str]], single_node: bool, nodes: int) -> list[str]:
+    wanted = f"{want} pods" if need == want else f"at least {need} of {want} pods"
+    out = []
+    most = max((t for t, _ in ranked), default=0)
+    if pod_set.topology:
+        where = max(ranked)[1] if ranked else None
+        out.append(f"{label}: needs {wanted} in one domain of {pod_set.topology}; "
+                   + (f"the largest, {where}, holds {most}" if where is not None
+                      else "no domain holds any"))
+    elif single_node:
+        out.append(f"{label}: its pods share a ResourceClaim, so all {wanted} must run on one "
+                   f"node; the best node holds {most}")
+    else:
+        out.append(f"{label}: needs {wanted}; the {nodes} nodes hold {most}")
+    if skipped["shared"]:
+        out.append(f"{label}: {skipped['shared']} nodes cannot use its allocated shared claims")
+    if skipped["selector"]:
+        out.append(f"{label}: {skipped['selector']} nodes do not match its nodeSelector or "
+                   "required node affinity")
+    if skipped["topology"]:
+        out.append(f"{label}: {skipped['topology']} nodes have no {pod_set.topology} label")
+    if skipped["taint"]:
+        out.append(f"{label}: {skipped['taint']} nodes have a taint it does not tolerate, e.g. "
+                   f"{taint_example}")
+    for stop, (count, example) in sorted(short.items(), key=lambda x: -x[1][0]):
+        like = f" (and {count - 1} like it)" if count > 1 else ""
+        out.append(f"{label}: node {example}{like}: {stop}")
+    return out
+

@@ -1,0 +1,300 @@
+"""Plans: which new nodes make a gang fit, and whether the nodes that came keep the promise.
+
+`plan` first places the gang on the existing nodes (`gang.place`). When that fails it
+asks, for each NodeShape, for the fewest new nodes of that shape that, together with the
+free capacity of the existing nodes, make the whole gang fit. New nodes are hypothetical
+nodes of the shape (`NodeShape.instantiate`); when the shape groups nodes into topology
+domains, new nodes land together in fresh domains of at most `nodesPerDomain` nodes, so a
+pod set with a required topology can only use new nodes of one fresh domain.
+
+Search: placement is monotone in the number of new nodes of a shape, so the smallest count
+is found by bisection between 1 and the shape's limit (its `maxNodes` minus the existing
+nodes of that shape, and never more than the gang has pods). Every trial reuses one
+`gang.Memo`, and the hypothetical nodes of a shape form one node class, so a trial costs a
+pass over the node classes, not new allocations. Plans are ranked by price, then by
+node count, then by shape name; the first is the plan, the others are the alternatives.
+
+`verify` runs after the autoscaler reports the nodes provisioned: it places the gang on the
+real inventory and compares each new node with what its shape promised (labels,
+allocatable, devices and their attributes and capacity), so that a misfit is reported as
+what differs, not just as "does not fit" (category `coordination`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Literal
+
+from fitcore import api, gang, model, shapes
+
+PlanVerdict = Literal["fits", "needs-capacity", "unsatisfiable", "undecided"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ShapeCount:
+    shape: str
+    count: int
+    domain: str | None = None  # the fresh topology domain these nodes land in
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Plan:
+    """New nodes to ask for, and where the gang's pods would go once they exist."""
+
+    shapes: tuple[ShapeCount, ...]
+    price: Fraction
+    placements: tuple[gang.Placement, ...] = ()
+    existing_nodes: frozenset[str] = frozenset()
+
+    @property
+    def nodes(self) -> int:
+        return sum(s.count for s in self.shapes)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlanResult:
+    verdict: PlanVerdict
+    category: gang.Category | None = None
+    placements: tuple[gang.Placement, ...] = ()  # when the gang fits existing nodes
+    plan: Plan | None = None
+    alternatives: tuple[Plan, ...] = ()
+    reasons: tuple[str, ...] = ()
+    # Shapes that cannot make the gang fit, each with why (shape name, reason).
+    rejected: tuple[tuple[str, str], ...] = ()
+    domains: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    stats: gang.Stats = dataclasses.field(default_factory=gang.Stats)
+
+
+def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes.NodeShape],
+         *, engine: api.Engine = "auto", budget: int = api.DEFAULT_BUDGET) -> PlanResult:
+    """Fit the gang on the existing nodes, or find the cheapest new nodes that make it fit."""
+    started = time.perf_counter()
+    memo = gang.Memo()
+    base = gang.place(gang_, snapshot, memo=memo, engine=engine, budget=budget)
+
+    def stats() -> gang.Stats:
+        return gang.Stats(time.perf_counter() - started, len(snapshot.entries),
+                          snapshot.device_count(), memo.steps, base.stats.classes,
+                          memo.allocations)
+
+    if base.fits:
+        return PlanResult("fits", placements=base.placements, domains=base.domains,
+                          stats=stats())
+    if base.verdict == "undecided":
+        return PlanResult("undecided", reasons=base.reasons, stats=stats())
+    existing = frozenset(snapshot.node_names)
+    plans: list[Plan] = []
+    rejected: list[tuple[str, str]] = []
+    hostable = dict(base.hostable)
+    undecided = False
+    for shape in sorted(node_shapes, key=lambda s: s.name):
+        found, why, seen = _smallest(gang_, snapshot, shape, memo, existing, engine, budget)
+        for name, n in seen.items():
+            hostable[name] = max(hostable.get(name, 0), n)
+        if found is not None:
+            plans.append(found)
+        else:
+            undecided = undecided or why.startswith("undecided")
+            rejected.append((shape.name, why))
+    shape_reasons = [f"shape {name}: {why}" for name, why in rejected]
+    plans.sort(key=lambda p: (p.price, p.nodes, p.shapes[0].shape))
+    if plans:
+        return PlanResult("needs-capacity", "capacity", plan=plans[0],
+                          alternatives=tuple(plans[1:]), reasons=base.reasons,
+                          rejected=tuple(rejected), stats=stats())
+    if undecided:
+        return PlanResult("undecided", reasons=(*base.reasons, *shape_reasons),
+                          rejected=tuple(rejected), stats=stats())
+    category: gang.Category = "configuration" if any(n == 0 for n in hostable.values()) \
+        else "capacity"
+    lead = ("no node and no shape can host even one pod of "
+            + ", ".join(sorted(k for k, n in hostable.items() if n == 0))
+            if category == "configuration" else
+            "every pod fits somewhere, but not the whole gang within the shapes' limits")
+    return PlanResult("unsatisfiable", category,
+                      reasons=(lead, *base.reasons, *shape_reasons), rejected=tuple(rejected),
+                      stats=stats())
+
+
+def _limit(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape) -> int:
+    pods = sum(ps.count for ps in gang_.pod_sets)
+    if shape.max_nodes is None:
+        return pods
+    have = sum(1 for e in snapshot.entries if shape.matches(e.node))
+    return max(0, min(pods, shape.max_nodes - have))
+
+
+def _extend(snapshot: gang.Snapshot, shape: shapes.NodeShape, count: int
+            ) -> tuple[gang.Snapshot, tuple[ShapeCount, ...]]:
+    per_domain = shape.nodes_per_domain if shape.domain_label else None
+    if shape.domain_label and shape.domain_label in shape.node_labels:
+        per_domain = None  # a fixed domain: all new nodes join it
+    nodes: list[model.Node] = []
+    slices: list[model.ResourceSlice] = []
+    groups: list[ShapeCount] = []
+    chunk = per_domain or count
+    domain_index = 0
+    while len(nodes) < count:
+        n = min(chunk, count - len(nodes))
+        domain = shape.domain_name(domain_index) if shape.domain_label and per_domain \
+            else (shape.node_labels.get(shape.domain_label) if shape.domain_label else None)
+        if shape.domain_label and not per_domain and domain is None:
+            domain = shape.domain_name(0)
+        more_nodes, more_slices = shape.instantiate(n, first=len(nodes), domain=domain)
+        nodes += more_nodes
+        slices += more_slices
+        groups.append(ShapeCount(shape.name, n, domain))
+        domain_index += 1
+    return snapshot.extended(nodes, slices, shape=("shape", shape.name,
+                                                   shape.local_shape())), tuple(groups)
+
+
+def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape,
+              memo: gang.Memo, existing: frozenset[str], engine: api.Engine, budget: int
+              ) -> tuple[Plan | None, str, Mapping[str, int]]:
+    """The plan with the fewest nodes of `shape`, or None and why not."""
+    limit = _limit(gang_, snapshot, shape)
+    if limit <= 0:
+        return None, f"at its limit of {shape.max_nodes} nodes", {}
+    tried: dict[int, tuple[gang.GangResult, tuple[ShapeCount, ...]]] = {}
+
+    def trial(n: int) -> gang.GangResult:
+        snap, groups = _extend(snapshot, shape, n)
+        result = gang.place(gang_, snap, memo=memo, engine=engine, budget=budget)
+        tried[n] = (result, groups)
+        return result
+
+    top = trial(limit)
+    hostable = dict(top.hostable)
+    if not top.fits:
+        if top.verdict == "undecided":
+            return None, "undecided: " + "; ".join(top.reasons), hostable
+        prefix = shape.node_name(0)
+        about = [r for r in top.reasons if prefix in r] or list(top.reasons[:1])
+        return None, (f"even {limit} new nodes do not make the gang fit: "
+                      + "; ".join(about)), hostable
+    lo, hi = 0, limit  # lo does not fit (or is untried zero), hi fits
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if trial(mid).fits:
+            hi = mid
+        else:
+            lo = mid
+    result, groups = tried[hi]
+    used = {p.node for p in result.placements}
+    groups = _used_groups(groups, shape, used)
+    count = sum(g.count for g in groups)
+    return Plan(groups, shape.price * count, result.placements, existing), "", hostable
+
+
+def _used_groups(groups: tuple[ShapeCount, ...], shape: shapes.NodeShape, used: set[str]
+                 ) -> tuple[ShapeCount, ...]:
+    """Only the new nodes the placement uses (bisection may leave one unused domain)."""
+    out = []
+    index = 0
+    for g in groups:
+        names = {shape.node_name(i) for i in range(index, index + g.count)}
+        index += g.count
+        n = len(names & used)
+        if n:
+            out.append(ShapeCount(g.shape, n, g.domain))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- verify
+
+VerifyVerdict = Literal["fits", "misfit", "undecided"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """`fits`: the gang fits the real inventory (mismatches, if any, are still listed).
+    `misfit`: it does not; `mismatches` says how the new nodes differ from their shapes."""
+
+    verdict: VerifyVerdict
+    category: gang.Category | None = None
+    placements: tuple[gang.Placement, ...] = ()
+    mismatches: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+
+def verify(gang_: gang.Gang, snapshot: gang.Snapshot, plan_: Plan,
+           node_shapes: Sequence[shapes.NodeShape], *, engine: api.Engine = "auto",
+           budget: int = api.DEFAULT_BUDGET) -> VerifyResult:
+    """Confirm the gang fits the inventory after provisioning, or say what differs from
+    what the planned shapes promised."""
+    by_name = {s.name: s for s in node_shapes}
+    mismatches: list[str] = []
+    new = [e for e in snapshot.entries if e.node.name not in plan_.existing_nodes]
+    for name in sorted({g.shape for g in plan_.shapes}):
+        shape = by_name.get(name)
+        if shape is None:
+            mismatches.append(f"shape {name} of the plan is not among the NodeShapes")
+            continue
+        planned = sum(g.count for g in plan_.shapes if g.shape == name)
+        mine = [e for e in new if shape.matches(e.node)]
+        if len(mine) < planned:
+            mismatches.append(f"shape {name}: planned {planned} new nodes, found {len(mine)}")
+        for e in mine:
+            mismatches.extend(compare(shape, e.node, e.local_slices))
+    result = gang.place(gang_, snapshot, engine=engine, budget=budget)
+    if result.fits:
+        return VerifyResult("fits", placements=result.placements, mismatches=tuple(mismatches))
+    if result.verdict == "undecided":
+        return VerifyResult("undecided", mismatches=tuple(mismatches), reasons=result.reasons)
+    return VerifyResult("misfit", "coordination", mismatches=tuple(mismatches),
+                        reasons=result.reasons)
+
+
+def compare(shape: shapes.NodeShape, node: model.Node,
+            published: Sequence[model.ResourceSlice]) -> list[str]:
+    """How a real node differs from what its shape promised (empty: it keeps the promise)."""
+    out = []
+    where = f"node {node.name} (shape {shape.name})"
+    for k, v in shape.node_labels.items():
+        if node.labels.get(k) != v:
+            out.append(f"{where}: label {k} is {node.labels.get(k)!r}, shape promised {v!r}")
+    for k, q in shape.allocatable.items():
+        have = node.allocatable.get(k)
+        if have is None or have < q:
+            out.append(f"{where}: allocatable {k} is {have if have is not None else 'missing'}, "
+                       f"shape promised {q}")
+    real: dict[tuple[str, str], model.Device] = {}
+    for s in published:
+        for d in s.devices:
+            real[(s.driver, d.name)] = d
+    for s in shape.slices:
+        for d in s.devices:
+            got = real.get((s.driver, d.name))
+            label = f"{where}: device {s.driver}/{d.name}"
+            if got is None:
+                out.append(f"{label} is missing from its ResourceSlices")
+                continue
+            for a, want in d.attributes.items():
+                if a not in got.attributes:
+                    out.append(f"{label}: attribute {a} is missing, shape promised "
+                               f"{_show(want)}")
+                elif got.attributes[a] != want:
+                    out.append(f"{label}: attribute {a} is {_show(got.attributes[a])}, shape "
+                               f"promised {_show(want)}")
+            for c, cap in d.capacity.items():
+                have_cap = got.capacity.get(c)
+                if have_cap is None or have_cap.value != cap.value:
+                    out.append(f"{label}: capacity {c} is "
+                               f"{have_cap.value if have_cap else 'missing'}, shape promised "
+                               f"{cap.value}")
+    return out
+
+
+def _show(v: model.AttributeValue) -> str:
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def price_str(price: Fraction) -> str:
+    """A price for people: an integer, or a decimal with up to 4 places."""
+    if price.denominator == 1:
+        return str(price.numerator)
+    return f"{float(price):.4f}".rstrip("0").rstrip(".")

@@ -1,0 +1,478 @@
+"""Build gangs, NodeShapes and a whole offline cluster from Kubernetes JSON.
+
+Readers for the objects `fitcore.kube` does not cover: Kueue Workloads
+(kueue.x-k8s.io/v1beta2) and batch/v1 Jobs as gangs, Pods bound to nodes (what they
+request counts against their node), and fitgate's NodeShapes. `load` takes every object
+of an offline cluster (with the file each came from) and returns a `Bundle`.
+
+As in `kube`, every problem is collected with its object and field path, and one
+`errors.InputError` is raised for all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from fitcore import errors, gang, kube, model, shapes, values
+
+REQUIRED_TOPOLOGY_ANNOTATIONS = ("fitgate.io/required-topology",
+                                 "kueue.x-k8s.io/podset-required-topology")
+_DONE_PHASES = ("Succeeded", "Failed")
+Key = tuple[str, str]  # (namespace, name)
+
+
+@dataclasses.dataclass
+class Bundle:
+    """Everything an offline `fit` needs, parsed."""
+
+    nodes: list[model.Node] = dataclasses.field(default_factory=list)
+    inventory: model.Inventory = dataclasses.field(default_factory=model.Inventory)
+    used: dict[str, dict[str, values.Quantity]] = dataclasses.field(default_factory=dict)
+    shapes: list[shapes.NodeShape] = dataclasses.field(default_factory=list)
+    gangs: list[gang.Gang] = dataclasses.field(default_factory=list)
+
+
+Document = tuple[Mapping[str, Any], str | None]  # (object, source file)
+
+#: Order in which kinds are read: what others refer to comes first.
+KIND_ORDER = ("DeviceClass", "Node", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate",
+              "Pod", "NodeShape", "Workload", "Job")
+
+
+def load(documents: Sequence[Document]) -> Bundle:
+    """Parse an offline cluster. Unknown kinds are errors (so typos do not go unseen);
+    `List` objects are flattened."""
+    docs: list[Document] = []
+    problems: list[errors.FieldError] = []
+    for obj, source in documents:
+        if isinstance(obj, Mapping) and obj.get("kind") == "List":
+            docs.extend((item, source) for item in obj.get("items") or [])
+        else:
+            docs.append((obj, source))
+    by_kind: dict[str, list[Document]] = {k: [] for k in KIND_ORDER}
+    for obj, source in docs:
+        kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        if kind not in by_kind:
+            problems.append(errors.FieldError(kube.describe(obj, "object"), "kind",
+                                              f"unsupported kind {kind!r}; expected one of "
+                                              f"{', '.join(KIND_ORDER)}", source))
+            continue
+        by_kind[str(kind)].append((obj, source))
+    bundle = Bundle()
+
+    def parse(kind: str, fn: Any) -> list[Any]:
+        out = []
+        for obj, source in by_kind[kind]:
+            try:
+                out.append(fn(obj, source))
+            except errors.InputError as exc:
+                problems.extend(exc.errors)
+        return out
+
+    classes = {c.name: c for c in parse("DeviceClass", kube.device_class)}
+    bundle.nodes = parse("Node", kube.node)
+    slices = parse("ResourceSlice", kube.resource_slice)
+    results: list[model.AllocatedDevice] = []
+    for devices in parse("ResourceClaim", kube.allocated_devices):
+        results.extend(devices)
+    bundle.inventory = model.Inventory(tuple(slices), classes,
+                                       model.AllocatedState.from_results(results))
+    for usage in parse("Pod", pod_usage):
+        if usage is None:
+            continue
+        node_name, requests = usage
+        into = bundle.used.setdefault(node_name, {})
+        for k, q in requests.items():
+            into[k] = into[k] + q if k in into else q
+    bundle.shapes = parse("NodeShape", node_shape)
+    refs = References(
+        templates={_key(o): (o, s) for o, s in by_kind["ResourceClaimTemplate"]},
+        claims={_key(o): (o, s) for o, s in by_kind["ResourceClaim"]})
+    bundle.gangs = parse("Workload", lambda o, s: workload(o, refs, s))
+    bundle.gangs += parse("Job", lambda o, s: job(o, refs, s))
+    if problems:
+        raise errors.InputError(problems)
+    return bundle
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+
+
+@dataclasses.dataclass
+class References:
+    """Objects a pod template may name: ResourceClaimTemplates and ResourceClaims."""
+
+    templates: dict[Key, Document] = dataclasses.field(default_factory=dict)
+    claims: dict[Key, Document] = dataclasses.field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------- helpers
+
+
+class _Fields:
+    """Typed reads that record a FieldError instead of raising."""
+
+    def __init__(self, c: errors.Collector) -> None:
+        self.c = c
+
+    def get(self, obj: Any, key: str, path: str, typ: type | tuple[type, ...],
+            default: Any = None, required: bool = False) -> Any:
+        value = obj.get(key) if isinstance(obj, Mapping) else None
+        where = f"{path}.{key}" if path else key
+        if value is None:
+            if required:
+                self.c.add(where, "required field is missing")
+            return default
+        if (typ is int and isinstance(value, bool)) or not isinstance(value, typ):
+            self.c.add(where, f"must be {_what(typ)}, got {type(value).__name__}")
+            return default
+        return value
+
+    def items(self, obj: Any, key: str, path: str) -> list[tuple[str, Mapping[str, Any]]]:
+        seq = self.get(obj, key, path, list, [])
+        out = []
+        for i, item in enumerate(seq):
+            if isinstance(item, Mapping):
+                out.append((f"{path}.{key}[{i}]", item))
+            else:
+                self.c.add(f"{path}.{key}[{i}]", "must be an object")
+        return out
+
+    def quantity(self, raw: Any, path: str) -> values.Quantity | None:
+        if isinstance(raw, bool) or not isinstance(raw, (str, int)):
+            self.c.add(path, f"must be a quantity such as '4' or '16Gi', got {raw!r}")
+            return None
+        try:
+            return values.Quantity.parse(raw)
+        except ValueError as exc:
+            self.c.add(path, f"invalid quantity {raw!r}: {exc}")
+            return None
+
+    def quantities(self, obj: Any, key: str, path: str) -> dict[str, values.Quantity]:
+        out = {}
+        for name, raw in self.get(obj, key, path, Mapping, {}).items():
+            q = self.quantity(raw, f"{path}.{key}[{name!r}]")
+            if q is not None:
+                out[str(name)] = q
+        return out
+
+    def string_map(self, obj: Any, key: str, path: str) -> dict[str, str]:
+        raw = self.get(obj, key, path, Mapping, {})
+        out = {}
+        for k, v in raw.items():
+            if not isinstance(v, str):
+                self.c.add(f"{path}.{key}[{k!r}]", f"must be a string, got {type(v).__name__}")
+                continue
+            out[str(k)] = v
+        return out
+
+
+def _what(typ: type | tuple[type, ...]) -> str:
+    names = {Mapping: "an object", list: "a list", str: "a string", int: "an integer",
+             bool: "a boolean"}
+    if isinstance(typ, tuple):
+        return " or ".join(names.get(t, t.__name__) for t in typ)
+    return names.get(typ, typ.__name__)
+
+
+def _node_selector(f: _Fields, obj: Any, path: str) -> model.NodeSelector:
+    terms = []
+    for tpath, term in f.items(obj, "nodeSelectorTerms", path):
+        exprs = tuple(_requirement(f, r, p) for p, r in f.items(term, "matchExpressions", tpath))
+        fields = tuple(_requirement(f, r, p) for p, r in f.items(term, "matchFields", tpath))
+        terms.append(model.NodeSelectorTerm(exprs, fields))
+    if not terms:
+        f.c.add(f"{path}.nodeSelectorTerms", "must have at least one term")
+    return model.NodeSelector(tuple(terms))
+
+
+_OPS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def _requirement(f: _Fields, obj: Mapping[str, Any], path: str) -> model.NodeSelectorRequirement:
+    key = f.get(obj, "key", path, str, "", required=True)
+    op = f.get(obj, "operator", path, str, "In", required=True)
+    if op not in _OPS:
+        f.c.add(f"{path}.operator", f"unknown operator {op!r}; one of {', '.join(_OPS)}")
+        op = "In"
+    vals = f.get(obj, "values", path, list, [])
+    if not all(isinstance(v, str) for v in vals):
+        f.c.add(f"{path}.values", "must be a list of strings")
+    return model.NodeSelectorRequirement(key, op, tuple(str(v) for v in vals))
+
+
+def _taints(f: _Fields, obj: Any, path: str) -> tuple[model.Taint, ...]:
+    out = []
+    for tpath, t in f.items(obj, "taints", path):
+        effect = f.get(t, "effect", tpath, str, "NoSchedule", required=True)
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            f.c.add(f"{tpath}.effect", f"unknown effect {effect!r}")
+        out.append(model.Taint(f.get(t, "key", tpath, str, "", required=True),
+                               f.get(t, "value", tpath, str, ""), effect))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------ pods
+
+
+def pod_requests(f: _Fields, spec: Mapping[str, Any], path: str) -> dict[str, values.Quantity]:
+    """What the scheduler counts for a pod: the sum over containers, or the largest init
+    container when that is more (per resource)."""
+    total: dict[str, values.Quantity] = {}
+    for cpath, c in f.items(spec, "containers", path):
+        resources = f.get(c, "resources", cpath, Mapping, {})
+        for k, q in f.quantities(resources, "requests", f"{cpath}.resources").items():
+            total[k] = total[k] + q if k in total else q
+    for cpath, c in f.items(spec, "initContainers", path):
+        resources = f.get(c, "resources", cpath, Mapping, {})
+        for k, q in f.quantities(resources, "requests", f"{cpath}.resources").items():
+            if k not in total or q > total[k]:
+                total[k] = q
+    return total
+
+
+def pod_usage(obj: Mapping[str, Any], source: str | None = None
+              ) -> tuple[str, dict[str, values.Quantity]] | None:
+    """(node, requests) of a Pod bound to a node and not finished; None otherwise."""
+    c = errors.Collector(kube.describe(obj, "Pod"), source)
+    f = _Fields(c)
+    spec = f.get(obj, "spec", "", Mapping, {}, required=True)
+    status = f.get(obj, "status", "", Mapping, {})
+    node_name = f.get(spec, "nodeName", "spec", str)
+    requests = pod_requests(f, spec, "spec")
+    c.raise_if_any()
+    if not node_name or status.get("phase") in _DONE_PHASES:
+        return None
+    requests["pods"] = values.Quantity.parse(1)
+    return node_name, requests
+
+
+def _tolerations(f: _Fields, spec: Mapping[str, Any], path: str) -> tuple[gang.Toleration, ...]:
+    out = []
+    for tpath, t in f.items(spec, "tolerations", path):
+        op = f.get(t, "operator", tpath, str, "Equal")
+        if op not in ("Exists", "Equal"):
+            f.c.add(f"{tpath}.operator", f"unknown operator {op!r}; Exists or Equal")
+            op = "Equal"
+        out.append(gang.Toleration(f.get(t, "key", tpath, str, ""), op,
+                                   f.get(t, "value", tpath, str, ""),
+                                   f.get(t, "effect", tpath, str, "")))
+    return tuple(out)
+
+
+def _pod_claims(f: _Fields, spec: Mapping[str, Any], path: str, namespace: str,
+                refs: References) -> tuple[gang.PodClaim, ...]:
+    out = []
+    seen: set[str] = set()
+    for cpath, entry in f.items(spec, "resourceClaims", path):
+        name = f.get(entry, "name", cpath, str, "", required=True)
+        if name in seen:
+            f.c.add(f"{cpath}.name", f"duplicate claim name {name!r}")
+        seen.add(name)
+        template = f.get(entry, "resourceClaimTemplateName", cpath, str)
+        shared = f.get(entry, "resourceClaimName", cpath, str)
+        if (template is None) == (shared is None):
+            f.c.add(cpath, "exactly one of resourceClaimTemplateName, resourceClaimName must be "
+                           "set")
+            continue
+        ref_name = template if template is not None else shared
+        assert ref_name is not None
+        field = "resourceClaimTemplateName" if template is not None else "resourceClaimName"
+        table = refs.templates if template is not None else refs.claims
+        kind = "ResourceClaimTemplate" if template is not None else "ResourceClaim"
+        found = table.get((namespace, ref_name))
+        if found is None:
+            f.c.add(f"{cpath}.{field}", f"{kind} {namespace}/{ref_name} not found")
+            continue
+        obj, source = found
+        try:
+            if template is not None:
+                out.append(gang.PodClaim(name, kube.claim_template(obj, source)))
+            else:
+                claim = kube.resource_claim(obj, source)
+                allocated, nodes = _allocation(obj, source)
+                out.append(gang.PodClaim(name, claim, shared=True, allocated=allocated,
+                                         allocated_nodes=nodes))
+        except errors.InputError as exc:
+            f.c.errors.extend(exc.errors)
+    return tuple(out)
+
+
+def _allocation(obj: Mapping[str, Any], source: str | None
+                ) -> tuple[tuple[model.AllocatedDevice, ...] | None, frozenset[str] | None]:
+    """An allocated claim's devices and the nodes named by its allocation's nodeSelector
+    (by metadata.name or hostname; None when it does not restrict nodes by name)."""
+    devices = kube.allocated_devices(obj, source)
+    status = obj.get("status")
+    allocation = status.get("allocation") if isinstance(status, Mapping) else None
+    if not isinstance(allocation, Mapping):
+        return None, None
+    c = errors.Collector(kube.describe(obj, "ResourceClaim"), source)
+    f = _Fields(c)
+    raw = f.get(allocation, "nodeSelector", "status.allocation", Mapping)
+    names: set[str] | None = None
+    if raw is not None:
+        sel = _node_selector(f, raw, "status.allocation.nodeSelector")
+        names = set()
+        for term in sel.terms:
+            for r in (*term.match_fields, *term.match_expressions):
+                if r.operator == "In" and r.key in ("metadata.name", gang.HOSTNAME_LABEL):
+                    names.update(r.values)
+        if not names:
+            names = None
+    c.raise_if_any()
+    return tuple(devices), (frozenset(names) if names is not None else None)
+
+
+def _pod_set(f: _Fields, name: str, count: int, min_count: int | None,
+             template: Mapping[str, Any], path: str, namespace: str, refs: References,
+             topology: str | None) -> gang.PodSet:
+    meta = f.get(template, "metadata", path, Mapping, {})
+    annotations = f.string_map(meta, "annotations", f"{path}.metadata")
+    for a in REQUIRED_TOPOLOGY_ANNOTATIONS:
+        if topology is None and annotations.get(a):
+            topology = annotations[a]
+    spec = f.get(template, "spec", path, Mapping, {}, required=True)
+    spath = f"{path}.spec"
+    affinity = None
+    aff = f.get(spec, "affinity", spath, Mapping, {})
+    node_aff = f.get(aff, "nodeAffinity", f"{spath}.affinity", Mapping, {})
+    required = f.get(node_aff, "requiredDuringSchedulingIgnoredDuringExecution",
+                     f"{spath}.affinity.nodeAffinity", Mapping)
+    if required is not None:
+        affinity = _node_selector(f, required, f"{spath}.affinity.nodeAffinity."
+                                               "requiredDuringSchedulingIgnoredDuringExecution")
+    return gang.PodSet(
+        name=name, count=count, min_count=min_count,
+        requests=pod_requests(f, spec, spath),
+        node_selector=f.string_map(spec, "nodeSelector", spath),
+        affinity=affinity, tolerations=_tolerations(f, spec, spath),
+        claims=_pod_claims(f, spec, spath, namespace, refs), topology=topology or None)
+
+
+# ---------------------------------------------------------------------- gangs
+
+
+def workload(obj: Mapping[str, Any], refs: References | None = None,
+             source: str | None = None) -> gang.Gang:
+    """A Kueue Workload (kueue.x-k8s.io/v1beta2) as a gang."""
+    refs = refs or References()
+    c = errors.Collector(kube.describe(obj, "Workload"), source)
+    f = _Fields(c)
+    meta = f.get(obj, "metadata", "", Mapping, {}, required=True)
+    name = f.get(meta, "name", "metadata", str, "", required=True)
+    namespace = f.get(meta, "namespace", "metadata", str, "default")
+    spec = f.get(obj, "spec", "", Mapping, {}, required=True)
+    pod_sets = []
+    names: set[str] = set()
+    entries = f.items(spec, "podSets", "spec")
+    if not entries:
+        c.add("spec.podSets", "must have at least one pod set")
+    for path, ps in entries:
+        ps_name = f.get(ps, "name", path, str, "main")
+        if ps_name in names:
+            c.add(f"{path}.name", f"duplicate pod set name {ps_name!r}")
+        names.add(ps_name)
+        count = f.get(ps, "count", path, int, 1, required=True)
+        if count < 1:
+            c.add(f"{path}.count", f"must be at least 1, got {count}")
+        min_count = f.get(ps, "minCount", path, int)
+        if min_count is not None and not 1 <= min_count <= count:
+            c.add(f"{path}.minCount", f"must be between 1 and count ({count}), got {min_count}")
+        topo_req = f.get(ps, "topologyRequest", path, Mapping, {})
+        topology = f.get(topo_req, "required", f"{path}.topologyRequest", str)
+        template = f.get(ps, "template", path, Mapping, {}, required=True)
+        pod_sets.append(_pod_set(f, ps_name, count, min_count, template, f"{path}.template",
+                                 namespace, refs, topology))
+    c.raise_if_any()
+    return gang.Gang(name, namespace, "Workload", tuple(pod_sets), source)
+
+
+def job(obj: Mapping[str, Any], refs: References | None = None,
+        source: str | None = None) -> gang.Gang:
+    """A batch/v1 Job as a one-pod-set gang of `parallelism` pods."""
+    refs = refs or References()
+    c = errors.Collector(kube.describe(obj, "Job"), source)
+    f = _Fields(c)
+    meta = f.get(obj, "metadata", "", Mapping, {}, required=True)
+    name = f.get(meta, "name", "metadata", str, "", required=True)
+    namespace = f.get(meta, "namespace", "metadata", str, "default")
+    spec = f.get(obj, "spec", "", Mapping, {}, required=True)
+    parallelism = f.get(spec, "parallelism", "spec", int, 1)
+    completions = f.get(spec, "completions", "spec", int)
+    count = min(parallelism, completions) if completions is not None else parallelism
+    if count < 1:
+        c.add("spec.parallelism", f"must be at least 1, got {parallelism}")
+    template = f.get(spec, "template", "spec", Mapping, {}, required=True)
+    pod_set = _pod_set(f, "main", max(count, 1), None, template, "spec.template", namespace,
+                       refs, None)
+    c.raise_if_any()
+    return gang.Gang(name, namespace, "Job", (pod_set,), source)
+
+
+# ------------------------------------------------------------------- NodeShape
+
+
+def node_shape(obj: Mapping[str, Any], source: str | None = None) -> shapes.NodeShape:
+    """A fitgate.io/v1alpha1 NodeShape."""
+    c = errors.Collector(kube.describe(obj, "NodeShape"), source)
+    f = _Fields(c)
+    meta = f.get(obj, "metadata", "", Mapping, {}, required=True)
+    name = f.get(meta, "name", "metadata", str, "", required=True)
+    spec = f.get(obj, "spec", "", Mapping, {}, required=True)
+    labels = f.string_map(spec, "nodeLabels", "spec")
+    allocatable = f.quantities(spec, "allocatable", "spec")
+    taints = _taints(f, spec, "spec")
+    slices = []
+    for i, (path, raw) in enumerate(f.items(spec, "resourceSlices", "spec")):
+        if any(k in raw for k in ("nodeName", "nodeSelector", "allNodes")):
+            c.add(path, "a shape's slices must not select nodes: each new node gets its own")
+            continue
+        body = dict(raw)
+        body["nodeName"] = "shape-template"
+        if "pool" not in body:
+            body["pool"] = {"name": f"{name}-{i}", "resourceSliceCount": 1}
+        slice_obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                     "metadata": {"name": f"{name}-{i}"}, "spec": body}
+        try:
+            s = kube.resource_slice(slice_obj, source)
+        except errors.InputError as exc:
+            for e in exc.errors:
+                rest = e.path[len("spec"):] if e.path.startswith("spec") else f".{e.path}"
+                c.add(f"{path}{rest}", e.message)
+            continue
+        slices.append(dataclasses.replace(s, node_name=None))
+    price_raw = spec.get("price", 0)
+    price = Fraction(0)
+    if isinstance(price_raw, bool) or not isinstance(price_raw, (int, float, str)):
+        c.add("spec.price", f"must be a number, got {price_raw!r}")
+    else:
+        try:
+            price = Fraction(str(price_raw))
+        except ValueError:
+            c.add("spec.price", f"must be a number, got {price_raw!r}")
+        if price < 0:
+            c.add("spec.price", "must not be negative")
+    topology = f.get(spec, "topology", "spec", Mapping, {})
+    domain_label = f.get(topology, "domainLabel", "spec.topology", str)
+    per_domain = f.get(topology, "nodesPerDomain", "spec.topology", int)
+    if per_domain is not None and per_domain < 1:
+        c.add("spec.topology.nodesPerDomain", f"must be at least 1, got {per_domain}")
+    provisioning = f.get(spec, "provisioning", "spec", Mapping, {})
+    max_nodes = f.get(spec, "maxNodes", "spec", int)
+    if max_nodes is not None and max_nodes < 0:
+        c.add("spec.maxNodes", f"must not be negative, got {max_nodes}")
+    c.raise_if_any()
+    return shapes.NodeShape(
+        name=name, node_labels=labels, allocatable=allocatable, taints=taints,
+        slices=tuple(slices), price=price, domain_label=domain_label,
+        nodes_per_domain=per_domain,
+        provisioning_class=f.get(provisioning, "className", "spec.provisioning", str),
+        provisioning_parameters=f.string_map(provisioning, "parameters", "spec.provisioning"),
+        max_nodes=max_nodes, source=source)
