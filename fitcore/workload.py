@@ -151,7 +151,7 @@ class _Fields:
         try:
             return values.Quantity.parse(raw)
         except ValueError as exc:
-            self.c.add(path, f"invalid quantity {raw!r}: {exc}")
+            self.c.add(path, str(exc))
             return None
 
     def quantities(self, obj: Any, key: str, path: str) -> dict[str, values.Quantity]:

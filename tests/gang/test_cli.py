@@ -1,0 +1,170 @@
+"""`fitgate fit` and `fitgate version`: output formats and bad input (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+
+from admission import cli
+from tests.gang import builders as gb
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+
+def write(path: pathlib.Path, *objects: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump_all(objects))
+    return str(path)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_example_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "fit", "--inventory", str(EXAMPLES / "inventory"),
+                       "--shapes", str(EXAMPLES / "shapes"), "--workload",
+                       str(EXAMPLES / "workload.yaml"), "-o", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["verdict"] == "needs-capacity"
+    assert doc["category"] == "capacity"
+    assert doc["plan"]["shapes"] == [{"shape": "h100-rail", "count": 3,
+                                      "domain": "h100-rail-new-domain-0"}]
+    assert doc["plan"]["price"] == "36"
+    assert [r["shape"] for r in doc["rejectedShapes"]] == ["h100-basic"]
+    assert len(doc["placements"]) == 6
+    first = doc["placements"][0]
+    assert first["podSet"] == "workers" and first["index"] == 0
+    assert first["devices"]["gpus"]["nic"] == ["nic.example.com/nic-h100-rail-new-0/nic-0"]
+    assert set(doc["stats"]) == {"seconds", "nodes", "devices", "steps"}
+    assert doc["stats"]["nodes"] == 3
+
+
+def test_example_text(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "fit", "--inventory", str(EXAMPLES / "inventory"),
+                       "--shapes", str(EXAMPLES / "shapes"), "--workload",
+                       str(EXAMPLES / "workload.yaml"))
+    assert code == 0
+    assert out.startswith("Workload team-b/train-llm: needs new nodes\n")
+    assert "plan: 3 × h100-rail in new domain h100-rail-new-domain-0  (price 36)" in out
+    assert "not h100-basic:" in out
+
+
+def test_fits_json(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = write(tmp_path / "inv.yaml", *gb.classes(), *gb.gpu_node("n1"))
+    wl = write(tmp_path / "wl.yaml", gb.template(),
+               gb.workload(gb.pod_set(count=2, templates=("gpus",))))
+    code, out, _ = run(capsys, "fit", "--inventory", inv, "--workload", wl, "-o", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["verdict"] == "fits" and doc["plan"] is None
+    assert [p["node"] for p in doc["placements"]] == ["n1", "n1"]
+
+
+BAD = [
+    ("bad-quantity", lambda: [*gb.classes(), gb.node("n1", cpu="lots")],
+     ["inv.yaml", "Node n1", "status.allocatable['cpu']"]),
+    ("bad-slice-field", lambda: [*gb.classes(), {**gb.gpu_node("n1")[1], "spec": {
+        **gb.gpu_node("n1")[1]["spec"], "driver": "Not_A_Driver"}}],
+     ["inv.yaml", "ResourceSlice n1-gpu", "spec.driver"]),
+    ("unknown-kind", lambda: [{"apiVersion": "v1", "kind": "Sevrice",
+                               "metadata": {"name": "x"}}],
+     ["inv.yaml", "Sevrice x", "unsupported kind"]),
+]
+
+
+@pytest.mark.parametrize(("objects", "expect"), [(o, e) for _, o, e in BAD],
+                         ids=[i for i, _, _ in BAD])
+def test_bad_inventory_exit_2(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+                              objects: Any, expect: list[str]) -> None:
+    inv = write(tmp_path / "inv.yaml", *objects())
+    wl = write(tmp_path / "wl.yaml", gb.workload(gb.pod_set(count=1)))
+    code, out, err = run(capsys, "fit", "--inventory", inv, "--workload", wl)
+    assert code == 2 and out == ""
+    for text in expect:
+        assert text in err
+
+
+WORKLOAD_BAD = [
+    ("missing-template", gb.workload(gb.pod_set(templates=("nope",))),
+     "Workload default/train: spec.podSets[0].template.spec.resourceClaims[0]."
+     "resourceClaimTemplateName: ResourceClaimTemplate default/nope not found"),
+    ("bad-count", {**gb.workload(gb.pod_set()), "spec": {"podSets": [
+        {**gb.pod_set(), "count": "four"}]}},
+     "Workload default/train: spec.podSets[0].count: must be an integer, got str"),
+    ("min-count-above-count", gb.workload(gb.pod_set(count=2, min_count=3)),
+     "spec.podSets[0].minCount: must be between 1 and count (2), got 3"),
+    ("bad-request", gb.workload(gb.pod_set(cpu="two")),
+     "spec.podSets[0].template.spec.containers[0].resources.requests['cpu']: invalid "
+     "quantity"),
+]
+
+
+@pytest.mark.parametrize(("workload", "message"), [(w, m) for _, w, m in WORKLOAD_BAD],
+                         ids=[i for i, _, _ in WORKLOAD_BAD])
+def test_bad_workload_exit_2(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+                             workload: dict[str, Any], message: str) -> None:
+    inv = write(tmp_path / "inv.yaml", *gb.classes(), *gb.gpu_node("n1"))
+    wl = write(tmp_path / "wl.yaml", workload)
+    code, _, err = run(capsys, "fit", "--inventory", inv, "--workload", wl)
+    assert code == 2
+    assert f"{wl}: " in err and message in err, err
+
+
+def test_bad_shape_names_shape_field(tmp_path: pathlib.Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    shape = gb.shape("rail")
+    shape["spec"]["resourceSlices"][0]["devices"][0]["name"] = "GPU_0"
+    inv = write(tmp_path / "inv.yaml", *gb.classes())
+    shapes = write(tmp_path / "shapes.yaml", shape)
+    wl = write(tmp_path / "wl.yaml", gb.workload(gb.pod_set()))
+    code, _, err = run(capsys, "fit", "--inventory", inv, "--shapes", shapes, "--workload", wl)
+    assert code == 2
+    assert "NodeShape rail: spec.resourceSlices[0].devices[0].name" in err
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("kind: [unclosed", "not valid YAML"),
+    ("- just\n- a list\n", "not a Kubernetes object"),
+], ids=["broken-yaml", "not-an-object"])
+def test_unreadable_file_exit_2(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+                                content: str, message: str) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(content)
+    wl = write(tmp_path / "wl.yaml", gb.workload(gb.pod_set()))
+    code, _, err = run(capsys, "fit", "--inventory", str(inv), "--workload", wl)
+    assert code == 2 and str(inv) in err and message in err
+
+
+def test_missing_path_and_two_workloads(tmp_path: pathlib.Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    wl = write(tmp_path / "wl.yaml", gb.workload(gb.pod_set()),
+               gb.workload(gb.pod_set(), name="other"))
+    code, _, err = run(capsys, "fit", "--inventory", str(tmp_path / "nope"), "--workload", wl)
+    assert code == 2 and "no such file or directory" in err
+    inv = write(tmp_path / "inv.yaml", *gb.classes())
+    code, _, err = run(capsys, "fit", "--inventory", inv, "--workload", wl)
+    assert code == 2 and "must hold exactly one Workload or Job" in err
+
+
+def test_job_is_a_gang(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = write(tmp_path / "inv.yaml", *gb.classes(), *gb.gpu_node("n1"), *gb.gpu_node("n2"))
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+           "spec": {"parallelism": 3, "completions": 10,
+                    "template": gb.pod_set(templates=("gpus",))["template"]}}
+    wl = write(tmp_path / "wl.yaml", gb.template(), job)
+    code, out, _ = run(capsys, "fit", "--inventory", inv, "--workload", wl, "-o", "json")
+    assert code == 0
+    assert [p["podSet"] for p in json.loads(out)["placements"]] == ["main"] * 3
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "version")
+    assert code == 0 and out.startswith("fitgate ")

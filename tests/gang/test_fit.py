@@ -1,0 +1,230 @@
+"""Gang placement on existing nodes: all or nothing, minCount, node selection, taints,
+resources, shared claims, required topology."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from tests.fitcore import builders as b
+from tests.gang import builders as gb
+
+
+@dataclasses.dataclass
+class Case:
+    id: str
+    objects: list[dict[str, Any]]
+    verdict: str
+    placed: int = 0
+    nodes: set[str] | None = None  # nodes the placements use, when it matters
+    reason: str = ""  # a substring of the reasons
+    category: str | None = None
+
+
+def two_nodes(**kw: Any) -> list[dict[str, Any]]:
+    return [*gb.gpu_node("n1", **kw), *gb.gpu_node("n2", **kw)]
+
+
+T = gb.template()
+CASES = [
+    # --- all or nothing
+    Case("four-pods-fit-two-nodes", [*two_nodes(), T,
+                                     gb.workload(gb.pod_set(count=4, templates=("gpus",)))],
+         "fits", 4, {"n1", "n2"}),
+    Case("five-pods-fit-nowhere-none-placed", [*two_nodes(), T,
+                                               gb.workload(gb.pod_set(count=5,
+                                                                      templates=("gpus",)))],
+         "unsatisfiable", 0, reason="needs 5 pods; the 2 nodes hold 4", category="capacity"),
+    Case("second-pod-set-fails-whole-gang-fails",
+         [*two_nodes(), T, gb.workload(gb.pod_set("a", 2, templates=("gpus",)),
+                                       gb.pod_set("b", 3, templates=("gpus",)))],
+         "unsatisfiable", 0, reason="pod set b", category="capacity"),
+    Case("two-pod-sets-share-nodes",
+         [*two_nodes(), T, gb.workload(gb.pod_set("a", 2, templates=("gpus",)),
+                                       gb.pod_set("b", 2, templates=("gpus",)))],
+         "fits", 4, {"n1", "n2"}),
+    # --- minCount
+    Case("min-count-places-what-fits",
+         [*two_nodes(), T, gb.workload(gb.pod_set(count=6, min_count=3, templates=("gpus",)))],
+         "fits", 4),
+    Case("min-count-not-reached",
+         [*gb.gpu_node("n1"), T, gb.workload(gb.pod_set(count=6, min_count=3,
+                                                        templates=("gpus",)))],
+         "unsatisfiable", 0, reason="at least 3 of 6 pods"),
+    # --- resources, selection, taints
+    Case("cpu-limits-pods-per-node",
+         [*two_nodes(cpu="16"), T, gb.workload(gb.pod_set(count=3, cpu="10",
+                                                          templates=("gpus",)))],
+         "unsatisfiable", 0, reason="then not enough cpu"),
+    Case("bound-pods-use-cpu",
+         [*two_nodes(cpu="16"), T,
+          {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "x"},
+           "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {
+               "requests": {"cpu": "12"}}}]}, "status": {"phase": "Running"}},
+          gb.workload(gb.pod_set(count=2, cpu="8", templates=("gpus",)))],
+         "fits", 2, {"n2"}),
+    Case("node-selector",
+         [*gb.gpu_node("n1", zone="a"), *gb.gpu_node("n2", zone="b"), T,
+          gb.workload(gb.pod_set(count=2, node_selector={"zone": "b"}, templates=("gpus",)))],
+         "fits", 2, {"n2"}),
+    Case("required-affinity",
+         [*gb.gpu_node("n1", zone="a"), *gb.gpu_node("n2", zone="b"), T,
+          gb.workload(gb.pod_set(count=2, templates=("gpus",), affinity=[
+              {"key": "zone", "operator": "NotIn", "values": ["b"]}]))],
+         "fits", 2, {"n1"}),
+    Case("selector-matches-no-node",
+         [*two_nodes(), T, gb.workload(gb.pod_set(count=1, node_selector={"zone": "c"},
+                                                  templates=("gpus",)))],
+         "unsatisfiable", 0, reason="2 nodes do not match", category="configuration"),
+    Case("untolerated-taint",
+         [*two_nodes(taints=[{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]), T,
+          gb.workload(gb.pod_set(count=1, templates=("gpus",)))],
+         "unsatisfiable", 0, reason="gpu=yes:NoSchedule", category="configuration"),
+    Case("tolerated-taint",
+         [*two_nodes(taints=[{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]), T,
+          gb.workload(gb.pod_set(count=4, templates=("gpus",), tolerations=[
+              {"key": "gpu", "operator": "Exists"}]))],
+         "fits", 4),
+    Case("prefer-no-schedule-does-not-block",
+         [*two_nodes(taints=[{"key": "gpu", "effect": "PreferNoSchedule"}]), T,
+          gb.workload(gb.pod_set(count=1, templates=("gpus",)))],
+         "fits", 1),
+    # --- DRA: allocations carried forward, already allocated devices
+    Case("nic-on-other-root-never-fits",
+         [*gb.gpu_node("n1", nics=["pci9"]), T, gb.workload(gb.pod_set(count=1,
+                                                                       templates=("gpus",)))],
+         "unsatisfiable", 0, reason="matchAttribute", category="configuration"),
+    Case("allocated-devices-are-not-reused",
+         [*two_nodes(), T,
+          gb.allocated("busy", "n1", [(b.GPU, "gpu-0"), (b.NIC, "nic-0")]),
+          gb.workload(gb.pod_set(count=3, templates=("gpus",)))],
+         "fits", 3),
+    Case("allocated-devices-leave-too-little",
+         [*two_nodes(), T,
+          gb.allocated("busy", "n1", [(b.GPU, "gpu-0"), (b.NIC, "nic-0")]),
+          gb.workload(gb.pod_set(count=4, templates=("gpus",)))],
+         "unsatisfiable", 0, reason="holds 1 of its pods"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_fit(run_plan, case: Case) -> None:
+    result = run_plan(case.objects)
+    assert result.verdict == case.verdict, result
+    placements = result.placements
+    assert len(placements) == case.placed
+    if case.nodes is not None:
+        assert {p.node for p in placements} == case.nodes
+    if case.reason:
+        assert any(case.reason in r for r in result.reasons), result.reasons
+    if case.category is not None:
+        assert result.category == case.category
+
+
+# ------------------------------------------------------------------ shared claims
+
+SHARED = gb.shared_claim("dataset-cache", b.req("cache", "gpu", count=1))
+
+SHARED_CASES = [
+    Case("shared-claim-pods-on-one-node",
+         [*two_nodes(), SHARED, gb.workload(gb.pod_set(count=5, cpu="1",
+                                                       shared=("dataset-cache",)))],
+         "fits", 5, {"n1"}),
+    Case("shared-plus-own-claims",
+         [*two_nodes(gpus=8), gb.template(gpus=2, nic=False), SHARED,
+          gb.workload(gb.pod_set(count=3, cpu="1", templates=("gpus",),
+                                 shared=("dataset-cache",)))],
+         "fits", 3, {"n1"}),
+    Case("shared-claim-pods-do-not-fit-one-node",
+         [*two_nodes(gpus=8), gb.template(gpus=4, nic=False), SHARED,
+          gb.workload(gb.pod_set(count=2, cpu="1", templates=("gpus",),
+                                 shared=("dataset-cache",)))],
+         "unsatisfiable", 0, reason="must run on one node"),
+    Case("shared-claim-across-pod-sets",
+         [*two_nodes(), SHARED,
+          gb.workload(gb.pod_set("a", 2, cpu="1", shared=("dataset-cache",)),
+                      gb.pod_set("b", 2, cpu="1", shared=("dataset-cache",)))],
+         "fits", 4, {"n1"}),
+    Case("already-allocated-shared-claim-pins-its-node",
+         [*two_nodes(), {**SHARED, "status": {"allocation": {
+             "devices": {"results": [{"request": "cache", "driver": b.GPU, "pool": "n2-gpu",
+                                      "device": "gpu-0"}]},
+             "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                 {"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]}}}},
+          gb.workload(gb.pod_set(count=3, cpu="1", shared=("dataset-cache",)))],
+         "fits", 3, {"n2"}),
+]
+
+
+@pytest.mark.parametrize("case", SHARED_CASES, ids=[c.id for c in SHARED_CASES])
+def test_shared_claims(run_plan, case: Case) -> None:
+    result = run_plan(case.objects)
+    assert result.verdict == case.verdict, result
+    assert len(result.placements) == case.placed
+    if case.nodes is not None:
+        assert {p.node for p in result.placements} == case.nodes
+    if case.reason:
+        assert any(case.reason in r for r in result.reasons), result.reasons
+    if result.placements:
+        # Allocated once: every pod sees the same devices for the shared claim.
+        seen = {tuple(str(r.id) for r in res) for p in result.placements
+                for name, res in p.devices if name == "dataset-cache"}
+        assert len(seen) == 1, seen
+
+
+# ------------------------------------------------------------------------ topology
+
+
+def racks(used: dict[str, int]) -> list[dict[str, Any]]:
+    """Racks r1 (4 nodes), r2 (3 nodes), r3 (2 nodes); `used[node]` pods' worth of GPUs
+    already allocated on some nodes (one pod = 4 GPUs + the NIC of one root)."""
+    out: list[dict[str, Any]] = []
+    for rack, n in (("r1", 4), ("r2", 3), ("r3", 2)):
+        for i in range(n):
+            out += gb.gpu_node(f"{rack}-n{i}", rack=rack)
+    for node, pods in used.items():
+        devices = []
+        for root in range(pods):
+            devices += [(b.GPU, f"gpu-{root * 4 + k}") for k in range(4)]
+            devices.append((b.NIC, f"nic-{root}"))
+        out.append(gb.allocated(f"busy-{node}", node, devices))
+    return out
+
+
+@dataclasses.dataclass
+class TopologyCase:
+    id: str
+    used: dict[str, int]
+    count: int
+    verdict: str
+    domain: str | None = None
+    min_count: int | None = None
+    placed: int | None = None
+
+
+TOPOLOGY_CASES = [
+    TopologyCase("smallest-rack-that-fits", {}, 4, "fits", "r3"),
+    TopologyCase("partly-used-small-rack-skipped", {"r3-n0": 1}, 4, "fits", "r2"),
+    TopologyCase("partly-used-racks-best-fit", {"r1-n0": 2, "r2-n0": 1}, 5, "fits", "r2"),
+    TopologyCase("only-largest-rack", {"r1-n0": 1}, 7, "fits", "r1"),
+    TopologyCase("no-rack-large-enough", {"r1-n0": 2, "r1-n1": 1}, 7, "unsatisfiable"),
+    TopologyCase("min-count-takes-largest-partial", {"r1-n0": 2, "r1-n1": 1}, 7, "fits", "r2",
+                 min_count=5, placed=6),
+]
+
+
+@pytest.mark.parametrize("case", TOPOLOGY_CASES, ids=[c.id for c in TOPOLOGY_CASES])
+def test_rack_topology(run_plan, case: TopologyCase) -> None:
+    objects = [*racks(case.used), gb.template(),
+               gb.workload(gb.pod_set(count=case.count, min_count=case.min_count,
+                                      templates=("gpus",), topology=gb.RACK))]
+    result = run_plan(objects)
+    assert result.verdict == case.verdict, result.reasons
+    if case.verdict == "fits":
+        assert result.domains["workers"] == case.domain
+        assert {p.node.split("-")[0] for p in result.placements} == {case.domain}
+        assert len(result.placements) == (case.placed or case.count)
+    else:
+        assert any("in one domain of" in r for r in result.reasons)

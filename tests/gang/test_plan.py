@@ -1,0 +1,175 @@
+"""Plans over NodeShapes, and verification of the nodes that came."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from fitcore import gang, plan
+from tests.gang import builders as gb
+from tests.gang.conftest import load
+
+
+@dataclasses.dataclass
+class Case:
+    id: str
+    objects: list[dict[str, Any]]
+    verdict: str
+    plan: list[tuple[str, int]] | None = None  # (shape, count) of the chosen plan
+    price: str | None = None
+    alternatives: list[str] | None = None  # shapes of the alternatives, in rank order
+    category: str | None = None
+    reason: str = ""
+
+
+def gang_of(count: int, **kw: Any) -> list[dict[str, Any]]:
+    return [gb.template(), gb.workload(gb.pod_set(count=count, templates=("gpus",), **kw))]
+
+
+CHEAP_NO_ROOT = gb.shape("cheap", price=8, nics=["pci9"])  # NIC shares no root with a GPU
+RAIL = gb.shape("rail", price=12)  # a NIC on each GPU root: 2 pods per node
+BIG = gb.shape("big", price=20, gpus=16, roots=4, cpu="128")  # 4 pods per node
+
+CASES = [
+    Case("fits-existing-no-plan", [*gb.gpu_node("n1"), RAIL, *gang_of(2)], "fits"),
+    Case("pricier-shape-when-cheap-breaks-match-attribute",
+         [*gb.gpu_node("n1"), CHEAP_NO_ROOT, RAIL, *gang_of(6)], "needs-capacity",
+         [("rail", 2)], "24", [], reason="holds 2 of its pods"),
+    Case("ranked-alternatives-by-price",
+         [CHEAP_NO_ROOT, RAIL, BIG, *gang_of(8)], "needs-capacity", [("big", 2)], "40",
+         ["rail"]),
+    Case("ties-broken-by-fewer-nodes",
+         [gb.shape("small", price=10), gb.shape("large", price=20, gpus=16, roots=4,
+                                                cpu="128"), *gang_of(4)],
+         "needs-capacity", [("large", 1)], "20", ["small"]),
+    Case("free-capacity-used-first", [*gb.gpu_node("n1"), RAIL, *gang_of(5)],
+         "needs-capacity", [("rail", 2)], "24"),
+    Case("topology-new-nodes-in-one-fresh-rack",
+         [*gb.gpu_node("n1", rack="r1"), RAIL, *gang_of(5, topology=gb.RACK)],
+         "needs-capacity", [("rail", 3)], "36"),
+    Case("topology-nodes-per-domain-too-small",
+         [gb.shape("rail", per_domain=2), *gang_of(6, topology=gb.RACK)],
+         "unsatisfiable", category="capacity", reason="one domain of"),
+    Case("max-nodes-limit",
+         [gb.shape("rail", max_nodes=2), *gang_of(6)], "unsatisfiable",
+         category="capacity"),
+    Case("max-nodes-counts-existing-nodes",
+         [*gb.gpu_node("n1", **{"node.example.com/shape": "rail"}),
+          gb.shape("rail", max_nodes=2), *gang_of(6)], "unsatisfiable", category="capacity",
+         reason="shape rail"),
+    Case("no-node-no-shape-configuration",
+         [*gb.gpu_node("n1", nics=["pci9"]), CHEAP_NO_ROOT, *gang_of(1)], "unsatisfiable",
+         category="configuration", reason="no node and no shape can host even one pod"),
+    Case("no-shapes-capacity", [*gb.gpu_node("n1"), *gang_of(3)], "unsatisfiable",
+         category="capacity"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_plan(run_plan, case: Case) -> None:
+    result = run_plan(case.objects)
+    assert result.verdict == case.verdict, result.reasons
+    if case.plan is not None:
+        assert result.plan is not None
+        assert [(s.shape, s.count) for s in result.plan.shapes] == case.plan
+        assert plan.price_str(result.plan.price) == case.price
+        # Every pod is placed, on existing or planned nodes.
+        pods = sum(ps["count"] for ps in case.objects[-1]["spec"]["podSets"])
+        assert len(result.plan.placements) == pods
+    if case.alternatives is not None:
+        assert [a.shapes[0].shape for a in result.alternatives] == case.alternatives
+        prices = [result.plan.price, *(a.price for a in result.alternatives)]  # type: ignore[union-attr]
+        assert prices == sorted(prices)
+    if case.category is not None:
+        assert result.category == case.category
+    if case.reason:
+        assert any(case.reason in r for r in result.reasons), result.reasons
+
+
+def test_rejected_shape_says_why(run_plan) -> None:
+    result = run_plan([CHEAP_NO_ROOT, RAIL, *gang_of(2)])
+    assert result.plan is not None and result.plan.shapes[0].shape == "rail"
+    (name, why), = result.rejected
+    assert name == "cheap" and "matchAttribute" in why
+
+
+def test_topology_plan_places_all_in_the_fresh_domain(run_plan) -> None:
+    result = run_plan([*gb.gpu_node("n1", rack="r1"), RAIL, *gang_of(5, topology=gb.RACK)])
+    assert result.plan is not None
+    (group,) = result.plan.shapes
+    assert group.domain == "rail-new-domain-0"
+    assert all(p.node.startswith("rail-new-") for p in result.plan.placements)
+
+
+# -------------------------------------------------------------------------- verify
+
+
+def provisioned(shape: dict[str, Any], names: list[str], rack: str = "new-rack",
+                edit: Any = None) -> list[dict[str, Any]]:
+    """Real nodes as the autoscaler and the driver would publish them for `shape`."""
+    spec = shape["spec"]
+    out: list[dict[str, Any]] = []
+    for name in names:
+        labels = {**spec["nodeLabels"], "kubernetes.io/hostname": name, gb.RACK: rack}
+        out.append({"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": name, "labels": labels},
+                    "status": {"allocatable": dict(spec["allocatable"])}})
+        for s in spec["resourceSlices"]:
+            body = {**s, "nodeName": name, "pool": {"name": f"{name}-{s['pool']['name']}",
+                                                    "resourceSliceCount": 1}}
+            obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                   "metadata": {"name": f"{name}-{s['pool']['name']}"}, "spec": body}
+            if edit is not None:
+                obj = edit(name, obj)
+            out.append(obj)
+    return out
+
+
+def wrong_nic_root(name: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """The driver on this node reports its second NIC on another PCIe root."""
+    import copy
+
+    obj = copy.deepcopy(obj)
+    if name.endswith("-b") and obj["spec"]["driver"] == "nic.example.com":
+        obj["spec"]["devices"][1]["attributes"][gb.PCIE_ROOT] = {"string": "pci7"}
+    return obj
+
+
+@dataclasses.dataclass
+class VerifyCase:
+    id: str
+    nodes: list[str]
+    edit: Any
+    verdict: str
+    mismatch: str = ""
+
+
+VERIFY_CASES = [
+    VerifyCase("nodes-keep-the-promise", ["gke-a", "gke-b"], None, "fits"),
+    VerifyCase("nic-on-other-root", ["gke-a", "gke-b"], wrong_nic_root, "misfit",
+               "node gke-b (shape rail): device nic.example.com/nic-1: attribute "
+               "resource.kubernetes.io/pcieRoot is 'pci7', shape promised 'pci1'"),
+    VerifyCase("a-node-missing", ["gke-a"], None, "misfit",
+               "shape rail: planned 2 new nodes, found 1"),
+]
+
+
+@pytest.mark.parametrize("case", VERIFY_CASES, ids=[c.id for c in VERIFY_CASES])
+def test_verify(engine: str, case: VerifyCase) -> None:
+    before = [*gb.gpu_node("n1", rack="r1"), RAIL, *gang_of(4, topology=gb.RACK)]
+    bundle = load(before)
+    planned = plan.plan(bundle.gangs[0], gang.Snapshot(bundle.nodes, bundle.inventory),
+                        bundle.shapes, engine=engine)  # type: ignore[arg-type]
+    assert planned.plan is not None and planned.plan.nodes == 2
+    after = load([*before, *provisioned(RAIL, case.nodes, edit=case.edit)])
+    result = plan.verify(after.gangs[0], gang.Snapshot(after.nodes, after.inventory),
+                         planned.plan, after.shapes, engine=engine)  # type: ignore[arg-type]
+    assert result.verdict == case.verdict, (result.mismatches, result.reasons)
+    if case.verdict == "fits":
+        assert result.mismatches == ()
+        assert {p.node for p in result.placements} == set(case.nodes)
+    else:
+        assert result.category == "coordination"
+        assert case.mismatch in result.mismatches, result.mismatches
