@@ -38,6 +38,7 @@ already shows allocated restricts its pods to the nodes its allocation names.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -125,12 +126,36 @@ class Gang:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Placement:
-    """Where one pod goes, and the devices each of its claims gets there."""
+    """Where one pod goes, and the devices each of its claims gets there.
+
+    The search finds devices on a class representative; `pools` maps the
+    representative's pools to this node's, and `devices` applies it when read, so that a
+    decision does not pay for naming devices nobody asks about.
+    """
 
     pod_set: str
     index: int
     node: str
-    devices: tuple[tuple[str, tuple[model.DeviceResult, ...]], ...] = ()
+    claims: tuple[tuple[str, tuple[model.DeviceResult, ...]], ...] = ()
+    pools: Mapping[tuple[str, str], tuple[str, str]] | None = None
+
+    @property
+    def devices(self) -> tuple[tuple[str, tuple[model.DeviceResult, ...]], ...]:
+        """(pod claim name, device results) per claim, in this node's pool names."""
+        if not self.pools:
+            return self.claims
+        return tuple((name, remap(results, self.pools)) for name, results in self.claims)
+
+
+def remap(results: tuple[model.DeviceResult, ...],
+          pools: Mapping[tuple[str, str], tuple[str, str]]) -> tuple[model.DeviceResult, ...]:
+    out = []
+    for r in results:
+        to = pools.get((r.id.driver, r.id.pool))
+        out.append(r if to is None else model.DeviceResult(
+            r.request, model.DeviceId(to[0], to[1], r.id.device), r.admin_access, r.shared,
+            r.consumed_capacity))
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -190,7 +215,7 @@ def slice_shape(s: model.ResourceSlice) -> tuple[Any, ...]:
 @dataclasses.dataclass(slots=True)
 class _NodeEntry:
     node: model.Node
-    label_group: int
+    labels: tuple[tuple[str, str], ...]  # labels but the hostname: the label group's key
     local_pools: tuple[PoolKey, ...]  # in allocator order (driver, pool name)
     local_slices: tuple[model.ResourceSlice, ...]
     sees_global: bool
@@ -202,38 +227,43 @@ class _NodeEntry:
 class Snapshot:
     """Nodes and inventory indexed for gang placement.
 
-    Built once per inventory (O(nodes + devices)); each gang decision then works on node
-    classes. `used`: what pods already bound to each node request (cpu, memory, pods,
-    ...). `shapes`: optional precomputed local-slice shape per node name (for
-    hypothetical nodes of one NodeShape, which are identical by construction).
+    Built once per inventory (O(nodes + devices)); a gang decision then works on *cells*,
+    (label group, node class) pairs with a node count, and touches single nodes only in
+    the domain it places pods in. `used`: what pods already bound to each node request
+    (cpu, memory, pods, ...).
     """
 
     def __init__(self, nodes: Sequence[model.Node], inventory: model.Inventory,
                  used: Mapping[str, Mapping[str, values.Quantity]] | None = None) -> None:
         self.inventory = inventory
         self.entries: list[_NodeEntry] = []
-        self.by_name: dict[str, int] = {}
         # Class keys are large tuples: interned once, then compared as ints. Shared by
         # extended snapshots, so ids stay valid across the searches of one plan.
         self.keys: dict[Any, int] = {}
         self.label_groups: list[Mapping[str, str]] = []
+        self.group_nodes: list[list[int]] = []  # node indices per label group, name order
+        self.node_group: list[int] = []  # label group per node
         self._group_index: dict[tuple[tuple[str, str], ...], int] = {}
+        self._own_groups: set[int] = set()  # groups whose node list this snapshot owns
+        self.cells: dict[tuple[int, int], int] = {}  # (label group, class) -> nodes
+        self.class_rep: dict[int, int] = {}  # class -> its first node
+        self.devices = sum(len(s.devices) for s in inventory.slices)
         by_pool: dict[PoolKey, list[model.ResourceSlice]] = {}
         for s in inventory.slices:
             by_pool.setdefault((s.driver, s.pool), []).append(s)
-        self._owner: dict[PoolKey, str] = {}
+        owner: dict[PoolKey, str] = {}
         self.global_slices: list[model.ResourceSlice] = []
-        self._local: dict[str, list[PoolKey]] = {}
-        self._pool_slices = by_pool
+        local: dict[str, list[tuple[PoolKey, list[model.ResourceSlice]]]] = {}
         for key, group in by_pool.items():
             owners = {s.node_name for s in group}
             if len(owners) == 1 and None not in owners:
-                owner = next(iter(owners))
-                assert owner is not None
-                self._owner[key] = owner
-                self._local.setdefault(owner, []).append(key)
+                name = next(iter(owners))
+                assert name is not None
+                owner[key] = name
+                local.setdefault(name, []).append((key, group))
             else:
                 self.global_slices.extend(group)
+        self.owner: Mapping[PoolKey, str] = owner
         self._allocated_by_pool: dict[PoolKey, list[tuple[Any, ...]]] = {}
         alloc = inventory.allocated
         for ident in alloc.dedicated:
@@ -247,21 +277,25 @@ class Snapshot:
                 ("c", ident.device, tuple(sorted(amounts.items()))))
         used = used or {}
         for n in sorted(nodes, key=lambda n: n.name):
-            self._add(n, used.get(n.name, {}), None)
+            self._add(n, used.get(n.name, {}), None, local.get(n.name, []))
 
     def _add(self, n: model.Node, used: Mapping[str, values.Quantity],
-             shape: tuple[Any, ...] | None) -> None:
+             shape: tuple[Any, ...] | None,
+             local: list[tuple[PoolKey, list[model.ResourceSlice]]]) -> None:
+        self.insert(self.entry(n, used, shape, local))
+
+    def entry(self, n: model.Node, used: Mapping[str, values.Quantity],
+              shape: tuple[Any, ...] | None,
+              local: list[tuple[PoolKey, list[model.ResourceSlice]]]) -> _NodeEntry:
+        """Index one node (with its node-local pools) without adding it. `shape`: a
+        precomputed shape of its local slices (hypothetical nodes of one NodeShape)."""
         labels = tuple(sorted((k, v) for k, v in n.labels.items() if k != HOSTNAME_LABEL))
-        group = self._group_index.get(labels)
-        if group is None:
-            group = self._group_index[labels] = len(self.label_groups)
-            self.label_groups.append(n.labels)
-        local_pools = tuple(sorted(self._local.get(n.name, ())))
+        local = sorted(local, key=lambda x: x[0])
         local_slices: list[model.ResourceSlice] = []
         pool_shapes = []
         devices = 0
-        for pk in local_pools:
-            group_slices = sorted(self._pool_slices[pk], key=lambda s: s.name)
+        for pk, group_slices in local:
+            group_slices = sorted(group_slices, key=lambda s: s.name)
             local_slices.extend(group_slices)
             if shape is None:
                 pool_shapes.append(tuple(slice_shape(s) for s in group_slices))
@@ -277,9 +311,26 @@ class Snapshot:
         key: tuple[Any, ...] = (dra, n.taints, n.unschedulable, tuple(sorted(free.items())))
         if sees_global:
             key = (*key, ("node", n.name))
-        self.by_name[n.name] = len(self.entries)
-        self.entries.append(_NodeEntry(n, group, local_pools, tuple(local_slices), sees_global,
-                                       self.intern(key), free, devices))
+        return _NodeEntry(n, labels, tuple(pk for pk, _ in local), tuple(local_slices),
+                          sees_global, self.intern(key), free, devices)
+
+    def insert(self, e: _NodeEntry) -> None:
+        index = len(self.entries)
+        group = self._group_index.get(e.labels)
+        if group is None:
+            group = self._group_index[e.labels] = len(self.label_groups)
+            self.label_groups.append(e.node.labels)
+            self.group_nodes.append([])
+            self._own_groups.add(group)
+        elif group not in self._own_groups:  # copy on write (extended snapshots)
+            self.group_nodes[group] = list(self.group_nodes[group])
+            self._own_groups.add(group)
+        self.group_nodes[group].append(index)
+        self.node_group.append(group)
+        cid = e.key
+        self.cells[(group, cid)] = self.cells.get((group, cid), 0) + 1
+        self.class_rep.setdefault(cid, index)
+        self.entries.append(e)
 
     def intern(self, key: Any) -> int:
         have = self.keys.get(key)
@@ -287,32 +338,44 @@ class Snapshot:
             have = self.keys[key] = len(self.keys)
         return have
 
-    def extended(self, nodes: Sequence[model.Node], slices: Sequence[model.ResourceSlice],
-                 shape: tuple[Any, ...] | None = None) -> Snapshot:
-        """This snapshot plus new nodes with node-local slices (hypothetical nodes).
-        `shape`: the nodes' local slices are known to be identical in shape."""
-        other = Snapshot.__new__(Snapshot)
-        other.inventory = dataclasses.replace(self.inventory,
-                                              slices=(*self.inventory.slices, *slices))
-        other.entries = list(self.entries)
-        other.by_name = dict(self.by_name)
-        other.keys = self.keys
-        other.label_groups = list(self.label_groups)
-        other._group_index = dict(self._group_index)
-        other._owner = dict(self._owner)
-        other.global_slices = self.global_slices
-        other._local = dict(self._local)
-        other._pool_slices = dict(self._pool_slices)
-        other._allocated_by_pool = self._allocated_by_pool
+    def prepare(self, nodes: Sequence[model.Node], slices: Sequence[model.ResourceSlice],
+                shape: tuple[Any, ...] | None = None
+                ) -> tuple[list[_NodeEntry], dict[PoolKey, str]]:
+        """Index new nodes with node-local slices in new pools (hypothetical nodes), to
+        add them with `extended`. `shape`: their local slices are identical in shape."""
+        owner: dict[PoolKey, str] = {}
+        local: dict[str, dict[PoolKey, list[model.ResourceSlice]]] = {}
         for s in slices:
             key = (s.driver, s.pool)
-            if s.node_name is None or key in other._pool_slices:
+            if s.node_name is None or key in self.owner:
                 raise ValueError(f"hypothetical slice {s.name} must be node-local in a new pool")
-            other._pool_slices[key] = [s]
-            other._owner[key] = s.node_name
-            other._local.setdefault(s.node_name, []).append(key)
-        for n in nodes:
-            other._add(n, {}, shape)
+            owner[key] = s.node_name
+            local.setdefault(s.node_name, {}).setdefault(key, []).append(s)
+        entries = [self.entry(n, {}, shape, list(local.get(n.name, {}).items())) for n in nodes]
+        return entries, owner
+
+    def extended(self, entries: Sequence[_NodeEntry], owner: Mapping[PoolKey, str]
+                 ) -> Snapshot:
+        """This snapshot plus prepared new nodes. Costs O(new nodes + label groups +
+        cells), not O(nodes)."""
+        other = Snapshot.__new__(Snapshot)
+        other.inventory = self.inventory
+        other.entries = list(self.entries)
+        other.keys = self.keys
+        other.label_groups = list(self.label_groups)
+        other.group_nodes = list(self.group_nodes)
+        other.node_group = list(self.node_group)
+        other._group_index = dict(self._group_index)
+        other._own_groups = set()
+        other.cells = dict(self.cells)
+        other.class_rep = dict(self.class_rep)
+        other.devices = self.devices + sum(len(s.devices) for e in entries
+                                           for s in e.local_slices)
+        other.global_slices = self.global_slices
+        other._allocated_by_pool = self._allocated_by_pool
+        other.owner = collections.ChainMap(dict(owner), self.owner)  # type: ignore[arg-type]
+        for e in entries:
+            other.insert(e)
         return other
 
     @property
@@ -320,7 +383,7 @@ class Snapshot:
         return [e.node.name for e in self.entries]
 
     def device_count(self) -> int:
-        return sum(len(s.devices) for s in self.inventory.slices)
+        return self.devices
 
 
 # --------------------------------------------------------------------------- search
@@ -393,19 +456,36 @@ class _Search:
         self.engine = engine
         self.budget = budget
         self.classes: dict[int, _Class] = {}
-        self.node_class: list[int] = []
-        for i, e in enumerate(snap.entries):
-            cls = self.classes.get(e.key)
-            if cls is None:
-                cls = self.classes[e.key] = _Class(e.key, i, (), e.free, e.node.taints,
-                                                   e.node.unschedulable, e.devices)
-            self.node_class.append(e.key)
+        self.moved: dict[int, int] = {}  # node -> its class, once pods were placed on it
+        self.cells = dict(snap.cells)
         self.global_results: list[model.DeviceResult] = []
         self.pinned: dict[str, tuple[str | None, tuple[model.DeviceResult, ...]]] = {}
         self.undecided = False
         self.rep_inventory: dict[int, model.Inventory] = {}
 
     # -- per-class questions ---------------------------------------------------------
+
+    def class_of(self, node: int) -> int:
+        cid = self.moved.get(node)
+        return self.snap.entries[node].key if cid is None else cid
+
+    def get_class(self, cid: int) -> _Class:
+        cls = self.classes.get(cid)
+        if cls is None:
+            rep = self.snap.class_rep[cid]
+            e = self.snap.entries[rep]
+            cls = self.classes[cid] = _Class(cid, rep, (), e.free, e.node.taints,
+                                             e.node.unschedulable, e.devices)
+        return cls
+
+    def move(self, node: int, cid: int) -> None:
+        group = self.snap.node_group[node]
+        old = (group, self.class_of(node))
+        self.cells[old] -= 1
+        if not self.cells[old]:
+            del self.cells[old]
+        self.cells[(group, cid)] = self.cells.get((group, cid), 0) + 1
+        self.moved[node] = cid
 
     def _inventory(self, cls: _Class) -> model.Inventory:
         e = self.snap.entries[cls.rep]
@@ -500,24 +580,13 @@ class _Search:
 
     # -- remapping -------------------------------------------------------------------
 
-    def remap(self, cls: _Class, node: int, results: tuple[model.DeviceResult, ...]
-              ) -> tuple[model.DeviceResult, ...]:
+    def pool_map(self, cls: _Class, node: int) -> dict[PoolKey, PoolKey] | None:
+        """The representative's local pools -> this node's (None when the same)."""
         if node == cls.rep:
-            return results
+            return None
         src = self.snap.entries[cls.rep].local_pools
         dst = self.snap.entries[node].local_pools
-        mapping = {a: b for a, b in zip(src, dst, strict=True) if a != b}
-        if not mapping:
-            return results
-        out = []
-        for r in results:
-            to = mapping.get((r.id.driver, r.id.pool))
-            if to is None:
-                out.append(r)
-            else:
-                out.append(model.DeviceResult(r.request, model.DeviceId(to[0], to[1], r.id.device),
-                                              r.admin_access, r.shared, r.consumed_capacity))
-        return tuple(out)
+        return {a: b for a, b in zip(src, dst, strict=True) if a != b} or None
 
 
 # ----------------------------------------------------------------------- placement
@@ -562,11 +631,13 @@ def place(gang: Gang, snapshot: Snapshot, *, memo: Memo | None = None,
     return GangResult(verdict, (), tuple(reasons), category, domains, hostable, stats)
 
 
-def _eligible_groups(search: _Search, pod_set: PodSet) -> Callable[[int], bool]:
-    snap = search.snap
-    per_node = (pod_set.affinity is not None and any(
-        t.match_fields or any(r.key == HOSTNAME_LABEL for r in t.match_expressions)
-        for t in pod_set.affinity.terms)) or HOSTNAME_LABEL in pod_set.node_selector
+def _matcher(pod_set: PodSet) -> tuple[Callable[[model.Node], bool], bool]:
+    """Node selection for a pod set, and whether it looks at more than shared labels
+    (the hostname label or node fields), so that it must be asked per node."""
+    per_node = HOSTNAME_LABEL in pod_set.node_selector or (
+        pod_set.affinity is not None and any(
+            t.match_fields or any(r.key == HOSTNAME_LABEL for r in t.match_expressions)
+            for t in pod_set.affinity.terms))
 
     def matches(node: model.Node) -> bool:
         for k, v in pod_set.node_selector.items():
@@ -574,24 +645,24 @@ def _eligible_groups(search: _Search, pod_set: PodSet) -> Callable[[int], bool]:
                 return False
         return pod_set.affinity is None or predicates.selector_matches(pod_set.affinity, node)
 
-    if per_node:
-        return lambda i: matches(snap.entries[i].node)
-    cache: dict[int, bool] = {}
-
-    def by_group(i: int) -> bool:
-        g = snap.entries[i].label_group
-        ok = cache.get(g)
-        if ok is None:
-            ok = cache[g] = matches(snap.entries[i].node)
-        return ok
-
-    return by_group
+    return matches, per_node
 
 
 def _requests(pod_set: PodSet) -> dict[str, Fraction]:
     out = {k: q.value for k, q in pod_set.requests.items()}
     out["pods"] = out.get("pods", _ZERO) + 1
     return out
+
+
+@dataclasses.dataclass(slots=True)
+class _Unit:
+    """Nodes that look alike to one pod set: a cell (label group, class), or one node
+    when selection must be asked per node."""
+
+    group: int
+    node: int | None  # set for a single-node unit
+    cid: int
+    count: int
 
 
 def _place_pod_set(search: _Search, ps_index: int, pod_set: PodSet,
@@ -601,7 +672,7 @@ def _place_pod_set(search: _Search, ps_index: int, pod_set: PodSet,
     snap = search.snap
     label = f"pod set {pod_set.name}"
     requests = _requests(pod_set)
-    eligible = _eligible_groups(search, pod_set)
+    matches, per_node = _matcher(pod_set)
     # Shared claims: already allocated (restrict nodes), pinned by an earlier pod set of
     # this gang (restrict nodes), or to be allocated with this pod set's first pod.
     allowed: set[str] | None = None
@@ -628,103 +699,121 @@ def _place_pod_set(search: _Search, ps_index: int, pod_set: PodSet,
     variant = _Variant(first_claims, rest_claims)
     single_node = bool(unpinned)
     need, want = pod_set.needed, pod_set.count
-    # Per node: how many pods of this set it can host.
+    # The units to consider: cells, or single nodes when selection is per node.
+    units: list[_Unit] = []
+    skipped = {"selector": 0, "taint": 0, "topology": 0, "shared": 0}
+    if allowed is not None or per_node:
+        names = allowed
+        for i, e in enumerate(snap.entries):
+            if names is not None and e.node.name not in names:
+                skipped["shared"] += 1
+                continue
+            units.append(_Unit(snap.node_group[i], i, search.class_of(i), 1))
+    else:
+        units = [_Unit(g, None, cid, n) for (g, cid), n in search.cells.items()]
+    # How many pods one node of each class holds; domain totals.
     counts: dict[int, int] = {}
     fills: dict[int, _Fill] = {}
-    skipped = {"selector": 0, "taint": 0, "topology": 0, "shared": 0}
+    group_ok: dict[int, bool] = {}
     taint_example = ""
-    short: dict[str, tuple[int, str]] = {}  # stop reason -> (nodes, example node)
-    capacity: list[int] = []
-    for i, e in enumerate(snap.entries):
-        if allowed is not None and e.node.name not in allowed:
-            skipped["shared"] += 1
-            capacity.append(0)
+    short: dict[str, tuple[int, str]] = {}  # why a class holds fewer -> (nodes, example)
+    totals: dict[str, int] = {}
+    domain_units: dict[str, list[_Unit]] = {}
+    best = 0
+    for u in units:
+        node = snap.entries[u.node if u.node is not None else
+                            snap.group_nodes[u.group][0]].node
+        if u.node is not None:
+            ok = matches(node)
+        else:
+            ok_cached = group_ok.get(u.group)
+            ok = group_ok[u.group] = matches(node) if ok_cached is None else ok_cached
+        if not ok:
+            skipped["selector"] += u.count
             continue
-        if not eligible(i):
-            skipped["selector"] += 1
-            capacity.append(0)
-            continue
-        if pod_set.topology is not None and pod_set.topology not in e.node.labels:
-            skipped["topology"] += 1
-            capacity.append(0)
-            continue
-        ck = search.node_class[i]
-        n = counts.get(ck)
+        domain = ""
+        if pod_set.topology is not None:
+            value = node.labels.get(pod_set.topology)
+            if value is None:
+                skipped["topology"] += u.count
+                continue
+            domain = value
+        n = counts.get(u.cid)
+        example = snap.entries[u.node if u.node is not None else
+                               search.get_class(u.cid).rep].node.name
         if n is None:
-            cls = search.classes[ck]
+            cls = search.get_class(u.cid)
             bad = search.tolerated(cls, pod_set)
             if bad:
                 n = -1
-                taint_example = taint_example or f"{bad} (node {e.node.name})"
+                taint_example = taint_example or f"{bad} (node {example})"
             else:
                 f = search.fill(cls, ps_index, pod_set, variant, requests, want)
-                fills[ck] = f
+                fills[u.cid] = f
                 n = len(f.allocations)
-                if f.undecided:
-                    search.undecided = True
-                if n < want and f.stop:
-                    why = _holds(n, f.stop)
-                    have = short.get(why)
-                    short[why] = (1, e.node.name) if have is None else have
-            counts[ck] = n
-        elif n < want and ck in fills and fills[ck].stop:
-            why = _holds(n, fills[ck].stop)
-            c, ex = short[why]
-            short[why] = (c + 1, ex)
+                search.undecided = search.undecided or f.undecided
+            counts[u.cid] = n
         if n < 0:
-            skipped["taint"] += 1
-            n = 0
-        capacity.append(n)
-    best = max(capacity, default=0)
-    # Domains: all eligible nodes, or per value of the topology label.
-    groups: dict[str, list[int]] = {}
-    for i, e in enumerate(snap.entries):
-        if capacity[i] <= 0:
+            skipped["taint"] += u.count
             continue
-        d = e.node.labels.get(pod_set.topology, "") if pod_set.topology else ""
-        groups.setdefault(d, []).append(i)
-    ranked = []
-    for d, members in groups.items():
-        total = max(capacity[i] for i in members) if single_node else \
-            sum(capacity[i] for i in members)
-        ranked.append((min(total, want), d))
+        f = fills[u.cid]
+        if n < want and f.stop:
+            why = _holds(n, f.stop)
+            c, ex = short.get(why, (0, example))
+            short[why] = (c + u.count, ex)
+        best = max(best, n)
+        if n == 0:
+            continue
+        total = totals.get(domain, 0)
+        totals[domain] = max(total, n) if single_node else total + n * u.count
+        domain_units.setdefault(domain, []).append(u)
+    ranked = [(t, d) for d, t in totals.items()]
+    # Best fit: the smallest domain that holds every pod; else the largest holding minCount.
     full = sorted((t, d) for t, d in ranked if t >= want)
     partial = sorted(((t, d) for t, d in ranked if need <= t < want), key=lambda x: (-x[0], x[1]))
     choice = full[0] if full else (partial[0] if partial else None)
     if choice is None:
         return False, _explain(pod_set, label, need, want, ranked, skipped, taint_example, short,
                                single_node, len(snap.entries)), None, best
-    total, domain = choice
+    total, domain = min(choice[0], want), choice[1]
+    # The nodes of the chosen domain, in name order.
+    nodes: set[int] = set()
+    for u in domain_units[domain]:
+        if u.node is not None:
+            nodes.add(u.node)
+        else:
+            nodes.update(snap.group_nodes[u.group])
     placed = 0
     index_base = sum(1 for p in placements if p.pod_set == pod_set.name)
-    for i in groups[domain]:
+    tag = (id(search.gang), ps_index, tuple(c.claim.key for c in variant.first),
+           tuple(c.claim.key for c in variant.rest))
+    for i in sorted(nodes):
         if placed >= total:
             break
-        k = min(capacity[i], total - placed)
-        if single_node and k < total:
+        cid = search.class_of(i)
+        k = min(max(counts.get(cid, 0), 0), total - placed)
+        if k <= 0 or (single_node and k < total):
             continue
-        ck = search.node_class[i]
-        cls = search.classes[ck]
-        f = fills[ck]
-        node = snap.entries[i].node.name
+        cls = search.get_class(cid)
+        f = fills[cid]
+        node_name = snap.entries[i].node.name
+        pools_map = search.pool_map(cls, i)
         for j in range(k):
-            devices = []
+            claims = []
             for pc, results in zip(variant.claims(j), f.allocations[j], strict=True):
-                mapped = search.remap(cls, i, results)
-                devices.append((pc.name, mapped))
-                if pc.shared:
-                    local = any((r.id.driver, r.id.pool) in snap._owner for r in mapped)
-                    search.pinned[pc.claim.key] = (node if local else None, mapped)
-                if snap.entries[i].sees_global:
-                    search.global_results.extend(
-                        r for r in mapped if (r.id.driver, r.id.pool) not in snap._owner)
-            devices.extend(_pinned_devices(search, pod_set, {name for name, _ in devices}))
-            placements.append(Placement(pod_set.name, index_base + placed + j, node,
-                                        tuple(devices)))
-        tag = (id(search.gang), ps_index, tuple(c.claim.key for c in variant.first),
-               tuple(c.claim.key for c in variant.rest))
-        new = search.derived(cls, f, k, requests, tag)
-        search.node_class[i] = new.key
+                claims.append((pc.name, results))
+                if pc.shared or snap.entries[i].sees_global:
+                    mapped = remap(results, pools_map) if pools_map else results
+                    if pc.shared:
+                        local = any((r.id.driver, r.id.pool) in snap.owner for r in mapped)
+                        search.pinned[pc.claim.key] = (node_name if local else None, mapped)
+                    if snap.entries[i].sees_global:
+                        search.global_results.extend(
+                            r for r in mapped if (r.id.driver, r.id.pool) not in snap.owner)
+            claims.extend(_pinned_devices(search, pod_set, {name for name, _ in claims}))
+            placements.append(Placement(pod_set.name, index_base + placed + j, node_name,
+                                        tuple(claims), pools_map))
+        search.move(i, search.derived(cls, f, k, requests, tag).key)
         placed += k
         if single_node:
             break

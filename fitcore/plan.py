@@ -127,29 +127,36 @@ def _limit(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape) -
     return max(0, min(pods, shape.max_nodes - have))
 
 
-def _extend(snapshot: gang.Snapshot, shape: shapes.NodeShape, count: int
-            ) -> tuple[gang.Snapshot, tuple[ShapeCount, ...]]:
-    per_domain = shape.nodes_per_domain if shape.domain_label else None
-    if shape.domain_label and shape.domain_label in shape.node_labels:
-        per_domain = None  # a fixed domain: all new nodes join it
-    nodes: list[model.Node] = []
-    slices: list[model.ResourceSlice] = []
-    groups: list[ShapeCount] = []
-    chunk = per_domain or count
-    domain_index = 0
-    while len(nodes) < count:
-        n = min(chunk, count - len(nodes))
-        domain = shape.domain_name(domain_index) if shape.domain_label and per_domain \
-            else (shape.node_labels.get(shape.domain_label) if shape.domain_label else None)
-        if shape.domain_label and not per_domain and domain is None:
-            domain = shape.domain_name(0)
-        more_nodes, more_slices = shape.instantiate(n, first=len(nodes), domain=domain)
-        nodes += more_nodes
-        slices += more_slices
-        groups.append(ShapeCount(shape.name, n, domain))
-        domain_index += 1
-    return snapshot.extended(nodes, slices, shape=("shape", shape.name,
-                                                   shape.local_shape())), tuple(groups)
+class _NewNodes:
+    """Hypothetical nodes of one shape, indexed once; a trial takes the first n."""
+
+    def __init__(self, snapshot: gang.Snapshot, shape: shapes.NodeShape, limit: int) -> None:
+        per_domain = shape.nodes_per_domain if shape.domain_label else None
+        fixed = shape.node_labels.get(shape.domain_label) if shape.domain_label else None
+        nodes: list[model.Node] = []
+        slices: list[model.ResourceSlice] = []
+        self.domains: list[str | None] = []  # per new node
+        chunk = 0
+        while len(nodes) < limit:
+            n = min(per_domain or limit, limit - len(nodes)) if fixed is None else limit
+            domain = fixed if fixed is not None else (
+                shape.domain_name(chunk) if shape.domain_label else None)
+            chunk += 1
+            more_nodes, more_slices = shape.instantiate(n, first=len(nodes), domain=domain)
+            nodes += more_nodes
+            slices += more_slices
+            self.domains += [domain] * n
+        self.shape = shape
+        self.entries, self.owner = snapshot.prepare(
+            nodes, slices, shape=("shape", shape.name, shape.local_shape()))
+
+    def groups(self, used: set[str]) -> tuple[ShapeCount, ...]:
+        """The new nodes a placement uses, grouped by domain."""
+        counts: dict[str | None, int] = {}
+        for i, domain in enumerate(self.domains):
+            if self.shape.node_name(i) in used:
+                counts[domain] = counts.get(domain, 0) + 1
+        return tuple(ShapeCount(self.shape.name, n, d) for d, n in counts.items())
 
 
 def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape,
@@ -159,13 +166,14 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
     limit = _limit(gang_, snapshot, shape)
     if limit <= 0:
         return None, f"at its limit of {shape.max_nodes} nodes", {}
-    tried: dict[int, tuple[gang.GangResult, tuple[ShapeCount, ...]]] = {}
+    new = _NewNodes(snapshot, shape, limit)
+    tried: dict[int, gang.GangResult] = {}
 
     def trial(n: int) -> gang.GangResult:
-        snap, groups = _extend(snapshot, shape, n)
-        result = gang.place(gang_, snap, memo=memo, engine=engine, budget=budget)
-        tried[n] = (result, groups)
-        return result
+        if n not in tried:
+            snap = snapshot.extended(new.entries[:n], new.owner)
+            tried[n] = gang.place(gang_, snap, memo=memo, engine=engine, budget=budget)
+        return tried[n]
 
     top = trial(limit)
     hostable = dict(top.hostable)
@@ -176,32 +184,25 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
         about = [r for r in top.reasons if prefix in r] or list(top.reasons[:1])
         return None, (f"even {limit} new nodes do not make the gang fit: "
                       + "; ".join(about)), hostable
-    lo, hi = 0, limit  # lo does not fit (or is untried zero), hi fits
-    while hi - lo > 1:
+    # New nodes fill in order, so the nodes the placement used bound the answer; it is
+    # almost always exact, which one more trial confirms. Otherwise bisect below it.
+    prefix_used = {p.node for p in top.placements} - existing
+    hi = max((i + 1 for i in range(limit) if shape.node_name(i) in prefix_used), default=limit)
+    if hi < limit and not trial(hi).fits:
+        hi = limit
+    lo = 0
+    if hi > 1 and not trial(hi - 1).fits:
+        lo = hi - 1
+    while hi - lo > 1:  # lo does not fit (zero new nodes never does), hi fits
         mid = (lo + hi) // 2
         if trial(mid).fits:
             hi = mid
         else:
             lo = mid
-    result, groups = tried[hi]
-    used = {p.node for p in result.placements}
-    groups = _used_groups(groups, shape, used)
+    result = tried[hi]
+    groups = new.groups({p.node for p in result.placements})
     count = sum(g.count for g in groups)
     return Plan(groups, shape.price * count, result.placements, existing), "", hostable
-
-
-def _used_groups(groups: tuple[ShapeCount, ...], shape: shapes.NodeShape, used: set[str]
-                 ) -> tuple[ShapeCount, ...]:
-    """Only the new nodes the placement uses (bisection may leave one unused domain)."""
-    out = []
-    index = 0
-    for g in groups:
-        names = {shape.node_name(i) for i in range(index, index + g.count)}
-        index += g.count
-        n = len(names & used)
-        if n:
-            out.append(ShapeCount(g.shape, n, g.domain))
-    return tuple(out)
 
 
 # --------------------------------------------------------------------------- verify

@@ -1,0 +1,124 @@
+"""Gang decisions: a 64-pod gang with rack topology over 100 / 1,000 / 5,000 nodes.
+
+    .venv/bin/python -m bench.gang [--repeat N] [--sizes 100,1000,5000] [--json PATH]
+
+Each node has 16 GPUs on two PCIe roots (8 per root) and one NIC per root. Each pod asks
+for 8 GPUs on one root plus the NIC on the same root (one ResourceClaimTemplate with a
+matchAttribute constraint), so a node holds two pods. Nodes sit in racks of 40; a third
+of the nodes already run something on one root. The gang needs all 64 pods in one rack.
+
+Two scenarios per size:
+- `fit`: the gang fits existing nodes (some racks are still free enough).
+- `plan`: every rack is too busy, so the decision goes on to NodeShapes: a cheaper shape
+  whose NIC shares no root with a GPU (cannot host a pod) and a rail-aligned one.
+
+Times are medians of whole decisions (`plan.plan`: placement, and for `plan` the shape
+search) on a prepared `gang.Snapshot`; building the snapshot (done once per inventory
+change in the service, incrementally) is reported separately. Nothing is cached between
+decisions except what the process keeps anyway (compiled CEL programs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import statistics
+import time
+from typing import Any
+
+from fitcore import (
+    _alloc,  # noqa: F401  (fail loudly when the extension is not built)
+    gang,
+    plan,
+    workload,
+)
+from tests.fitcore import builders as b
+from tests.gang import builders as gb
+
+RACK_SIZE = 40
+PODS = 64
+
+
+def cluster(nodes: int, busy_racks: bool, seed: int = 7) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    objects: list[dict[str, Any]] = [*gb.classes()]
+    for i in range(nodes):
+        name = f"gpu-{i:05d}"
+        rack = f"rack-{i // RACK_SIZE:03d}"
+        objects += gb.gpu_node(name, gpus=16, roots=2, rack=rack, cpu="128")
+        # A third of the nodes run something on root pci0; with busy racks, every rack
+        # is so busy that no rack holds 64 pods.
+        if rng.random() < (0.75 if busy_racks else 0.33):
+            objects.append(gb.allocated(f"busy-{name}", name,
+                                        [(b.GPU, f"gpu-{d}") for d in range(8)]
+                                        + [(b.NIC, "nic-0")]))
+    return objects
+
+
+def shapes() -> list[dict[str, Any]]:
+    return [gb.shape("h100-basic", price="9.5", gpus=16, roots=2, nics=["pci9"], cpu="128",
+                     per_domain=RACK_SIZE),
+            gb.shape("h100-rail", price=12, gpus=16, roots=2, cpu="128", per_domain=RACK_SIZE)]
+
+
+def gang_objects() -> list[dict[str, Any]]:
+    return [gb.template("gpus", gpus=8), gb.workload(gb.pod_set(
+        "workers", PODS, cpu="32", templates=("gpus",), topology=gb.RACK))]
+
+
+def measure(nodes: int, scenario: str, repeat: int) -> dict[str, Any]:
+    objects = cluster(nodes, busy_racks=scenario == "plan")
+    if scenario == "plan":
+        objects += shapes()
+    bundle = workload.load([(o, None) for o in [*objects, *gang_objects()]])
+    started = time.perf_counter()
+    snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used)
+    build = time.perf_counter() - started
+    g = bundle.gangs[0]
+    gc.collect()
+    gc.freeze()  # the inventory is long-lived, as in the service
+    times = []
+    result = None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = plan.plan(g, snapshot, bundle.shapes)
+        times.append(time.perf_counter() - started)
+    gc.unfreeze()
+    assert result is not None
+    expected = "fits" if scenario == "fit" else "needs-capacity"
+    assert result.verdict == expected, (result.verdict, result.reasons)
+    return {"nodes": nodes, "scenario": scenario, "median_ms": statistics.median(times) * 1e3,
+            "first_ms": times[0] * 1e3, "snapshot_ms": build * 1e3,
+            "allocations": result.stats.allocations, "classes": result.stats.classes,
+            "verdict": result.verdict,
+            "plan": ([(s.shape, s.count) for s in result.plan.shapes] if result.plan else None)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=21)
+    parser.add_argument("--sizes", default="100,1000,5000")
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = [measure(n, scenario, args.repeat) for scenario in ("fit", "plan") for n in sizes]
+    print(f"{'scenario':<9}{'nodes':>7}{'median ms':>11}{'first ms':>10}{'snapshot ms':>13}"
+          f"{'allocs':>8}{'classes':>9}  result")
+    for r in rows:
+        what = r["verdict"] + (f" {r['plan']}" if r["plan"] else "")
+        print(f"{r['scenario']:<9}{r['nodes']:>7}{r['median_ms']:>11.2f}{r['first_ms']:>10.2f}"
+              f"{r['snapshot_ms']:>13.1f}{r['allocations']:>8}{r['classes']:>9}  {what}")
+    for scenario in ("fit", "plan"):
+        by = {r["nodes"]: r["median_ms"] for r in rows if r["scenario"] == scenario}
+        if 1000 in by and 5000 in by:
+            print(f"{scenario}: growth 1,000 -> 5,000 nodes: x{by[5000] / by[1000]:.2f} "
+                  "(x5 would be linear)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
