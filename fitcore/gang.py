@@ -332,6 +332,22 @@ class Snapshot:
         self.class_rep.setdefault(cid, index)
         self.entries.append(e)
 
+    def local_allocated(self, local_pools: Sequence[PoolKey]) -> model.AllocatedState:
+        """The part of the allocated state in these pools (the rest cannot matter to a
+        node that sees only them, and copying all of it costs O(cluster))."""
+        all_ = self.inventory.allocated
+        dedicated, shared, consumed = set(), set(), {}
+        for pk in local_pools:
+            for t in self._allocated_by_pool.get(pk, ()):
+                ident = model.DeviceId(pk[0], pk[1], t[1])
+                if t[0] == "d":
+                    dedicated.add(ident)
+                elif t[0] == "s":
+                    shared.add(ident)
+                else:
+                    consumed[ident] = all_.consumed[ident]
+        return model.AllocatedState(frozenset(dedicated), frozenset(shared), consumed)
+
     def intern(self, key: Any) -> int:
         have = self.keys.get(key)
         if have is None:
@@ -488,15 +504,20 @@ class _Search:
         self.moved[node] = cid
 
     def _inventory(self, cls: _Class) -> model.Inventory:
-        e = self.snap.entries[cls.rep]
-        slices = self.rep_inventory.get(cls.rep)
-        if slices is None:
-            inv = model.Inventory((*e.local_slices, *self.snap.global_slices)
-                                  if e.sees_global else e.local_slices,
-                                  self.snap.inventory.classes, self.snap.inventory.allocated)
+        """What the allocator needs for the representative: its own pools and what is
+        allocated in them (plus, if it sees any, the pools that are not node-local)."""
+        inv = self.rep_inventory.get(cls.rep)
+        if inv is None:
+            e = self.snap.entries[cls.rep]
+            if e.sees_global:
+                inv = model.Inventory((*e.local_slices, *self.snap.global_slices),
+                                      self.snap.inventory.classes,
+                                      self.snap.inventory.allocated)
+            else:
+                inv = model.Inventory(e.local_slices, self.snap.inventory.classes,
+                                      self.snap.local_allocated(e.local_pools))
             self.rep_inventory[cls.rep] = inv
-            slices = inv
-        return slices
+        return inv
 
     def tolerated(self, cls: _Class, pod_set: PodSet) -> str:
         """The first taint of the class that the pod set does not tolerate ("" if none)."""

@@ -148,7 +148,7 @@ class _NewNodes:
             self.domains += [domain] * n
         self.shape = shape
         self.entries, self.owner = snapshot.prepare(
-            nodes, slices, shape=("shape", shape.name, shape.local_shape()))
+            nodes, slices, shape=("shape", shape.name, snapshot.intern(shape.local_shape())))
 
     def groups(self, used: set[str]) -> tuple[ShapeCount, ...]:
         """The new nodes a placement uses, grouped by domain."""

@@ -57,9 +57,11 @@ class NodeShape:
             if self.domain_label and domain is not None:
                 labels[self.domain_label] = domain
             nodes.append(model.Node(name, labels, self.taints, dict(self.allocatable)))
-            for s in self.slices:
-                slices.append(dataclasses.replace(s, name=f"{name}-{s.name}", node_name=name,
-                                                  pool=f"{s.pool}-{name}"))
+            for s in self.slices:  # the constructor, not dataclasses.replace: hot in plans
+                slices.append(model.ResourceSlice(
+                    name=f"{name}-{s.name}", driver=s.driver, pool=f"{s.pool}-{name}",
+                    generation=s.generation, resource_slice_count=s.resource_slice_count,
+                    node_name=name, devices=s.devices, shared_counters=s.shared_counters))
         return nodes, slices
 
     def local_shape(self) -> tuple[object, ...]:
