@@ -195,6 +195,7 @@ class GangResult:
 # ------------------------------------------------------------------------- snapshot
 
 _ZERO = Fraction(0)
+_UNBOUNDED = 1 << 40
 PoolKey = tuple[str, str]
 
 
@@ -303,6 +304,8 @@ class Snapshot:
             devices += sum(len(s.devices) for s in group_slices)
             devices -= sum(1 for t in taken if t[0] == "d")
             pool_shapes.append(tuple(sorted(taken)))
+        if any(d.allow_multiple_allocations for s in local_slices for d in s.devices):
+            devices = _UNBOUNDED  # shared devices: counting cannot bound the pods
         sees_global = any(pools.slice_relevant(n, s) for s in self.global_slices)
         free: dict[str, Fraction] = {k: q.value for k, q in n.allocatable.items()}
         for k, q in used.items():
@@ -456,6 +459,8 @@ def _resource_bound(free: Mapping[str, Fraction], requests: Mapping[str, Fractio
     for name, amount in requests.items():
         if amount <= 0:
             continue
+        if name == "pods" and name not in free:
+            continue  # a node (or shape) that does not say how many pods it takes
         have = free.get(name, _ZERO)
         n = int(have // amount) if have > 0 else 0
         if n < best:
@@ -566,6 +571,9 @@ class _Search:
             if needs and not e.sees_global and cls.devices - taken < needs:
                 f.stop = "too few free devices"
                 return f
+            if not claims:
+                f.allocations.append(())
+                continue
             inv = model.Inventory(inventory.slices, inventory.classes, base.plus(carried))
             nf = api.allocate(e.node, inv, [c.claim for c in claims], engine=self.engine,
                               budget=self.budget)

@@ -49,6 +49,8 @@ def check_placements(placements: Sequence[gang.Placement], shared: set[str]) -> 
         for claim, results in p.devices:
             for r in results:
                 assert p.node in r.id.pool, f"{p} uses {r.id} of another node"
+                if r.shared or r.admin_access:
+                    continue  # a share of a multi-allocatable device, or admin access
                 who = claim if claim in shared else f"{p.pod_set}[{p.index}]/{claim}"
                 owner = seen.setdefault(str(r.id), who)
                 assert owner == who, f"{r.id} allocated to {owner} and {who}"

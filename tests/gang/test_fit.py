@@ -123,6 +123,40 @@ def test_fit(run_plan, case: Case) -> None:
         assert result.category == case.category
 
 
+def shared_gpu_node(name: str) -> list[dict[str, Any]]:
+    """One GPU that many claims may share, 40Gi of memory to hand out."""
+    return [gb.node(name), b.rslice(f"{name}-gpu", [b.device(
+        "gpu-0", capacity={"memory": {"value": "40Gi"}}, multi=True)], node=name,
+        pool=f"{name}-gpu")]
+
+
+def slice_template(memory: str) -> dict[str, Any]:
+    spec = b.claim("slice", b.req("gpu", capacity={"memory": memory}))["spec"]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "slice", "namespace": "default"}, "spec": {"spec": spec}}
+
+
+MORE_CASES = [
+    Case("cpu-only-pods", [gb.node("n1", cpu="16"), gb.node("n2", cpu="16"),
+                           gb.workload(gb.pod_set(count=4, cpu="6"))], "fits", 4),
+    Case("cpu-only-pods-too-many", [gb.node("n1", cpu="16"), gb.node("n2", cpu="16"),
+                                    gb.workload(gb.pod_set(count=5, cpu="6"))],
+         "unsatisfiable", 0, reason="holds 2 of its pods, then not enough cpu"),
+    Case("shared-device-capacity-many-pods",
+         [*shared_gpu_node("n1"), slice_template("10Gi"),
+          gb.workload(gb.pod_set(count=4, cpu="1", templates=("slice",)))], "fits", 4, {"n1"}),
+    Case("shared-device-capacity-runs-out",
+         [*shared_gpu_node("n1"), slice_template("10Gi"),
+          gb.workload(gb.pod_set(count=5, cpu="1", templates=("slice",)))],
+         "unsatisfiable", 0, reason="holds 4 of its pods"),
+]
+
+
+@pytest.mark.parametrize("case", MORE_CASES, ids=[c.id for c in MORE_CASES])
+def test_fit_more(run_plan, case: Case) -> None:
+    test_fit(run_plan, case)
+
+
 # ------------------------------------------------------------------ shared claims
 
 SHARED = gb.shared_claim("dataset-cache", b.req("cache", "gpu", count=1))
