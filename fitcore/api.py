@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from fitcore import compiled, model, reference
 
@@ -20,6 +20,7 @@ DEFAULT_BUDGET = reference.DEFAULT_BUDGET
 
 _NO_EXTENSIONS = os.environ.get("FITCORE_NO_EXTENSIONS", "") not in ("", "0")
 
+_alloc: Any
 if _NO_EXTENSIONS:
     _alloc = None
 else:

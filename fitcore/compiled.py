@@ -177,9 +177,9 @@ class Problem:
         ctr_id: list[int] = []
         ctr_amt: list[int] = []
         for mine in uses:
-            for cid, amount in mine:
+            for cid, fraction in mine:
                 ctr_id.append(cid)
-                ctr_amt.append(_scaled(amount, scales[cid]))
+                ctr_amt.append(_scaled(fraction, scales[cid]))
             dev_ctr_start.append(len(ctr_id))
         # ---- multi-allocatable devices: capacity left, takes per alternative
         dev_cap_start = [0]

@@ -126,9 +126,10 @@ def _match_shortfall(claim: model.Claim, constraint: model.Constraint, p: Prepar
     if not groups:
         return (f"ResourceClaim {claim.key}: matchAttribute {attribute}: no usable device on "
                 f"node {p.node.name} has this attribute")
-    (value, size), = groups.most_common(1)
+    (key, size), = groups.most_common(1)
     if size >= need:
         return None
+    shown = key[1] if isinstance(key, tuple) else key
     return (f"ResourceClaim {claim.key}: matchAttribute {attribute} needs {need} devices with one "
             f"value; on node {p.node.name} the largest group of usable devices has {size} "
-            f"({value[1]!s})")
+            f"({shown!s})")

@@ -7,6 +7,7 @@ raises one `errors.InputError`; nothing half-parsed is ever returned.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -27,7 +28,7 @@ def describe(obj: Any, default_kind: str) -> str:
     if not isinstance(obj, Mapping):
         return f"{default_kind} <not an object>"
     kind = obj.get("kind") or default_kind
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    meta: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
     name = meta.get("name") or "<unnamed>"
     namespace = meta.get("namespace")
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
@@ -191,8 +192,8 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
     r = _Reader(c)
     name, _ = _meta_name(r, obj)
     spec = r.get(obj, "spec", "", Mapping, required=True, default={})
-    driver = r.name(spec.get("driver"), "spec.driver", _DNS_SUBDOMAIN, "driver name (DNS subdomain)",
-                    63)
+    driver = r.name(spec.get("driver"), "spec.driver", _DNS_SUBDOMAIN,
+                    "driver name (DNS subdomain)", 63)
     pool = r.get(spec, "pool", "spec", Mapping, required=True, default={})
     pool_name = r.get(pool, "name", "spec.pool", str, required=True, default="")
     if pool_name and len(pool_name) > 253:
@@ -203,8 +204,8 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
         c.add("spec.pool.resourceSliceCount", f"must be at least 1, got {count}")
     counter_sets = []
     for cpath, cs in r.items(spec, "sharedCounters", "spec", limit=8):
-        cs_name = r.name(cs.get("name"), f"{cpath}.name", _DNS_LABEL, "counter set name (DNS label)",
-                         63)
+        cs_name = r.name(cs.get("name"), f"{cpath}.name", _DNS_LABEL,
+                         "counter set name (DNS label)", 63)
         counters: dict[str, values.Quantity] = {}
         for cname, cval in r.get(cs, "counters", cpath, Mapping, required=True, default={}).items():
             q = r.quantity(cval.get("value") if isinstance(cval, Mapping) else None,
@@ -341,7 +342,7 @@ def _request_policy(r: _Reader, raw: Any, path: str) -> model.RequestPolicy | No
         if (q := r.quantity(v, f"{path}.validValues[{i}]")) is not None)
     if len(valid_values) > 10:
         r.c.add(f"{path}.validValues", "must have at most 10 entries")
-    if any(a >= b for a, b in zip(valid_values, valid_values[1:], strict=False)):
+    if any(a >= b for a, b in itertools.pairwise(valid_values)):
         r.c.add(f"{path}.validValues", "must be sorted ascending without duplicates")
     valid_range = None
     rng = r.get(raw, "validRange", path, Mapping)
@@ -537,7 +538,7 @@ def node(obj: Mapping[str, Any], source: str | None = None) -> model.Node:
     c = errors.Collector(describe(obj, "Node"), source)
     r = _Reader(c)
     name, _ = _meta_name(r, obj)
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    meta: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
     labels = r.get(meta, "labels", "metadata", Mapping, default={})
     spec = r.get(obj, "spec", "", Mapping, default={})
     taints = []

@@ -308,7 +308,8 @@ class AllocatedState:
             into = consumed.setdefault(device, {})
             for name, amount in amounts.items():
                 into[name] = into[name] + amount if name in into else amount
-        return AllocatedState(self.dedicated | extra.dedicated, self.shared | extra.shared, consumed)
+        return AllocatedState(self.dedicated | extra.dedicated, self.shared | extra.shared,
+                              consumed)
 
 
 # ---------------------------------------------------------------------------- results

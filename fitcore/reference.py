@@ -14,7 +14,7 @@ by `prepare` (shared with the compiled core), so both engines agree on them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fitcore import explain, model, pools, semantics, values
 
@@ -46,17 +46,20 @@ class Alternative:
         return len(self.all_devices) if self.all_devices is not None else self.exact.count
 
 
+_Pool = pools.Pool
+
+
 @dataclasses.dataclass(slots=True)
 class Prepared:
     node: model.Node
     inventory: model.Inventory
     claims: Sequence[model.Claim]
-    pools: list[pools.Pool]
+    pools: list[_Pool]
     selector: semantics.Selector
     # alternatives[claim][request] -> list of alternatives in preference order
     alternatives: list[list[list[Alternative]]]
 
-    def selectable(self, alt: Alternative, claim: model.Claim, pool: pools.Pool,
+    def selectable(self, alt: Alternative, claim: model.Claim, pool: _Pool,
                    s: model.ResourceSlice, device: model.Device) -> bool:
         return (pools.device_on_node(self.node, s, device)
                 and semantics.device_selectable(self.selector, alt.device_class, alt.exact,
@@ -264,7 +267,7 @@ class _Search:
         return ident in self.allocated.dedicated or bool(self.in_call.get(ident))
 
     def allocate(self, ci: int, alt: Alternative, pool: pools.Pool, device: model.Device,
-                 *, must: bool = False):  # type: ignore[no-untyped-def]
+                 *, must: bool = False) -> Callable[[], None] | None:
         """Allocate one device, returning an undo function, or None when it cannot be.
 
         Checks run in the allocator's order (in use, counters, taints, constraints,
@@ -287,7 +290,7 @@ class _Search:
             if counted:
                 self.release_counters(pool, device)
             return None
-        added = []
+        added: list[_Constraint] = []
         for constraint in self.constraints[ci]:
             if not constraint.add(alt, pool.driver, device):
                 for c in reversed(added):
@@ -343,7 +346,7 @@ class _Search:
         for set_name, counters in free.items():
             for counter, available in counters.items():
                 taken = used.get(set_name, {}).get(counter)
-                if taken is not None and available < taken or taken is None and available.value < 0:
+                if available.value < (taken.value if taken is not None else 0):
                     self.release_counters(pool, device)
                     return False
         return True

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from fitcore import cel, model, predicates, values
 
+
 class SelectionError(Exception):
     """A CEL selector failed at runtime on a device: the claim cannot be allocated as written."""
 

@@ -140,7 +140,7 @@ def _exact(rng: random.Random, *, one: bool, multi_names: bool) -> dict[str, Any
 
 
 def _claim(rng: random.Random, name: str) -> dict[str, Any]:
-    requests = []
+    requests: list[dict[str, Any]] = []
     n = rng.choice([1, 1, 1, 2, 3])
     distinct = rng.random() < 0.15
     for i in range(n):
@@ -151,7 +151,7 @@ def _claim(rng: random.Random, name: str) -> dict[str, Any]:
         else:
             requests.append({"name": f"r{i}", "exactly": _exact(rng, one=distinct,
                                                                 multi_names=True)})
-    constraints = []
+    constraints: list[dict[str, Any]] = []
     if distinct:
         constraints.append({"distinctAttribute": rng.choice([f"{STD}/pcieRoot",
                                                              f"{GPU}/index"])})

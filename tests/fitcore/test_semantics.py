@@ -102,7 +102,7 @@ CASES = [
          [b.rslice("s", [b.device("a", root=1), b.device("b", root="1")])],
          [b.claim("c", b.req("g", count=2), match=f"{G}/root")], "no-fit"),
     Case("match-across-firstAvailable-subrequests",
-         [b.rslice("s", b.gpus(4, roots=4) + [b.device("big", pcieRoot="pci0", index=99)])],
+         [b.rslice("s", [*b.gpus(4, roots=4), b.device("big", pcieRoot="pci0", index=99)])],
          [b.claim("c", b.first_available("g", ("big", b.exact(count=2, selectors=(
              f"device.attributes['{G}'].index >= 3",))), ("small", b.exact(count=2))),
              match=f"{G}/pcieRoot", match_requests=("g",))],

@@ -1,0 +1,141 @@
+"""Per-node allocation: the compiled core against the reference, on standard layouts.
+
+    .venv/bin/python -m bench.alloc [--repeat N] [--json PATH]
+
+For each layout and claim it prints the median time of a whole `api.allocate` call on
+each engine (pool gathering, selectors, search) and of the search alone, and the ratios.
+The reference gets a step budget; when it runs out, its time is a lower bound (">").
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fitcore import (
+    _alloc,
+    api,
+    compiled,
+    kube,
+    reference,
+)
+from tests.fitcore import builders as b
+
+G, N = b.GPU, b.NIC
+ROOT = "resource.kubernetes.io/pcieRoot"
+REF_BUDGET = 200_000
+
+
+def gpu_nic_node() -> list[dict[str, Any]]:
+    gpus = [b.device(f"gpu-{i}", index=i, **{ROOT: f"pci{i // 2}"}) for i in range(8)]
+    nics = [b.device(f"nic-{r}", **{ROOT: f"pci{r}"}) for r in range(4)]
+    return [b.rslice("gpus", gpus), b.rslice("nics", nics, driver=N)]
+
+
+def identical(n: int, groups: int) -> list[dict[str, Any]]:
+    per = -(-n // groups)
+    return [b.rslice("s", [b.device(f"d{i}", **{ROOT: f"pci{i // per}"}) for i in range(n)])]
+
+
+def mig_node() -> list[dict[str, Any]]:
+    slices = []
+    for g in range(2):
+        parts = [b.device(f"gpu-{g}-p{j}", counters=[{"counterSet": f"gpu-{g}", "counters": {
+            "memory": {"value": "20Gi"}, "sm": {"value": "2"}}}], profile="2g.20gb", parent=g)
+            for j in range(7)]
+        parts.append(b.device(f"gpu-{g}-full", counters=[{"counterSet": f"gpu-{g}", "counters": {
+            "memory": {"value": "80Gi"}, "sm": {"value": "7"}}}], profile="full", parent=g))
+        slices.append(b.rslice(f"dev-{g}", parts, pool=f"gpu-{g}", count=2))
+        slices.append(b.counter_slice(f"ctr-{g}", {f"gpu-{g}": {"memory": "80Gi", "sm": "7"}},
+                                      pool=f"gpu-{g}"))
+    return slices
+
+
+PROFILE = f"device.attributes['{G}'].profile == '2g.20gb'"
+CASES: list[tuple[str, Callable[[], list[dict[str, Any]]], dict[str, Any], str]] = [
+    ("8gpu+nic: 2 GPUs + NIC on one root", gpu_nic_node,
+     b.claim("c", b.req("g", count=2), b.req("n", "nic"), match=ROOT), "fits"),
+    ("8gpu+nic: 3 GPUs + NIC on one root", gpu_nic_node,
+     b.claim("c", b.req("g", count=3), b.req("n", "nic"), match=ROOT), "no-fit"),
+    ("64 identical: 32 devices", lambda: identical(64, 1),
+     b.claim("c", b.req("g", count=32)), "fits"),
+    ("64 identical: 32 on one root (2 roots)", lambda: identical(64, 2),
+     b.claim("c", b.req("g", count=32), match=ROOT), "fits"),
+    ("64 identical: 32 on one root (3 roots)", lambda: identical(64, 3),
+     b.claim("c", b.req("g", count=32), match=ROOT), "no-fit"),
+    ("MIG counters: 3 partitions of one GPU", mig_node,
+     b.claim("c", b.req("m", count=3, selectors=(PROFILE,)), match=f"{G}/parent"), "fits"),
+    ("MIG counters: 4 partitions of one GPU", mig_node,
+     b.claim("c", b.req("m", count=4, selectors=(PROFILE,)), match=f"{G}/parent"), "no-fit"),
+]
+
+
+def median_seconds(fn: Callable[[], Any], repeat: int, budget_s: float = 3.0) -> float:
+    times = []
+    deadline = time.perf_counter() + budget_s
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+        if time.perf_counter() > deadline:
+            break
+    return statistics.median(times)
+
+
+def run(repeat: int) -> list[dict[str, Any]]:
+    rows = []
+    for name, layout, claim_json, expected in CASES:
+        inventory = kube.inventory(layout(), [b.gpu_class(), b.nic_class()], [])
+        node = kube.node(b.node())
+        claims = [kube.resource_claim(claim_json)]
+        c_fit = api.allocate(node, inventory, claims, engine="c")
+        py_fit = api.allocate(node, inventory, claims, engine="py", budget=REF_BUDGET)
+        assert c_fit.verdict == expected, (name, c_fit)
+        full_c = median_seconds(lambda: api.allocate(node, inventory, claims, engine="c"), repeat)
+        full_py = median_seconds(lambda: api.allocate(node, inventory, claims, engine="py",
+                                                      budget=REF_BUDGET), repeat)
+        prepared = reference.prepare(node, inventory, claims)
+        problem = compiled.Problem(prepared)
+        search_c = median_seconds(lambda: _alloc.search(problem, api.DEFAULT_BUDGET), repeat)
+
+        def ref_search() -> None:
+            with contextlib.suppress(reference.BudgetExceeded):
+                reference._Search(prepared, REF_BUDGET).claim(0)
+        search_py = median_seconds(ref_search, repeat)
+        rows.append({"case": name, "verdict": c_fit.verdict,
+                     "reference_undecided": py_fit.verdict == "undecided",
+                     "c_ms": full_c * 1e3, "py_ms": full_py * 1e3,
+                     "c_search_ms": search_c * 1e3, "py_search_ms": search_py * 1e3,
+                     "steps_c": c_fit.steps, "steps_py": py_fit.steps})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--json", help="also write the rows as JSON to this file")
+    args = parser.parse_args()
+    rows = run(args.repeat)
+    head = (f"{'case':42} {'verdict':7} {'c ms':>8} {'py ms':>9} {'ratio':>7} "
+            f"{'c search':>9} {'py search':>10} {'ratio':>8}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        lower = ">" if r["reference_undecided"] else " "
+        print(f"{r['case']:42} {r['verdict']:7} {r['c_ms']:8.3f} "
+              f"{lower}{r['py_ms']:8.2f} "
+              f"{lower}{r['py_ms'] / r['c_ms']:6.1f}x {r['c_search_ms']:9.4f} "
+              f"{lower}{r['py_search_ms']:9.3f} "
+              f"{lower}{r['py_search_ms'] / r['c_search_ms']:7.0f}x")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
