@@ -499,6 +499,14 @@ class _Search:
                                              e.node.unschedulable, e.devices)
         return cls
 
+    def save(self) -> tuple[Any, ...]:
+        return (dict(self.moved), dict(self.cells), dict(self.pinned),
+                len(self.global_results))
+
+    def restore(self, saved: tuple[Any, ...]) -> None:
+        self.moved, self.cells, self.pinned = dict(saved[0]), dict(saved[1]), dict(saved[2])
+        del self.global_results[saved[3]:]
+
     def move(self, node: int, cid: int) -> None:
         group = self.snap.node_group[node]
         old = (group, self.class_of(node))
@@ -595,8 +603,10 @@ class _Search:
         have = self.classes.get(key)
         if have is not None:
             return have
+        owner = self.snap.owner
+        # Devices of shared (not node-local) pools are tracked in global_results.
         extra = cls.extra + tuple(r.as_allocated() for a in f.allocations[:k] for rs in a
-                                  for r in rs)
+                                  for r in rs if (r.id.driver, r.id.pool) in owner)
         free = dict(cls.free)
         for name, amount in requests.items():
             free[name] = free.get(name, _ZERO) - amount * k
@@ -804,39 +814,64 @@ def _place_pod_set(search: _Search, ps_index: int, pod_set: PodSet,
     if choice is None:
         return False, _explain(pod_set, label, need, want, ranked, skipped, taint_example, short,
                                single_node, len(snap.entries)), None, best
-    total, domain = min(choice[0], want), choice[1]
-    # The nodes of the chosen domain, in name order.
+    index_base = sum(1 for p in placements if p.pod_set == pod_set.name)
+    tag = (id(search.gang), ps_index, tuple(c.claim.key for c in variant.first),
+           tuple(c.claim.key for c in variant.rest))
+    # Domain totals are exact, except where pods compete for devices of pools that are
+    # not node-local; then a domain may fall short, and the next one is tried.
+    for t, domain in [*full, *partial]:
+        total = min(t, want)
+        saved = search.save()
+        mark = len(placements)
+        placed = _fill_domain(search, ps_index, pod_set, variant, requests, total, single_node,
+                              domain_units[domain], counts, fills, placements, index_base, tag)
+        if placed >= total or (t < want and placed >= need):
+            return True, [], (domain if pod_set.topology else None), best
+        search.restore(saved)
+        del placements[mark:]
+    return False, [f"{label}: needs {want} pods; devices that all nodes share (not node-local) "
+                   "ran out before they were all placed"], None, best
+
+
+def _fill_domain(search: _Search, ps_index: int, pod_set: PodSet, variant: _Variant,
+                 requests: Mapping[str, Fraction], total: int, single_node: bool,
+                 units: list[_Unit], counts: Mapping[int, int], fills: Mapping[int, _Fill],
+                 placements: list[Placement], index_base: int, tag: tuple[Any, ...]) -> int:
+    """Place up to `total` pods on the nodes of one domain, in name order."""
+    snap = search.snap
     nodes: set[int] = set()
-    for u in domain_units[domain]:
+    for u in units:
         if u.node is not None:
             nodes.add(u.node)
         else:
             nodes.update(snap.group_nodes[u.group])
     placed = 0
-    index_base = sum(1 for p in placements if p.pod_set == pod_set.name)
-    tag = (id(search.gang), ps_index, tuple(c.claim.key for c in variant.first),
-           tuple(c.claim.key for c in variant.rest))
     for i in sorted(nodes):
         if placed >= total:
             break
         cid = search.class_of(i)
-        k = min(max(counts.get(cid, 0), 0), total - placed)
+        cls = search.get_class(cid)
+        entry = snap.entries[i]
+        if entry.sees_global:  # what the gang took from shared pools changes the answer
+            f = search.fill(cls, ps_index, pod_set, variant, requests, total - placed)
+            k = min(len(f.allocations), total - placed)
+        else:
+            f = fills[cid]
+            k = min(max(counts.get(cid, 0), 0), total - placed)
         if k <= 0 or (single_node and k < total):
             continue
-        cls = search.get_class(cid)
-        f = fills[cid]
-        node_name = snap.entries[i].node.name
+        node_name = entry.node.name
         pools_map = search.pool_map(cls, i)
         for j in range(k):
             claims = []
             for pc, results in zip(variant.claims(j), f.allocations[j], strict=True):
                 claims.append((pc.name, results))
-                if pc.shared or snap.entries[i].sees_global:
+                if pc.shared or entry.sees_global:
                     mapped = remap(results, pools_map) if pools_map else results
                     if pc.shared:
                         local = any((r.id.driver, r.id.pool) in snap.owner for r in mapped)
                         search.pinned[pc.claim.key] = (node_name if local else None, mapped)
-                    if snap.entries[i].sees_global:
+                    if entry.sees_global:
                         search.global_results.extend(
                             r for r in mapped if (r.id.driver, r.id.pool) not in snap.owner)
             claims.extend(_pinned_devices(search, pod_set, {name for name, _ in claims}))
@@ -846,7 +881,11 @@ def _place_pod_set(search: _Search, ps_index: int, pod_set: PodSet,
         placed += k
         if single_node:
             break
-    return True, [], (domain if pod_set.topology else None), best
+    return placed
+
+
+def _nodes(n: int, one: str = "does", many: str = "do") -> str:
+    return f"1 node {one}" if n == 1 else f"{n} nodes {many}"
 
 
 def _holds(n: int, stop: str) -> str:
@@ -886,14 +925,16 @@ def _explain(pod_set: PodSet, label: str, need: int, want: int, ranked: list[tup
     else:
         out.append(f"{label}: needs {wanted}; the {nodes} nodes hold {most}")
     if skipped["shared"]:
-        out.append(f"{label}: {skipped['shared']} nodes cannot use its allocated shared claims")
+        out.append(f"{label}: {skipped['shared']} node(s) cannot use its allocated shared claims")
     if skipped["selector"]:
-        out.append(f"{label}: {skipped['selector']} nodes do not match its nodeSelector or "
+        out.append(f"{label}: {_nodes(skipped['selector'])} not match its nodeSelector or "
                    "required node affinity")
     if skipped["topology"]:
-        out.append(f"{label}: {skipped['topology']} nodes have no {pod_set.topology} label")
+        out.append(f"{label}: {_nodes(skipped['topology'], 'has', 'have')} no {pod_set.topology} "
+                   "label")
     if skipped["taint"]:
-        out.append(f"{label}: {skipped['taint']} nodes have a taint it does not tolerate, e.g. "
+        out.append(f"{label}: {_nodes(skipped['taint'], 'has', 'have')} a taint it does not "
+                   "tolerate, e.g. "
                    f"{taint_example}")
     for stop, (count, example) in sorted(short.items(), key=lambda x: -x[1][0]):
         like = f" (and {count - 1} like it)" if count > 1 else ""

@@ -93,3 +93,24 @@ def test_identical_nodes_cost_one(engine: str) -> None:
     # Two classes (the busy node, the rest): a few allocator calls, not 300.
     assert result.stats.allocations <= 4
     assert len({p.node for p in result.placements}) == 21  # n000 holds one pod, not two
+
+
+@pytest.mark.parametrize("count", [3, 4, 5], ids=lambda c: f"pods={c}")
+def test_pool_for_all_nodes_is_shared_by_the_gang(engine: str, count: int) -> None:
+    """Devices of an allNodes slice are one pool for the whole cluster: what one pod takes
+    there, no pod on another node can take (nodes seeing it are not grouped)."""
+    fabric = b.rslice("fabric", [b.device(f"port-{i}") for i in range(4)], node=None,
+                      driver=b.NIC, pool="fabric", allNodes=True)
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "port", "namespace": "default"},
+                "spec": {"spec": b.claim("port", b.req("p", "nic"))["spec"]}}
+    bundle = load([gb.node("n1", cpu="8"), gb.node("n2", cpu="8"), gb.node("n3", cpu="8"),
+                   fabric, template, gb.workload(gb.pod_set(count=count, cpu="3",
+                                                            templates=("port",)))])
+    g = bundle.gangs[0]
+    expected = naive(g, bundle, engine)
+    result = gang.fit(g, bundle.nodes, bundle.inventory, engine=engine)  # type: ignore[arg-type]
+    got = [(p.pod_set, p.index, p.node, sorted(str(r.id) for _, rs in p.devices for r in rs))
+           for p in result.placements]
+    assert result.fits == (count <= 4) == bool(expected)
+    assert got == expected

@@ -142,6 +142,17 @@ MORE_CASES = [
     Case("cpu-only-pods-too-many", [gb.node("n1", cpu="16"), gb.node("n2", cpu="16"),
                                     gb.workload(gb.pod_set(count=5, cpu="6"))],
          "unsatisfiable", 0, reason="holds 2 of its pods, then not enough cpu"),
+    Case("hostname-selector-asked-per-node",
+         [*two_nodes(), T, gb.workload(gb.pod_set(count=2, templates=("gpus",), node_selector={
+             "kubernetes.io/hostname": "n2"}))], "fits", 2, {"n2"}),
+    Case("hostname-selector-too-small",
+         [*two_nodes(), T, gb.workload(gb.pod_set(count=3, templates=("gpus",), node_selector={
+             "kubernetes.io/hostname": "n2"}))], "unsatisfiable", 0,
+         reason="1 node does not match"),
+    Case("cordoned-node-skipped",
+         [*gb.gpu_node("n1"), {**gb.gpu_node("n2")[0], "spec": {"unschedulable": True}},
+          *gb.gpu_node("n2")[1:], T, gb.workload(gb.pod_set(count=2, templates=("gpus",)))],
+         "fits", 2, {"n1"}),
     Case("shared-device-capacity-many-pods",
          [*shared_gpu_node("n1"), slice_template("10Gi"),
           gb.workload(gb.pod_set(count=4, cpu="1", templates=("slice",)))], "fits", 4, {"n1"}),
