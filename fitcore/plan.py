@@ -91,14 +91,21 @@ def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes
     hostable = dict(base.hostable)
     undecided = False
     for shape in sorted(node_shapes, key=lambda s: s.name):
-        found, why, seen = _smallest(gang_, snapshot, shape, memo, existing, engine, budget)
-        for name, n in seen.items():
+        found = _smallest(gang_, snapshot, shape, memo, existing, engine, budget)
+        for name, n in found.hostable.items():
             hostable[name] = max(hostable.get(name, 0), n)
-        if found is not None:
-            plans.append(found)
+        if found.plan is not None:
+            plans.append(found.plan)
         else:
-            undecided = undecided or why.startswith("undecided")
-            rejected.append((shape.name, why))
+            undecided = undecided or found.why.startswith("undecided")
+            rejected.append((shape.name, found.why))
+    if not plans and len(node_shapes) > 1 and len(gang_.pod_sets) > 1 and not undecided:
+        mixed = _combined(gang_, snapshot, sorted(node_shapes, key=lambda s: s.name), memo,
+                          existing, engine, budget)
+        if mixed is not None:
+            plans.append(mixed)
+            in_plan = {g.shape for g in mixed.shapes}
+            rejected = [(name, why) for name, why in rejected if name not in in_plan]
     shape_reasons = [f"shape {name}: {why}" for name, why in rejected]
     plans.sort(key=lambda p: (p.price, p.nodes, p.shapes[0].shape))
     if plans:
@@ -123,30 +130,35 @@ def _limit(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape) -
     pods = sum(ps.count for ps in gang_.pod_sets)
     if shape.max_nodes is None:
         return pods
-    have = sum(1 for e in snapshot.entries if shape.matches(e.node))
+    have = sum(len(snapshot.group_nodes[g]) for g, labels in enumerate(snapshot.label_groups)
+               if all(labels.get(k) == v for k, v in shape.node_labels.items()))
     return max(0, min(pods, shape.max_nodes - have))
 
 
 class _NewNodes:
     """Hypothetical nodes of one shape, indexed once; a trial takes the first n."""
 
-    def __init__(self, snapshot: gang.Snapshot, shape: shapes.NodeShape, limit: int) -> None:
+    def __init__(self, snapshot: gang.Snapshot, shape: shapes.NodeShape, limit: int,
+                 first: int = 0, first_domain: int = 0) -> None:
         per_domain = shape.nodes_per_domain if shape.domain_label else None
         fixed = shape.node_labels.get(shape.domain_label) if shape.domain_label else None
         nodes: list[model.Node] = []
         slices: list[model.ResourceSlice] = []
         self.domains: list[str | None] = []  # per new node
-        chunk = 0
+        chunk = first_domain
         while len(nodes) < limit:
             n = min(per_domain or limit, limit - len(nodes)) if fixed is None else limit
             domain = fixed if fixed is not None else (
                 shape.domain_name(chunk) if shape.domain_label else None)
             chunk += 1
-            more_nodes, more_slices = shape.instantiate(n, first=len(nodes), domain=domain)
+            more_nodes, more_slices = shape.instantiate(n, first=first + len(nodes),
+                                                        domain=domain)
             nodes += more_nodes
             slices += more_slices
             self.domains += [domain] * n
         self.shape = shape
+        self.first = first
+        self.chunks = chunk - first_domain  # fresh domains used
         self.entries, self.owner = snapshot.prepare(
             nodes, slices, shape=("shape", shape.name, snapshot.intern(shape.local_shape())))
 
@@ -154,40 +166,52 @@ class _NewNodes:
         """The new nodes a placement uses, grouped by domain."""
         counts: dict[str | None, int] = {}
         for i, domain in enumerate(self.domains):
-            if self.shape.node_name(i) in used:
+            if self.shape.node_name(self.first + i) in used:
                 counts[domain] = counts.get(domain, 0) + 1
         return tuple(ShapeCount(self.shape.name, n, d) for d, n in counts.items())
 
 
+@dataclasses.dataclass
+class _Found:
+    plan: Plan | None
+    why: str
+    hostable: Mapping[str, int]
+    snapshot: gang.Snapshot | None = None  # with the plan's new nodes
+    nodes: int = 0
+    domains: int = 0
+
+
 def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape,
-              memo: gang.Memo, existing: frozenset[str], engine: api.Engine, budget: int
-              ) -> tuple[Plan | None, str, Mapping[str, int]]:
-    """The plan with the fewest nodes of `shape`, or None and why not."""
+              memo: gang.Memo, existing: frozenset[str], engine: api.Engine, budget: int,
+              first: int = 0, first_domain: int = 0) -> _Found:
+    """The plan with the fewest nodes of `shape`, or None and why not. New nodes are
+    numbered from `first`, fresh domains from `first_domain`."""
     limit = _limit(gang_, snapshot, shape)
     if limit <= 0:
-        return None, f"at its limit of {shape.max_nodes} nodes", {}
-    new = _NewNodes(snapshot, shape, limit)
-    tried: dict[int, gang.GangResult] = {}
+        return _Found(None, f"at its limit of {shape.max_nodes} nodes", {})
+    new = _NewNodes(snapshot, shape, limit, first, first_domain)
+    tried: dict[int, tuple[gang.GangResult, gang.Snapshot]] = {}
 
     def trial(n: int) -> gang.GangResult:
         if n not in tried:
             snap = snapshot.extended(new.entries[:n], new.owner)
-            tried[n] = gang.place(gang_, snap, memo=memo, engine=engine, budget=budget)
-        return tried[n]
+            tried[n] = (gang.place(gang_, snap, memo=memo, engine=engine, budget=budget), snap)
+        return tried[n][0]
 
     top = trial(limit)
     hostable = dict(top.hostable)
     if not top.fits:
         if top.verdict == "undecided":
-            return None, "undecided: " + "; ".join(top.reasons), hostable
-        prefix = shape.node_name(0)
+            return _Found(None, "undecided: " + "; ".join(top.reasons), hostable)
+        prefix = shape.node_name(first)
         about = [r for r in top.reasons if prefix in r] or list(top.reasons[:1])
-        return None, (f"even {limit} new nodes do not make the gang fit: "
-                      + "; ".join(about)), hostable
+        return _Found(None, f"even {limit} new nodes do not make the gang fit: "
+                      + "; ".join(about), hostable)
     # New nodes fill in order, so the nodes the placement used bound the answer; it is
     # almost always exact, which one more trial confirms. Otherwise bisect below it.
-    prefix_used = {p.node for p in top.placements} - existing
-    hi = max((i + 1 for i in range(limit) if shape.node_name(i) in prefix_used), default=limit)
+    used_new = {p.node for p in top.placements} - existing
+    hi = max((i + 1 for i in range(limit) if shape.node_name(first + i) in used_new),
+             default=limit)
     if hi < limit and not trial(hi).fits:
         hi = limit
     lo = 0
@@ -199,10 +223,55 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
             hi = mid
         else:
             lo = mid
-    result = tried[hi]
+    result, snap = tried[hi]
     groups = new.groups({p.node for p in result.placements})
     count = sum(g.count for g in groups)
-    return Plan(groups, shape.price * count, result.placements, existing), "", hostable
+    domains = len({new.domains[i] for i in range(hi)})
+    return _Found(Plan(groups, shape.price * count, result.placements, existing), "", hostable,
+                  snap, hi, domains)
+
+
+def _combined(gang_: gang.Gang, snapshot: gang.Snapshot,
+              node_shapes: Sequence[shapes.NodeShape], memo: gang.Memo,
+              existing: frozenset[str], engine: api.Engine, budget: int) -> Plan | None:
+    """Nodes of several shapes, when no one shape hosts the whole gang (say a launcher
+    that wants a CPU node and workers that want GPUs): pod set by pod set, the cheapest
+    shape that makes the pod sets so far fit is added, greedily."""
+    snap = snapshot
+    groups: list[ShapeCount] = []
+    price = Fraction(0)
+    offsets: dict[str, tuple[int, int]] = {}
+    for k in range(len(gang_.pod_sets)):
+        prefix = dataclasses.replace(gang_, pod_sets=gang_.pod_sets[:k + 1])
+        if gang.place(prefix, snap, memo=memo, engine=engine, budget=budget).fits:
+            continue
+        best: tuple[tuple[Fraction, int, str], _Found, shapes.NodeShape] | None = None
+        for shape in node_shapes:
+            first, first_domain = offsets.get(shape.name, (0, 0))
+            found = _smallest(prefix, snap, shape, memo, existing, engine, budget, first,
+                              first_domain)
+            if found.plan is None:
+                continue
+            rank = (found.plan.price, found.plan.nodes, shape.name)
+            if best is None or rank < best[0]:
+                best = (rank, found, shape)
+        if best is None:
+            return None
+        _, found, shape = best
+        assert found.plan is not None and found.snapshot is not None
+        snap = found.snapshot
+        groups.extend(found.plan.shapes)
+        price += found.plan.price
+        first, first_domain = offsets.get(shape.name, (0, 0))
+        offsets[shape.name] = (first + found.nodes, first_domain + found.domains)
+    final = gang.place(gang_, snap, memo=memo, engine=engine, budget=budget)
+    if not final.fits:
+        return None
+    used = {p.node for p in final.placements}
+    kept = tuple(g for g in groups if g.count)
+    if not used:
+        return None
+    return Plan(kept, price, final.placements, existing)
 
 
 # --------------------------------------------------------------------------- verify

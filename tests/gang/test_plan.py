@@ -173,3 +173,39 @@ def test_verify(engine: str, case: VerifyCase) -> None:
     else:
         assert result.category == "coordination"
         assert case.mismatch in result.mismatches, result.mismatches
+
+
+def cpu_shape(price: int = 1) -> dict[str, Any]:
+    out = gb.shape("cpu", price=price, gpus=0, nics=[], rack=False)
+    out["spec"]["nodeLabels"]["role"] = "launcher"
+    out["spec"]["resourceSlices"] = []
+    return out
+
+
+def launcher_and_workers(workers: int) -> list[dict[str, Any]]:
+    return [gb.template(), gb.workload(
+        gb.pod_set("launcher", 1, cpu="2", node_selector={"role": "launcher"}),
+        gb.pod_set("workers", workers, templates=("gpus",)))]
+
+
+def test_mixed_plan_when_no_shape_hosts_every_pod_set(run_plan) -> None:
+    result = run_plan([cpu_shape(), RAIL, *launcher_and_workers(4)])
+    assert result.verdict == "needs-capacity", result.reasons
+    assert result.plan is not None
+    assert sorted((g.shape, g.count) for g in result.plan.shapes) == [("cpu", 1), ("rail", 2)]
+    assert plan.price_str(result.plan.price) == "25"
+    assert result.rejected == ()
+    by_set = {p.pod_set: p.node for p in result.plan.placements}
+    assert by_set["launcher"] == "cpu-new-0"
+
+
+def test_mixed_plan_uses_free_capacity_first(run_plan) -> None:
+    result = run_plan([*gb.gpu_node("n1"), cpu_shape(), RAIL, *launcher_and_workers(2)])
+    assert result.plan is not None
+    assert [(g.shape, g.count) for g in result.plan.shapes] == [("cpu", 1)]
+
+
+def test_no_mixed_plan_when_a_pod_set_fits_no_shape(run_plan) -> None:
+    result = run_plan([cpu_shape(), CHEAP_NO_ROOT, *launcher_and_workers(2)])
+    assert result.verdict == "unsatisfiable"
+    assert result.category == "configuration"
