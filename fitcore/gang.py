@@ -435,8 +435,18 @@ class _Fill:
 class Memo:
     """Cache of fills by (class key, pod variant), shared by searches over one gang."""
 
+    def intern(self, key: tuple[Any, ...]) -> int:
+        have = self.derived.get(key)
+        if have is None:
+            have = self.derived[key] = -1 - len(self.derived)
+        return have
+
     def __init__(self) -> None:
         self.fills: dict[tuple[Any, ...], _Fill] = {}
+        # Derived classes ("class c after k pods of pod set p") get negative ids here,
+        # not in the long-lived snapshot. Pod sets are keyed by identity: they outlive
+        # the memo, so ids are not reused while it lives.
+        self.derived: dict[tuple[Any, ...], int] = {}
         self.allocations = 0
         self.steps = 0
 
@@ -548,7 +558,7 @@ class _Search:
              requests: Mapping[str, Fraction], limit: int) -> _Fill:
         """Fill the class representative with up to `limit` pods, pod by pod."""
         e = self.snap.entries[cls.rep]
-        key: tuple[Any, ...] = (cls.key, id(self.gang), ps_index,
+        key: tuple[Any, ...] = (cls.key, id(pod_set),
                                 tuple(c.claim.key for c in variant.first),
                                 tuple(c.claim.key for c in variant.rest))
         if e.sees_global:
@@ -599,7 +609,7 @@ class _Search:
     def derived(self, cls: _Class, f: _Fill, k: int, requests: Mapping[str, Fraction],
                 tag: tuple[Any, ...]) -> _Class:
         """The class of a node of `cls` after it received the first k pods of fill f."""
-        key = self.snap.intern((cls.key, tag, k))
+        key = self.memo.intern((cls.key, tag, k))
         have = self.classes.get(key)
         if have is not None:
             return have
@@ -815,7 +825,7 @@ def _place_pod_set(search: _Search, ps_index: int, pod_set: PodSet,
         return False, _explain(pod_set, label, need, want, ranked, skipped, taint_example, short,
                                single_node, len(snap.entries)), None, best
     index_base = sum(1 for p in placements if p.pod_set == pod_set.name)
-    tag = (id(search.gang), ps_index, tuple(c.claim.key for c in variant.first),
+    tag = (id(pod_set), tuple(c.claim.key for c in variant.first),
            tuple(c.claim.key for c in variant.rest))
     # Domain totals are exact, except where pods compete for devices of pools that are
     # not node-local; then a domain may fall short, and the next one is tried.
