@@ -554,7 +554,7 @@ class _Search:
                 return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
         return ""
 
-    def fill(self, cls: _Class, ps_index: int, pod_set: PodSet, variant: _Variant,
+    def fill(self, cls: _Class, pod_set: PodSet, variant: _Variant,
              requests: Mapping[str, Fraction], limit: int) -> _Fill:
         """Fill the class representative with up to `limit` pods, pod by pod."""
         e = self.snap.entries[cls.rep]
@@ -660,8 +660,8 @@ def place(gang: Gang, snapshot: Snapshot, *, memo: Memo | None = None,
     domains: dict[str, str] = {}
     hostable: dict[str, int] = {}
     failed = False
-    for ps_index, pod_set in enumerate(gang.pod_sets):
-        ok, why, domain, best = _place_pod_set(search, ps_index, pod_set, placements)
+    for pod_set in gang.pod_sets:
+        ok, why, domain, best = _place_pod_set(search, pod_set, placements)
         hostable[pod_set.name] = best
         if domain is not None:
             domains[pod_set.name] = domain
@@ -674,6 +674,13 @@ def place(gang: Gang, snapshot: Snapshot, *, memo: Memo | None = None,
     if not failed:
         return GangResult("fits", tuple(placements), domains=domains, hostable=hostable,
                           stats=stats)
+    for pod_set in gang.pod_sets:
+        if hostable[pod_set.name] == 0 and len(gang.pod_sets) > 1:
+            # Maybe only because earlier pod sets took the room: ask for one pod alone.
+            alone = dataclasses.replace(gang, pod_sets=(dataclasses.replace(
+                pod_set, count=1, min_count=None),))
+            if place(alone, snapshot, memo=memo, engine=engine, budget=budget).fits:
+                hostable[pod_set.name] = 1
     verdict: GangVerdict = "undecided" if search.undecided else "no-fit"
     category: Category = "configuration" if any(v == 0 for v in hostable.values()) \
         else "capacity"
@@ -714,7 +721,7 @@ class _Unit:
     count: int
 
 
-def _place_pod_set(search: _Search, ps_index: int, pod_set: PodSet,
+def _place_pod_set(search: _Search, pod_set: PodSet,
                    placements: list[Placement]) -> tuple[bool, list[str], str | None, int]:
     """Place one pod set; append its placements. Returns (ok, reasons, domain, best)
     where best is the most pods of this set that one node could host."""
@@ -797,7 +804,7 @@ def _place_pod_set(search: _Search, ps_index: int, pod_set: PodSet,
                 n = -1
                 taint_example = taint_example or f"{bad} (node {example})"
             else:
-                f = search.fill(cls, ps_index, pod_set, variant, requests, want)
+                f = search.fill(cls, pod_set, variant, requests, want)
                 fills[u.cid] = f
                 n = len(f.allocations)
                 search.undecided = search.undecided or f.undecided
@@ -833,7 +840,7 @@ def _place_pod_set(search: _Search, ps_index: int, pod_set: PodSet,
         total = min(t, want)
         saved = search.save()
         mark = len(placements)
-        placed = _fill_domain(search, ps_index, pod_set, variant, requests, total, single_node,
+        placed = _fill_domain(search, pod_set, variant, requests, total, single_node,
                               domain_units[domain], counts, fills, placements, index_base, tag)
         if placed >= total or (t < want and placed >= need):
             return True, [], (domain if pod_set.topology else None), best
@@ -843,7 +850,7 @@ def _place_pod_set(search: _Search, ps_index: int, pod_set: PodSet,
                    "ran out before they were all placed"], None, best
 
 
-def _fill_domain(search: _Search, ps_index: int, pod_set: PodSet, variant: _Variant,
+def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
                  requests: Mapping[str, Fraction], total: int, single_node: bool,
                  units: list[_Unit], counts: Mapping[int, int], fills: Mapping[int, _Fill],
                  placements: list[Placement], index_base: int, tag: tuple[Any, ...]) -> int:
@@ -863,7 +870,7 @@ def _fill_domain(search: _Search, ps_index: int, pod_set: PodSet, variant: _Vari
         cls = search.get_class(cid)
         entry = snap.entries[i]
         if entry.sees_global:  # what the gang took from shared pools changes the answer
-            f = search.fill(cls, ps_index, pod_set, variant, requests, total - placed)
+            f = search.fill(cls, pod_set, variant, requests, total - placed)
             k = min(len(f.allocations), total - placed)
         else:
             f = fills[cid]
