@@ -114,3 +114,71 @@ def test_pool_for_all_nodes_is_shared_by_the_gang(engine: str, count: int) -> No
            for p in result.placements]
     assert result.fits == (count <= 4) == bool(expected)
     assert got == expected
+
+
+def naive_capacity(ps: gang.PodSet, nodes: list[model.Node], bundle: Any, engine: str,
+                   limit: int) -> list[tuple[str, list[str]]]:
+    """First fit of up to `limit` pods of `ps` on `nodes` (name order), one at a time."""
+    inventory = bundle.inventory
+    free = {n.name: {k: q.value for k, q in n.allocatable.items()} for n in nodes}
+    requests = {k: q.value for k, q in ps.requests.items()}
+    requests["pods"] = requests.get("pods", 0) + 1
+    out: list[tuple[str, list[str]]] = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        while len(out) < limit:
+            if any(free[node.name].get(k, 0) < v for k, v in requests.items()):
+                break
+            fit = api.allocate(node, inventory, [c.claim for c in ps.claims],
+                               engine=engine)  # type: ignore[arg-type]
+            if not fit.fits:
+                break
+            for k, v in requests.items():
+                free[node.name][k] -= v
+            results = [r for rs in fit.allocations for r in rs]
+            inventory = model.Inventory(inventory.slices, inventory.classes,
+                                        inventory.allocated.plus(
+                                            [r.as_allocated() for r in results]))
+            out.append((node.name, sorted(str(r.id) for r in results)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(10), ids=lambda s: f"seed={s}")
+def test_topology_same_answer_as_naive_best_fit(engine: str, seed: int) -> None:
+    rng = random.Random(2000 + seed)
+    objects: list[dict[str, Any]] = []
+    for r in range(rng.randint(2, 5)):
+        for i in range(rng.randint(1, 5)):
+            name = f"r{r}-n{i}"
+            gpus = rng.choice([8, 8, 16])
+            objects += gb.gpu_node(name, gpus=gpus, roots=gpus // 4, rack=f"r{r}",
+                                   cpu=rng.choice(["16", "64"]))
+            busy = rng.sample(range(gpus), rng.choice([0, 0, 2, 4]))
+            if busy:
+                objects.append(gb.allocated(f"busy-{name}", name,
+                                            [(b.GPU, f"gpu-{d}") for d in busy]))
+    count = rng.randint(2, 12)
+    min_count = rng.choice([None, max(1, count // 2)])
+    bundle = load([*objects, gb.template(),
+                   gb.workload(gb.pod_set(count=count, min_count=min_count, cpu="6",
+                                          templates=("gpus",), topology=gb.RACK))])
+    g = bundle.gangs[0]
+    ps = g.pod_sets[0]
+    racks: dict[str, list[model.Node]] = {}
+    for n in bundle.nodes:
+        racks.setdefault(n.labels[gb.RACK], []).append(n)
+    capacity = {d: len(naive_capacity(ps, nodes, bundle, engine, 10_000))
+                for d, nodes in racks.items()}
+    full = sorted((c, d) for d, c in capacity.items() if c >= count)
+    partial = sorted(((c, d) for d, c in capacity.items() if ps.needed <= c < count),
+                     key=lambda x: (-x[0], x[1]))
+    choice = (full or partial or [None])[0]
+    result = gang.fit(g, bundle.nodes, bundle.inventory, engine=engine)  # type: ignore[arg-type]
+    if choice is None:
+        assert not result.fits, result
+        return
+    expected = naive_capacity(ps, racks[choice[1]], bundle, engine, min(choice[0], count))
+    assert result.fits, result.reasons
+    assert result.domains["workers"] == choice[1]
+    got = [(p.node, sorted(str(r.id) for _, rs in p.devices for r in rs))
+           for p in result.placements]
+    assert got == expected
