@@ -95,7 +95,8 @@ def pod_spec(cpu: str = "1", claim_template_name: str | None = None,
 
 
 def job(name: str, namespace: str, queue: str | None, parallelism: int = 1,
-        cpu: str = "1", claim_template_name: str | None = None) -> dict[str, Any]:
+        cpu: str = "1", claim_template_name: str | None = None,
+        node_selector: dict[str, str] | None = None) -> dict[str, Any]:
     """A Job of ``parallelism`` pods (all must finish), suspended for Kueue to admit."""
     labels = {QUEUE_LABEL: queue} if queue else {}
     return {
@@ -104,7 +105,7 @@ def job(name: str, namespace: str, queue: str | None, parallelism: int = 1,
         "spec": {"parallelism": parallelism, "completions": parallelism,
                  "suspend": bool(queue), "backoffLimit": 0,
                  "template": {"metadata": {"labels": {"app": name}},
-                              "spec": pod_spec(cpu, claim_template_name)}},
+                              "spec": pod_spec(cpu, claim_template_name, node_selector)}},
     }
 
 
@@ -163,3 +164,25 @@ def provisioning_request(name: str, namespace: str, pod_template_name: str, coun
             "spec": {"provisioningClassName": provisioning_class,
                      "podSets": [{"podTemplateRef": {"name": pod_template_name},
                                   "count": count}]}}
+
+
+PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
+
+
+def provisioning_request_config(name: str, provisioning_class: str = BEST_EFFORT_ATOMIC
+                                ) -> dict[str, Any]:
+    return {"apiVersion": KUEUE, "kind": "ProvisioningRequestConfig",
+            "metadata": {"name": name},
+            "spec": {"provisioningClassName": provisioning_class,
+                     "managedResources": ["cpu"],
+                     "retryStrategy": {"backoffLimitCount": 1, "backoffBaseSeconds": 5,
+                                       "backoffMaxSeconds": 10}}}
+
+
+def admission_check(name: str, controller: str, parameters: dict[str, str] | None = None
+                    ) -> dict[str, Any]:
+    spec: dict[str, Any] = {"controllerName": controller}
+    if parameters:
+        spec["parameters"] = dict(parameters)
+    return {"apiVersion": KUEUE, "kind": "AdmissionCheck", "metadata": {"name": name},
+            "spec": spec}

@@ -20,7 +20,7 @@ SYSTEM_NAMESPACE = cluster.SYSTEM_NAMESPACE
 DEFAULT_TIMEOUT_S = 60.0
 # The node group cluster-autoscaler may grow in tests (kwok provider; see cluster.py).
 # Its nodes carry the shape label "gpu-pool": a test defines that shape before scaling.
-GPU_NODE_GROUP = cluster.NodeGroup(name="gpu-pool", shape="gpu-pool", max_size=4)
+GPU_NODE_GROUP = cluster.NodeGroup(name="gpu-pool", shape="gpu-pool", max_size=8)
 
 
 class Harness:
@@ -109,11 +109,28 @@ class Harness:
         await kube.wait_for(active, DEFAULT_TIMEOUT_S, f"ClusterQueue {name} Active")
         return name
 
+    async def create_provisioning_check(self, name: str,
+                                        provisioning_class: str = builders.BEST_EFFORT_ATOMIC
+                                        ) -> str:
+        """Kueue's built-in ProvisioningRequest AdmissionCheck (and its config), Active."""
+        await self.kube.apply(builders.provisioning_request_config(name, provisioning_class))
+        self._cluster_objects.append((builders.KUEUE, "ProvisioningRequestConfig", name))
+        await self.kube.apply(builders.admission_check(
+            name, builders.PROVISIONING_CONTROLLER,
+            {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": name}))
+        self._cluster_objects.append((builders.KUEUE, "AdmissionCheck", name))
+
+        async def active() -> bool:
+            ac = await self.kube.get(builders.KUEUE, "AdmissionCheck", name)
+            return kube.has_condition(ac, "Active")
+        await kube.wait_for(active, DEFAULT_TIMEOUT_S, f"AdmissionCheck {name} Active")
+        return name
+
     async def create_job(self, name: str, queue: str | None, parallelism: int = 1,
-                         cpu: str = "1", claim_template_name: str | None = None
-                         ) -> dict[str, Any]:
+                         cpu: str = "1", claim_template_name: str | None = None,
+                         node_selector: dict[str, str] | None = None) -> dict[str, Any]:
         return await self.kube.create(builders.job(name, self.namespace, queue, parallelism,
-                                                   cpu, claim_template_name))
+                                                   cpu, claim_template_name, node_selector))
 
     async def create_workload(self, name: str, queue: str, count: int = 1, cpu: str = "1",
                               claim_template_name: str | None = None) -> dict[str, Any]:

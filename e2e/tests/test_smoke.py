@@ -86,10 +86,12 @@ async def test_provisioning_request_scales_up_kwok_node_group(e2e: harness.Harne
     await e2e.define_shape(group.shape, builders.shape(builders.gpu_devices(4)))
     selector = f"{cluster.NODEGROUP_LABEL}={group.name}"
     before = await e2e.kube.list("v1", "Node", label_selector=selector)
-    # Two pods of 20 CPUs: one 32-CPU node holds one, so the group must grow by two.
+    # Pods of 20 CPUs on 32-CPU nodes: one per node. Ask for two more pods than the group
+    # has nodes already (earlier tests may have grown it): it must grow by two.
+    count = len(before) + 2
     spec = builders.pod_spec(cpu="20", node_selector={cluster.NODEGROUP_LABEL: group.name})
     await e2e.kube.create(builders.pod_template("gang", e2e.namespace, spec))
-    await e2e.kube.create(builders.provisioning_request("gang", e2e.namespace, "gang", 2))
+    await e2e.kube.create(builders.provisioning_request("gang", e2e.namespace, "gang", count))
 
     async def provisioned() -> dict[str, Any] | None:
         pr = await e2e.kube.get(builders.AUTOSCALING, "ProvisioningRequest", "gang",

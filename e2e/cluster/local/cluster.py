@@ -460,6 +460,10 @@ class LocalCluster:
             "--leader-elect=false", "--scale-down-enabled=false",
             "--max-node-provision-time=2m", f"--address=127.0.0.1:{port}",
             "--expander=least-waste", "--v=2",
+            # With its default protobuf content type this build fails to update
+            # ProvisioningRequests ("does not implement the protobuf marshalling
+            # interface"): CRDs speak JSON only.
+            "--kube-api-content-type=application/json",
         ], env={"POD_NAMESPACE": SYSTEM_NAMESPACE, "KWOK_PROVIDER_MODE": "local",
                 "KUBECONFIG": str(self.kubeconfig)})
         processes.wait_until(
