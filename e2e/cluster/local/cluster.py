@@ -35,6 +35,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -139,6 +140,9 @@ class LocalCluster:
         if ended:
             _log("ended processes an earlier run left behind: " + ", ".join(ended))
         self.binaries = build.ensure()
+        # A fresh cluster every time: no etcd data, certificates or logs of an earlier run.
+        if self.workdir.exists():
+            shutil.rmtree(self.workdir)
         for d in ("etcd-data", "logs", "pids"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         try:
