@@ -196,6 +196,7 @@ class GangResult:
 
 _ZERO = Fraction(0)
 _UNBOUNDED = 1 << 40
+_MAX_KINDS = 6  # kinds of nodes an explanation lists
 PoolKey = tuple[str, str]
 
 
@@ -223,6 +224,7 @@ class _NodeEntry:
     key: int  # class id (interned class key)
     free: dict[str, Fraction]
     devices: int  # local devices not allocated exclusively (an upper bound for counting)
+    pristine: bool  # nothing allocated on its local devices
 
 
 class Snapshot:
@@ -314,8 +316,9 @@ class Snapshot:
         key: tuple[Any, ...] = (dra, n.taints, n.unschedulable, tuple(sorted(free.items())))
         if sees_global:
             key = (*key, ("node", n.name))
+        pristine = not any(self._allocated_by_pool.get(pk) for pk, _ in local)
         return _NodeEntry(n, labels, tuple(pk for pk, _ in local), tuple(local_slices),
-                          sees_global, self.intern(key), free, devices)
+                          sees_global, self.intern(key), free, devices, pristine)
 
     def insert(self, e: _NodeEntry) -> None:
         index = len(self.entries)
@@ -419,6 +422,7 @@ class _Class:
     taints: tuple[model.Taint, ...]
     unschedulable: bool
     devices: int
+    pristine: bool = False  # nothing allocated on rep's local devices, nor hypothetically
 
 
 @dataclasses.dataclass(slots=True)
@@ -506,7 +510,7 @@ class _Search:
             rep = self.snap.class_rep[cid]
             e = self.snap.entries[rep]
             cls = self.classes[cid] = _Class(cid, rep, (), e.free, e.node.taints,
-                                             e.node.unschedulable, e.devices)
+                                             e.node.unschedulable, e.devices, e.pristine)
         return cls
 
     def save(self) -> tuple[Any, ...]:
@@ -586,7 +590,10 @@ class _Search:
                         and not r.exactly.admin_access)
             taken = sum(1 for a in f.allocations for rs in a for r in rs
                         if not r.shared and not r.admin_access)
-            if needs and not e.sees_global and cls.devices - taken < needs:
+            # Counting devices bounds the pods cheaply; on an empty node, ask the
+            # allocator instead, whose answer says why this pod fits no such node.
+            if (needs and not e.sees_global and cls.devices - taken < needs
+                    and not (i == 0 and cls.pristine)):
                 f.stop = "too few free devices"
                 return f
             if not claims:
@@ -772,7 +779,9 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
     fills: dict[int, _Fill] = {}
     group_ok: dict[int, bool] = {}
     taint_example = ""
-    short: dict[str, tuple[int, str]] = {}  # why a class holds fewer -> (nodes, example)
+    # Why a class holds fewer pods -> (nodes, example node); keyed by class too, so that
+    # each kind of node (existing or new) keeps its own example.
+    short: dict[tuple[str, int], tuple[int, str]] = {}
     totals: dict[str, int] = {}
     domain_units: dict[str, list[_Unit]] = {}
     best = 0
@@ -815,8 +824,8 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
         f = fills[u.cid]
         if n < want and f.stop:
             why = _holds(n, f.stop)
-            c, ex = short.get(why, (0, example))
-            short[why] = (c + u.count, ex)
+            c, ex = short.get((why, u.cid), (0, example))
+            short[(why, u.cid)] = (c + u.count, ex)
         best = max(best, n)
         if n == 0:
             continue
@@ -927,12 +936,13 @@ def _pinned_devices(search: _Search, pod_set: PodSet, have: set[str]
 
 def _explain(pod_set: PodSet, label: str, need: int, want: int, ranked: list[tuple[int, str]],
              skipped: Mapping[str, int], taint_example: str,
-             short: Mapping[str, tuple[int, str]], single_node: bool, nodes: int) -> list[str]:
+             short: Mapping[tuple[str, int], tuple[int, str]], single_node: bool,
+             nodes: int) -> list[str]:
     wanted = f"{want} pods" if need == want else f"at least {need} of {want} pods"
     out = []
     most = max((t for t, _ in ranked), default=0)
     if pod_set.topology:
-        where = max(ranked)[1] if ranked else None
+        where = min(ranked, key=lambda x: (-x[0], x[1]))[1] if ranked else None
         out.append(f"{label}: needs {wanted} in one domain of {pod_set.topology}; "
                    + (f"the largest, {where}, holds {most}" if where is not None
                       else "no domain holds any"))
@@ -953,8 +963,13 @@ def _explain(pod_set: PodSet, label: str, need: int, want: int, ranked: list[tup
         out.append(f"{label}: {_nodes(skipped['taint'], 'has', 'have')} a taint it does not "
                    "tolerate, e.g. "
                    f"{taint_example}")
-    for stop, (count, example) in sorted(short.items(), key=lambda x: -x[1][0]):
+    kinds = sorted(short.items(), key=lambda x: (-x[1][0], x[1][1]))
+    for (stop, _), (count, example) in kinds[:_MAX_KINDS]:
         like = f" (and {count - 1} like it)" if count > 1 else ""
         out.append(f"{label}: node {example}{like}: {stop}")
+    if len(kinds) > _MAX_KINDS:
+        rest = sum(count for _, (count, _) in kinds[_MAX_KINDS:])
+        out.append(f"{label}: {rest} more nodes of {len(kinds) - _MAX_KINDS} other kinds hold "
+                   "fewer pods too")
     return out
 

@@ -205,6 +205,11 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
             return _Found(None, "undecided: " + "; ".join(top.reasons), hostable)
         prefix = shape.node_name(first)
         about = [r for r in top.reasons if prefix in r] or list(top.reasons[:1])
+        if shape.domain_label and shape.nodes_per_domain and not any(
+                "holds none" in r for r in about) and any(
+                ps.topology == shape.domain_label for ps in gang_.pod_sets):
+            about.append(f"new {shape.name} nodes come in {shape.domain_label} domains of at "
+                         f"most {shape.nodes_per_domain} nodes")
         return _Found(None, f"even {limit} new nodes do not make the gang fit: "
                       + "; ".join(about), hostable)
     # New nodes fill in order, so the nodes the placement used bound the answer; it is
