@@ -657,30 +657,36 @@ def fit(gang: Gang, nodes: Sequence[model.Node], inventory: model.Inventory,
 
 def place(gang: Gang, snapshot: Snapshot, *, memo: Memo | None = None,
           engine: api.Engine = "auto", budget: int = api.DEFAULT_BUDGET) -> GangResult:
-    """`fit` on a prepared Snapshot; `memo` may be shared by searches over one gang."""
+    """`fit` on a prepared Snapshot; `memo` may be shared by searches over one gang.
+
+    Pod sets are placed in order, each pod by pod as the scheduler would. When that
+    fails and there are several pod sets, the most demanding ones (devices per pod, then
+    pods) are tried first, and then the reverse order: a launcher placed first must not
+    take the room of the workers that only some nodes can host."""
     started = time.perf_counter()
     memo = memo if memo is not None else Memo()
     before_alloc, before_steps = memo.allocations, memo.steps
-    search = _Search(gang, snapshot, memo, engine, budget)
-    placements: list[Placement] = []
-    reasons: list[str] = []
-    domains: dict[str, str] = {}
-    hostable: dict[str, int] = {}
-    failed = False
-    for pod_set in gang.pod_sets:
-        ok, why, domain, best = _place_pod_set(search, pod_set, placements)
-        hostable[pod_set.name] = best
-        if domain is not None:
-            domains[pod_set.name] = domain
-        if not ok:
-            failed = True
-            reasons.extend(why)
+    attempt = _attempt(gang, gang.pod_sets, snapshot, memo, engine, budget)
+    if attempt.failed and len(gang.pod_sets) > 1:
+        demanding = tuple(sorted(gang.pod_sets, key=lambda ps: (-_devices_per_pod(ps),
+                                                                -ps.count)))
+        for order in (demanding, tuple(reversed(gang.pod_sets))):
+            if order == gang.pod_sets:
+                continue
+            other = _attempt(gang, order, snapshot, memo, engine, budget)
+            if not other.failed:
+                rank = {ps.name: i for i, ps in enumerate(gang.pod_sets)}
+                other.placements.sort(key=lambda p: (rank[p.pod_set], p.index))
+                attempt = other
+                break
+    search = attempt.search
     stats = Stats(time.perf_counter() - started, len(snapshot.entries), 0,
                   memo.steps - before_steps, len(search.classes),
                   memo.allocations - before_alloc)
-    if not failed:
-        return GangResult("fits", tuple(placements), domains=domains, hostable=hostable,
-                          stats=stats)
+    hostable = attempt.hostable
+    if not attempt.failed:
+        return GangResult("fits", tuple(attempt.placements), domains=attempt.domains,
+                          hostable=hostable, stats=stats)
     for pod_set in gang.pod_sets:
         if hostable[pod_set.name] == 0 and len(gang.pod_sets) > 1:
             # Maybe only because earlier pod sets took the room: ask for one pod alone.
@@ -691,7 +697,39 @@ def place(gang: Gang, snapshot: Snapshot, *, memo: Memo | None = None,
     verdict: GangVerdict = "undecided" if search.undecided else "no-fit"
     category: Category = "configuration" if any(v == 0 for v in hostable.values()) \
         else "capacity"
-    return GangResult(verdict, (), tuple(reasons), category, domains, hostable, stats)
+    return GangResult(verdict, (), tuple(attempt.reasons), category, attempt.domains,
+                      hostable, stats)
+
+
+@dataclasses.dataclass(slots=True)
+class _Attempt:
+    search: _Search
+    failed: bool
+    placements: list[Placement]
+    reasons: list[str]
+    domains: dict[str, str]
+    hostable: dict[str, int]
+
+
+def _attempt(gang: Gang, order: Sequence[PodSet], snapshot: Snapshot, memo: Memo,
+             engine: api.Engine, budget: int) -> _Attempt:
+    """Place the pod sets in this order (every one, to explain every failure)."""
+    search = _Search(gang, snapshot, memo, engine, budget)
+    out = _Attempt(search, False, [], [], {}, {})
+    for pod_set in order:
+        ok, why, domain, best = _place_pod_set(search, pod_set, out.placements)
+        out.hostable[pod_set.name] = best
+        if domain is not None:
+            out.domains[pod_set.name] = domain
+        if not ok:
+            out.failed = True
+            out.reasons.extend(why)
+    return out
+
+
+def _devices_per_pod(pod_set: PodSet) -> int:
+    return sum(r.exactly.count for c in pod_set.claims for r in c.claim.requests
+               if r.exactly is not None)
 
 
 def _matcher(pod_set: PodSet) -> tuple[Callable[[model.Node], bool], bool]:
