@@ -16,6 +16,7 @@ import atexit
 import dataclasses
 import os
 import pathlib
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -40,12 +41,20 @@ def e2e_cluster() -> Iterator[ClusterInfo]:
         return
     local = cluster.LocalCluster(cluster.default_workdir(), node_groups=(harness.GPU_NODE_GROUP,))
     atexit.register(local.stop)
-    local.start()
+    # SIGTERM (a CI time-out, say) would end Python without running finalizers: turn it
+    # into KeyboardInterrupt, which pytest handles by tearing down fixtures.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
+        local.start()
         yield ClusterInfo(local.kubeconfig, local)
     finally:
         local.stop()
         atexit.unregister(local.stop)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture(scope="session")

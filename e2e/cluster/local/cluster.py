@@ -63,6 +63,7 @@ KUBE_RUNTIME_CONFIG = ("scheduling.k8s.io/v1alpha2=true,resource.k8s.io/v1beta1=
 # Kueue reads these metrics certificates from a hard-coded path whenever its internal
 # certificate management is off (cmd/kueue/main.go); we write them there and remove them.
 KUEUE_METRICS_CERT_DIR = pathlib.Path("/etc/kueue/metrics/certs")
+_OURS_MARKER = ".fitgate-e2e"  # marks certificates a run of ours wrote (and may replace)
 
 START_TIMEOUT_S = 120.0
 KUBECTL_TIMEOUT_S = 120
@@ -172,7 +173,7 @@ class LocalCluster:
             proc.stop()
         self.procs.clear()
         if self._wrote_kueue_metrics_certs:
-            for f in ("tls.crt", "tls.key"):
+            for f in ("tls.crt", "tls.key", _OURS_MARKER):
                 (KUEUE_METRICS_CERT_DIR / f).unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 KUEUE_METRICS_CERT_DIR.rmdir()
@@ -432,10 +433,12 @@ class LocalCluster:
 
     def _place_kueue_metrics_certs(self) -> None:
         crt, key = KUEUE_METRICS_CERT_DIR / "tls.crt", KUEUE_METRICS_CERT_DIR / "tls.key"
-        if crt.exists() and key.exists():
-            return  # someone else's (or a crashed run's); any valid pair serves
+        marker = KUEUE_METRICS_CERT_DIR / _OURS_MARKER
+        if crt.exists() and key.exists() and not marker.exists():
+            return  # someone else's: any valid pair serves, and we leave it alone
         try:
             KUEUE_METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+            marker.write_text("written by fitgate's e2e/cluster/local; removed at teardown\n")
             crt.write_bytes(self.kueue_cert.cert.read_bytes())
             key.write_bytes(self.kueue_cert.key.read_bytes())
         except OSError as err:

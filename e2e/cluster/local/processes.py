@@ -4,12 +4,15 @@ Every component runs in a session (and process group) of its own, with its outpu
 ``<workdir>/logs/<name>.log``; its pid is recorded in ``<workdir>/pids/<name>`` so that a
 later ``down`` can end what an aborted run left behind — only those pids, and only if the
 process still runs the binary we started. Stopping is SIGTERM to the group, a bounded
-wait, then SIGKILL: nothing survives a teardown.
+wait, then SIGKILL: nothing survives a teardown. Each child also asks the kernel for
+SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), which covers a test run that is
+killed outright.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import pathlib
 import signal
@@ -22,6 +25,15 @@ import urllib.request
 from collections.abc import Callable
 
 STOP_GRACE_S = 10.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGKILL when the parent dies (Linux prctl), so a
+    killed test run (even SIGKILL) leaves no component behind."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def free_port() -> int:
@@ -47,6 +59,7 @@ class Process:
             log.flush()
             self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True,
+                                          preexec_fn=_die_with_parent,
                                           cwd=workdir, env={**os.environ, **(env or {})})
         self.pid_path.write_text(f"{self.popen.pid} {argv[0]}\n")
 
