@@ -26,6 +26,7 @@ from fitcore import errors, gang, plan, workload
 
 EXIT_BAD_INPUT = 2
 _SUFFIXES = (".yaml", ".yml", ".json")
+_GANG_KINDS = ("Workload", "Job")
 
 
 class UsageError(Exception):
@@ -74,7 +75,10 @@ def read_documents(paths: Sequence[str]) -> list[workload.Document]:
 
 def run_fit(inventory: Sequence[str], shape_paths: Sequence[str], workload_path: str
             ) -> tuple[gang.Gang, plan.PlanResult]:
-    docs = read_documents(inventory) + read_documents(shape_paths)
+    # Workloads and Jobs in the inventory are other tenants' (their pods count, as Pods):
+    # only the --workload file names the gang.
+    docs = [d for d in read_documents(inventory) + read_documents(shape_paths)
+            if d[0].get("kind") not in _GANG_KINDS]
     wl_docs = read_documents([workload_path])
     bundle = workload.load(docs + wl_docs)
     wl_sources = {source for _, source in wl_docs}

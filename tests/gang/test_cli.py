@@ -168,3 +168,14 @@ def test_job_is_a_gang(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "version")
     assert code == 0 and out.startswith("fitgate ")
+
+
+def test_workloads_in_the_inventory_are_not_the_gang(tmp_path: pathlib.Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    other = gb.workload(gb.pod_set(templates=("not-here",)), name="someone-else")
+    inv = write(tmp_path / "inv.yaml", *gb.classes(), *gb.gpu_node("n1"), other)
+    wl = write(tmp_path / "wl.yaml", gb.template(),
+               gb.workload(gb.pod_set(count=1, templates=("gpus",))))
+    code, out, err = run(capsys, "fit", "--inventory", inv, "--workload", wl, "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["verdict"] == "fits"
