@@ -210,3 +210,13 @@ def test_no_mixed_plan_when_a_pod_set_fits_no_shape(run_plan) -> None:
     result = run_plan([cpu_shape(), CHEAP_NO_ROOT, *launcher_and_workers(2)])
     assert result.verdict == "unsatisfiable"
     assert result.category == "configuration"
+
+
+def test_shape_with_a_fixed_domain_joins_the_existing_rack(run_plan) -> None:
+    fixed = gb.shape("rail-r1")
+    fixed["spec"]["nodeLabels"][gb.RACK] = "r1"
+    result = run_plan([*gb.gpu_node("n1", rack="r1"), fixed, *gang_of(4, topology=gb.RACK)])
+    assert result.verdict == "needs-capacity", result.reasons
+    assert result.plan is not None
+    assert [(g.shape, g.count, g.domain) for g in result.plan.shapes] == [("rail-r1", 1, "r1")]
+    assert {p.node for p in result.plan.placements} == {"n1", "rail-r1-new-0"}
