@@ -1,6 +1,6 @@
 # The compiled per-node search: depth-first over requests, alternatives and classes of
-# interchangeable devices, with exact pruning. Return codes: 1 found, 0 none, -1 budget,
-# -2 a fatal error (a device of an All request breaks a claim constraint).
+# interchangeable devices, with exact pruning. Return codes: 1 found, 0 none, -1 budget.
+# (All requests under a claim constraint never get here: see fitcore/compiled.py.)
 
 from libc.stdlib cimport calloc, free
 
@@ -57,7 +57,8 @@ cdef inline bint _pays_counters(const Problem* p, State* s, i64 d) noexcept nogi
 
 cdef int _add(const Problem* p, State* s, i64 a, i64 d) noexcept nogil:
     """Allocate device d for alternative a: 1 done; 0 not possible (state unchanged);
-    2 a claim constraint rejects it. Checks run in the allocator's order."""
+    2 a claim constraint rejects it. Checks run in the allocator's order (in use,
+    counters, constraints, capacity)."""
     cdef i64 i, c
     cdef i64 off = 0, n = 0, base = 0
     cdef bint pays
@@ -189,10 +190,7 @@ cdef int _take_all(const Problem* p, State* s, i64 r, i64 a, i64 i) noexcept nog
     d = p.alt_dev[i]
     if p.alt_dev_block[i]:
         return 0
-    found = _add(p, s, a, d)
-    if found == 2:
-        return -2        # a device of an All request breaks a constraint: fatal
-    if found == 0:
+    if _add(p, s, a, d) != 1:
         return 0
     found = _take_all(p, s, r, a, i + 1)
     if found == 0:
@@ -229,7 +227,7 @@ cdef const i64* _ptr(const i64[::1] view):
 def search(problem, i64 budget):
     """Run the search over a `fitcore.compiled.Problem`.
 
-    Returns (status, steps, res_alt, res_dev): status 1 found, 0 no allocation exists, -2 fatal (All vs a constraint),
+    Returns (status, steps, res_alt, res_dev): status 1 found, 0 no allocation exists,
     -1 budget exhausted; res_* list the allocated (alternative, device) pairs in order.
     """
     cdef Problem p

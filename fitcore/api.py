@@ -63,10 +63,6 @@ def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
     if status == 1:
         return model.NodeFit("fits", node.name, problem.results(res_alt, res_dev),
                              steps=steps, engine="c")
-    if status == -2:
-        return model.NodeFit("error", node.name, steps=steps, engine="c", reasons=(
-            "a request for all matching devices includes a device that breaks the claim's "
-            "constraints (the scheduler rejects such claims)",))
     if status < 0:
         return model.NodeFit("undecided", node.name, steps=steps, engine="c", reasons=(
             f"the search took more than {budget} steps on node {node.name}",))

@@ -11,7 +11,9 @@ What the arrays encode (see `_alloc.pxd` for the field-by-field layout):
 - constrained attribute values interned to integers (type-tagged, so "1" != 1).
 
 Inputs the compiled core does not take are answered by the reference engine: requests
-with adminAccess, and quantities too large to scale exactly into 62 bits.
+with adminAccess; `All` requests under a claim constraint (upstream's answer then depends
+on its search order, which the reference follows); quantities too large to scale exactly
+into 62 bits.
 """
 
 from __future__ import annotations
@@ -144,6 +146,13 @@ class Problem:
                                                            len(interned)))
             con_claim_start.append(len(con_match))
         n_con = len(con_match)
+        for j, cover in enumerate(con_cover):
+            a = j % n_alt
+            if cover and all_lists[a] is not None:
+                # Upstream fails the whole allocation when a device of an All request
+                # breaks a constraint, but only if its search order gets there first:
+                # the reference follows that order, the class-based search cannot.
+                raise Unsupported("allocationMode All under a claim constraint")
         # ---- counters
         counter_ids: dict[tuple[int, str, str], int] = {}
         avail_f: list[Fraction] = []
