@@ -19,8 +19,9 @@ from e2e.cluster.local import cluster
 SYSTEM_NAMESPACE = cluster.SYSTEM_NAMESPACE
 DEFAULT_TIMEOUT_S = 60.0
 # The node group cluster-autoscaler may grow in tests (kwok provider; see cluster.py).
-# Its nodes carry the shape label "gpu-pool": a test defines that shape before scaling.
-GPU_NODE_GROUP = cluster.NodeGroup(name="gpu-pool", shape="gpu-pool", max_size=8)
+# Its nodes carry the shape label "gpu-pool": 4 GPUs, 2 per PCIe root.
+GPU_NODE_GROUP = cluster.NodeGroup(name="gpu-pool", shape="gpu-pool", max_size=8,
+                                   devices=builders.gpu_devices(4, per_pcie_root=2))
 
 
 class Harness:
@@ -36,12 +37,17 @@ class Harness:
     # -- shapes and node pools -----------------------------------------------------------
 
     async def define_shape(self, name: str, spec: dict[str, Any]) -> None:
-        """Add or replace one shape in the driver's shapes ConfigMap."""
-        await self.kube.apply({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": dra_driver.SHAPES_CONFIGMAP,
-                         "namespace": self.system_namespace},
-            "data": {name: yaml.safe_dump(spec, sort_keys=False)}})
+        """Add or replace one shape in the driver's shapes ConfigMap (other shapes stay)."""
+        data = {name: yaml.safe_dump(spec, sort_keys=False)}
+        try:
+            await self.kube.patch("v1", "ConfigMap", dra_driver.SHAPES_CONFIGMAP,
+                                  {"data": data}, namespace=self.system_namespace)
+        except kube.NotFound:
+            await self.kube.create({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": dra_driver.SHAPES_CONFIGMAP,
+                             "namespace": self.system_namespace},
+                "data": data})
 
     async def create_node_pool(self, name: str, count: int, devices: list[dict[str, Any]],
                                labels: dict[str, str] | None = None,

@@ -22,7 +22,6 @@ pytestmark = [pytest.mark.e2e]
 @pytest.mark.timeout(300)
 async def test_kueue_provisioning_check_scales_up_then_admits(e2e: harness.Harness) -> None:
     group = harness.GPU_NODE_GROUP
-    await e2e.define_shape(group.shape, builders.shape(builders.gpu_devices(4)))
     check = await e2e.create_provisioning_check(f"prov-{e2e.namespace}")
     queue = await e2e.create_queues(f"cq-{e2e.namespace}", admission_checks=[check])
     selector = {cluster.NODEGROUP_LABEL: group.name}

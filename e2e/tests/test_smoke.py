@@ -41,7 +41,9 @@ async def test_job_with_gpu_claim_is_admitted_allocated_and_running(
     queue = await e2e.create_queues(f"cq-{e2e.namespace}")
     await e2e.kube.create(builders.claim_template(
         "two-gpus-one-root", e2e.namespace, 2, match_attribute=builders.PCIE_ROOT))
-    await e2e.create_job("train", queue, claim_template_name="two-gpus-one-root")
+    # Pinned to this pool: other tests' node groups publish GPUs too.
+    await e2e.create_job("train", queue, claim_template_name="two-gpus-one-root",
+                         node_selector={cluster.SHAPE_LABEL: "smoke-gpu"})
 
     # Kueue: a Workload for the Job, admitted; the Job unsuspended.
     async def admitted() -> dict[str, Any] | None:
@@ -83,7 +85,6 @@ async def test_job_with_gpu_claim_is_admitted_allocated_and_running(
 @pytest.mark.timeout(300)
 async def test_provisioning_request_scales_up_kwok_node_group(e2e: harness.Harness) -> None:
     group = harness.GPU_NODE_GROUP
-    await e2e.define_shape(group.shape, builders.shape(builders.gpu_devices(4)))
     selector = f"{cluster.NODEGROUP_LABEL}={group.name}"
     before = await e2e.kube.list("v1", "Node", label_selector=selector)
     # Pods of 20 CPUs on 32-CPU nodes: one per node. Ask for two more pods than the group

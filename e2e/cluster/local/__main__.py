@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 
+from e2e import harness
 from e2e.cluster.local import build, cluster, processes
 
 MAX_UP_S = 24 * 3600
@@ -41,8 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    with cluster.LocalCluster(args.workdir, node_groups=(cluster.NodeGroup(
-            name="gpu-pool", shape="gpu-4x"),)) as local:
+    with cluster.LocalCluster(args.workdir, node_groups=(harness.GPU_NODE_GROUP,)) as local:
         print(f"export KUBECONFIG={local.kubeconfig}", flush=True)
         deadline = time.monotonic() + min(args.duration, MAX_UP_S)
         while not stop and time.monotonic() < deadline:

@@ -79,6 +79,9 @@ class NodeGroup:
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
     allocatable: dict[str, str] = dataclasses.field(
         default_factory=lambda: {"cpu": "32", "memory": "256Gi", "pods": "110"})
+    # The devices the fake DRA driver publishes for the group's nodes (its shape); None
+    # leaves the shape to the tests (``Harness.define_shape``).
+    devices: list[dict[str, Any]] | None = None
 
 
 @dataclasses.dataclass
@@ -370,6 +373,13 @@ class LocalCluster:
         crd_path = apis_src / "config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml"
         objects.append(_load_yaml(crd_path.read_text()))
         objects += kwok_provider_configmaps(self.node_groups)
+        shapes = {g.shape: yaml.safe_dump(builders.shape(g.devices), sort_keys=False)
+                  for g in self.node_groups if g.devices is not None}
+        if shapes:
+            objects.append({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": dra_driver.SHAPES_CONFIGMAP,
+                                         "namespace": SYSTEM_NAMESPACE},
+                            "data": shapes})
         self.apply(objects)
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 
