@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
@@ -400,9 +401,10 @@ class Snapshot:
             other.insert(e)
         return other
 
-    @property
-    def node_names(self) -> list[str]:
-        return [e.node.name for e in self.entries]
+    @functools.cached_property
+    def node_names(self) -> frozenset[str]:
+        """Names of all nodes (computed once per snapshot)."""
+        return frozenset(e.node.name for e in self.entries)
 
     def device_count(self) -> int:
         return self.devices
@@ -755,15 +757,9 @@ def _requests(pod_set: PodSet) -> dict[str, Fraction]:
     return out
 
 
-@dataclasses.dataclass(slots=True)
-class _Unit:
-    """Nodes that look alike to one pod set: a cell (label group, class), or one node
-    when selection must be asked per node."""
-
-    group: int
-    node: int | None  # set for a single-node unit
-    cid: int
-    count: int
+#: Nodes that look alike to one pod set: (label group, node or None, class, nodes) for a
+#: cell, or a single node when selection must be asked per node.
+_Unit = tuple[int, "int | None", int, int]
 
 
 def _place_pod_set(search: _Search, pod_set: PodSet,
@@ -800,7 +796,8 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
     variant = _Variant(first_claims, rest_claims)
     single_node = bool(unpinned)
     need, want = pod_set.needed, pod_set.count
-    # The units to consider: cells, or single nodes when selection is per node.
+    # The units to consider: (label group, node or None, class, nodes) for each cell, or
+    # single nodes when selection is per node.
     units: list[_Unit] = []
     skipped = {"selector": 0, "taint": 0, "topology": 0, "shared": 0}
     if allowed is not None or per_node:
@@ -809,67 +806,74 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
             if names is not None and e.node.name not in names:
                 skipped["shared"] += 1
                 continue
-            units.append(_Unit(snap.node_group[i], i, search.class_of(i), 1))
+            units.append((snap.node_group[i], i, search.class_of(i), 1))
     else:
-        units = [_Unit(g, None, cid, n) for (g, cid), n in search.cells.items()]
+        units = [(g, None, cid, n) for (g, cid), n in search.cells.items()]
     # How many pods one node of each class holds; domain totals.
     counts: dict[int, int] = {}
     fills: dict[int, _Fill] = {}
-    group_ok: dict[int, bool] = {}
+    group_info: dict[int, tuple[bool, str | None]] = {}  # selected?, domain
     taint_example = ""
     # Why a class holds fewer pods -> (nodes, example node); keyed by class too, so that
     # each kind of node (existing or new) keeps its own example.
     short: dict[tuple[str, int], tuple[int, str]] = {}
+    short_nodes: dict[int, int] = {}  # class -> nodes of it that hold fewer than wanted
     totals: dict[str, int] = {}
     domain_units: dict[str, list[_Unit]] = {}
     best = 0
+    topology = pod_set.topology
+    entries = snap.entries
     for u in units:
-        node = snap.entries[u.node if u.node is not None else
-                            snap.group_nodes[u.group][0]].node
-        if u.node is not None:
-            ok = matches(node)
-        else:
-            ok_cached = group_ok.get(u.group)
-            ok = group_ok[u.group] = matches(node) if ok_cached is None else ok_cached
+        group, node_index, cid, count = u
+        info = group_info.get(group) if node_index is None else None
+        if info is None:
+            node = entries[node_index if node_index is not None else
+                           snap.group_nodes[group][0]].node
+            info = (matches(node), node.labels.get(topology) if topology is not None else "")
+            if node_index is None:
+                group_info[group] = info
+        ok, domain = info
         if not ok:
-            skipped["selector"] += u.count
+            skipped["selector"] += count
             continue
-        domain = ""
-        if pod_set.topology is not None:
-            value = node.labels.get(pod_set.topology)
-            if value is None:
-                skipped["topology"] += u.count
-                continue
-            domain = value
-        n = counts.get(u.cid)
-        example = snap.entries[u.node if u.node is not None else
-                               search.get_class(u.cid).rep].node.name
+        if domain is None:
+            skipped["topology"] += count
+            continue
+        n = counts.get(cid)
         if n is None:
-            cls = search.get_class(u.cid)
+            cls = search.get_class(cid)
             bad = search.tolerated(cls, pod_set)
             if bad:
                 n = -1
+                example = entries[node_index if node_index is not None else cls.rep].node.name
                 taint_example = taint_example or f"{bad} (node {example})"
             else:
                 f = search.fill(cls, pod_set, variant, requests, want)
-                fills[u.cid] = f
+                fills[cid] = f
                 n = len(f.allocations)
                 search.undecided = search.undecided or f.undecided
-            counts[u.cid] = n
+            counts[cid] = n
         if n < 0:
-            skipped["taint"] += u.count
+            skipped["taint"] += count
             continue
-        f = fills[u.cid]
-        if n < want and f.stop:
-            why = _holds(n, f.stop)
-            c, ex = short.get((why, u.cid), (0, example))
-            short[(why, u.cid)] = (c + u.count, ex)
-        best = max(best, n)
+        if n < want:
+            short_nodes[cid] = short_nodes.get(cid, 0) + count
+        if n > best:
+            best = n
         if n == 0:
             continue
         total = totals.get(domain, 0)
-        totals[domain] = max(total, n) if single_node else total + n * u.count
-        domain_units.setdefault(domain, []).append(u)
+        totals[domain] = max(total, n) if single_node else total + n * count
+        du = domain_units.get(domain)
+        if du is None:
+            domain_units[domain] = [u]
+        else:
+            du.append(u)
+    for cid, count in short_nodes.items():
+        stop = fills[cid].stop
+        if stop:
+            example = entries[search.get_class(cid).rep].node.name
+            short[(_holds(counts[cid], stop), cid)] = (count, example)
     ranked = [(t, d) for d, t in totals.items()]
     # Best fit: the smallest domain that holds every pod; else the largest holding minCount.
     full = sorted((t, d) for t, d in ranked if t >= want)
@@ -904,11 +908,11 @@ def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
     """Place up to `total` pods on the nodes of one domain, in name order."""
     snap = search.snap
     nodes: set[int] = set()
-    for u in units:
-        if u.node is not None:
-            nodes.add(u.node)
+    for group, node_index, _, _ in units:
+        if node_index is not None:
+            nodes.add(node_index)
         else:
-            nodes.update(snap.group_nodes[u.group])
+            nodes.update(snap.group_nodes[group])
     placed = 0
     for i in sorted(nodes):
         if placed >= total:

@@ -85,7 +85,7 @@ def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes
                           stats=stats())
     if base.verdict == "undecided":
         return PlanResult("undecided", reasons=base.reasons, stats=stats())
-    existing = frozenset(snapshot.node_names)
+    existing = snapshot.node_names
     plans: list[Plan] = []
     rejected: list[tuple[str, str]] = []
     hostable = dict(base.hostable)
@@ -217,8 +217,8 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
     used_new = {p.node for p in top.placements} - existing
     hi = max((i + 1 for i in range(limit) if shape.node_name(first + i) in used_new),
              default=limit)
-    if hi < limit and not trial(hi).fits:
-        hi = limit
+    if hi < limit:  # the same placement is valid with only the first hi new nodes
+        tried[hi] = (top, snapshot.extended(new.entries[:hi], new.owner))
     lo = 0
     if hi > 1 and not trial(hi - 1).fits:
         lo = hi - 1
