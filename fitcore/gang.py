@@ -284,25 +284,38 @@ class Snapshot:
             self._add(n, used.get(n.name, {}), None, local.get(n.name, []))
 
     def _add(self, n: model.Node, used: Mapping[str, values.Quantity],
-             shape: tuple[Any, ...] | None,
+             shapes: dict[Any, int] | None,
              local: list[tuple[PoolKey, list[model.ResourceSlice]]]) -> None:
-        self.insert(self.entry(n, used, shape, local))
+        self.insert(self.entry(n, used, shapes, local))
+
+    def _pool_shape(self, group_slices: list[model.ResourceSlice],
+                    shapes: dict[Any, int] | None) -> int:
+        """The interned shape of one pool's slices. `shapes`: a cache for slices that
+        share their device tuples (the hypothetical nodes of one NodeShape, while the
+        shape is alive), so that their shape is computed and hashed once."""
+        if shapes is None:
+            return self.intern(("pool", tuple(slice_shape(s) for s in group_slices)))
+        ck = tuple((id(s.devices), id(s.shared_counters), s.driver, s.generation,
+                    s.resource_slice_count) for s in group_slices)
+        have = shapes.get(ck)
+        if have is None:
+            have = shapes[ck] = self.intern(("pool", tuple(slice_shape(s)
+                                                           for s in group_slices)))
+        return have
 
     def entry(self, n: model.Node, used: Mapping[str, values.Quantity],
-              shape: tuple[Any, ...] | None,
+              shapes: dict[Any, int] | None,
               local: list[tuple[PoolKey, list[model.ResourceSlice]]]) -> _NodeEntry:
-        """Index one node (with its node-local pools) without adding it. `shape`: a
-        precomputed shape of its local slices (hypothetical nodes of one NodeShape)."""
+        """Index one node (with its node-local pools) without adding it."""
         labels = tuple(sorted((k, v) for k, v in n.labels.items() if k != HOSTNAME_LABEL))
         local = sorted(local, key=lambda x: x[0])
         local_slices: list[model.ResourceSlice] = []
-        pool_shapes = []
+        pool_shapes: list[Any] = []  # per pool: its shape id, then what is allocated
         devices = 0
         for pk, group_slices in local:
             group_slices = sorted(group_slices, key=lambda s: s.name)
             local_slices.extend(group_slices)
-            if shape is None:
-                pool_shapes.append(tuple(slice_shape(s) for s in group_slices))
+            pool_shapes.append(self._pool_shape(group_slices, shapes))
             taken = self._allocated_by_pool.get(pk, ())
             devices += sum(len(s.devices) for s in group_slices)
             devices -= sum(1 for t in taken if t[0] == "d")
@@ -313,8 +326,8 @@ class Snapshot:
         free: dict[str, Fraction] = {k: q.value for k, q in n.allocatable.items()}
         for k, q in used.items():
             free[k] = free.get(k, _ZERO) - q.value
-        dra = (shape, tuple(pool_shapes)) if shape is not None else tuple(pool_shapes)
-        key: tuple[Any, ...] = (dra, n.taints, n.unschedulable, tuple(sorted(free.items())))
+        key: tuple[Any, ...] = (tuple(pool_shapes), n.taints, n.unschedulable,
+                                tuple(sorted(free.items())))
         if sees_global:
             key = (*key, ("node", n.name))
         pristine = not any(self._allocated_by_pool.get(pk) for pk, _ in local)
@@ -361,11 +374,11 @@ class Snapshot:
             have = self.keys[key] = len(self.keys)
         return have
 
-    def prepare(self, nodes: Sequence[model.Node], slices: Sequence[model.ResourceSlice],
-                shape: tuple[Any, ...] | None = None
+    def prepare(self, nodes: Sequence[model.Node], slices: Sequence[model.ResourceSlice]
                 ) -> tuple[list[_NodeEntry], dict[PoolKey, str]]:
         """Index new nodes with node-local slices in new pools (hypothetical nodes), to
-        add them with `extended`. `shape`: their local slices are identical in shape."""
+        add them with `extended`. A new node identical to an existing one (free, no
+        allocations) joins its class, so what was learnt about one serves the other."""
         owner: dict[PoolKey, str] = {}
         local: dict[str, dict[PoolKey, list[model.ResourceSlice]]] = {}
         for s in slices:
@@ -374,7 +387,8 @@ class Snapshot:
                 raise ValueError(f"hypothetical slice {s.name} must be node-local in a new pool")
             owner[key] = s.node_name
             local.setdefault(s.node_name, {}).setdefault(key, []).append(s)
-        entries = [self.entry(n, {}, shape, list(local.get(n.name, {}).items())) for n in nodes]
+        shapes: dict[Any, int] = {}
+        entries = [self.entry(n, {}, shapes, list(local.get(n.name, {}).items())) for n in nodes]
         return entries, owner
 
     def extended(self, entries: Sequence[_NodeEntry], owner: Mapping[PoolKey, str]

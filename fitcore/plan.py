@@ -159,8 +159,7 @@ class _NewNodes:
         self.shape = shape
         self.first = first
         self.chunks = chunk - first_domain  # fresh domains used
-        self.entries, self.owner = snapshot.prepare(
-            nodes, slices, shape=("shape", shape.name, snapshot.intern(shape.local_shape())))
+        self.entries, self.owner = snapshot.prepare(nodes, slices)
 
     def groups(self, used: set[str]) -> tuple[ShapeCount, ...]:
         """The new nodes a placement uses, grouped by domain."""

@@ -63,8 +63,3 @@ class NodeShape:
                     generation=s.generation, resource_slice_count=s.resource_slice_count,
                     node_name=name, devices=s.devices, shared_counters=s.shared_counters))
         return nodes, slices
-
-    def local_shape(self) -> tuple[object, ...]:
-        """The slice shape every node of this shape shares (for node equivalence)."""
-        ordered = sorted(self.slices, key=lambda s: (s.driver, s.pool, s.name))
-        return tuple(gang.slice_shape(s) for s in ordered)
