@@ -153,8 +153,10 @@ def as_text(g: gang.Gang, result: plan.PlanResult) -> str:
                      else "why existing nodes are not enough:")
         lines.extend(f"  - {r}" for r in result.reasons)
     s = result.stats
-    lines.append(f"decided in {s.seconds * 1e3:.1f} ms over {s.nodes} nodes and {s.devices} "
-                 f"devices ({s.steps} allocator steps)")
+    nodes = f"{s.nodes} node" + ("" if s.nodes == 1 else "s")
+    devices = f"{s.devices} device" + ("" if s.devices == 1 else "s")
+    lines.append(f"decided in {s.seconds * 1e3:.1f} ms over {nodes} and {devices} "
+                 f"({s.steps} allocator steps)")
     return "\n".join(lines)
 
 

@@ -966,6 +966,10 @@ def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
     return placed
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _nodes(n: int, one: str = "does", many: str = "do") -> str:
     return f"1 node {one}" if n == 1 else f"{n} nodes {many}"
 
@@ -994,7 +998,7 @@ def _explain(pod_set: PodSet, label: str, need: int, want: int, ranked: list[tup
              skipped: Mapping[str, int], taint_example: str,
              short: Mapping[tuple[str, int], tuple[int, str]], single_node: bool,
              nodes: int) -> list[str]:
-    wanted = f"{want} pods" if need == want else f"at least {need} of {want} pods"
+    wanted = _plural(want, "pod") if need == want else f"at least {need} of {want} pods"
     out = []
     most = max((t for t, _ in ranked), default=0)
     if pod_set.topology:
@@ -1006,7 +1010,9 @@ def _explain(pod_set: PodSet, label: str, need: int, want: int, ranked: list[tup
         out.append(f"{label}: its pods share a ResourceClaim, so all {wanted} must run on one "
                    f"node; the best node holds {most}")
     else:
-        out.append(f"{label}: needs {wanted}; the {nodes} nodes hold {most}")
+        out.append(f"{label}: needs {wanted}; "
+                   + (f"the {nodes} nodes hold {most}" if nodes != 1 else
+                      f"the only node holds {most}"))
     if skipped["shared"]:
         out.append(f"{label}: {skipped['shared']} node(s) cannot use its allocated shared claims")
     if skipped["selector"]:
