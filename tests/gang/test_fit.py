@@ -282,3 +282,22 @@ def test_rack_topology(run_plan, case: TopologyCase) -> None:
         assert len(result.placements) == (case.placed or case.count)
     else:
         assert any("in one domain of" in r for r in result.reasons)
+
+
+def test_budget_runs_out_undecided(engine: str) -> None:
+    from fitcore import gang
+    from tests.gang.conftest import load
+
+    bundle = load([*two_nodes(), T, gb.workload(gb.pod_set(count=4, templates=("gpus",)))])
+    result = gang.fit(bundle.gangs[0], bundle.nodes, bundle.inventory, engine=engine,  # type: ignore[arg-type]
+                      budget=1)
+    assert result.verdict == "undecided"
+    assert any("steps" in r for r in result.reasons), result.reasons
+
+
+def test_missing_device_class_is_configuration(run_plan) -> None:
+    template = gb.template()
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "tpu"
+    result = run_plan([*two_nodes(), template, gb.workload(gb.pod_set(templates=("gpus",)))])
+    assert result.verdict == "unsatisfiable" and result.category == "configuration"
+    assert any("DeviceClass 'tpu' does not exist" in r for r in result.reasons), result.reasons
