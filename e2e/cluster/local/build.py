@@ -52,6 +52,7 @@ CA_APIS_VERSION = "v0.0.0-20240830133931-adfbe7e45277"
 # Build time stamp baked into the binaries: fixed, so that builds are reproducible.
 BUILD_DATE = "2026-07-22T00:00:00Z"
 BUILD_BUDGET_S = 80 * 60  # a single component's build never runs longer than this
+PROGRESS_EVERY_S = 60  # a line of progress this often during a long build
 
 
 def _kube_version_ldflags(version: str) -> tuple[str, ...]:
@@ -170,16 +171,35 @@ def build_one(component: Component, go_version: str) -> pathlib.Path:
     log_path = logs / f"build-{component.name}.log"
     tmp = target.with_name(f".{component.name}.tmp{os.getpid()}")
     ldflags = " ".join(("-s", "-w", *component.ldflags))
-    cmd = ["go", "build", "-ldflags", ldflags, "-o", str(tmp)]
+    cmd = ["go", "build", "-v", "-ldflags", ldflags, "-o", str(tmp)]
     if component.tags:
         cmd += ["-tags", ",".join(component.tags)]
     cmd.append(component.package)
+    start = time.monotonic()
     with open(log_path, "w") as log:
         log.write(" ".join(cmd) + "\n")
         log.flush()
-        proc = subprocess.run(cmd, cwd=component.module_dir, env=go_env(component.env),
-                              stdout=log, stderr=subprocess.STDOUT, timeout=BUILD_BUDGET_S,
-                              check=False)
+        proc = subprocess.Popen(cmd, cwd=component.module_dir, env=go_env(component.env),
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            # `go build -v` names each package it compiles: report that count as progress.
+            while proc.poll() is None:
+                elapsed = time.monotonic() - start
+                if elapsed > BUILD_BUDGET_S:
+                    proc.kill()
+                    proc.wait(timeout=60)
+                    raise RuntimeError(f"building {component.name} took over "
+                                       f"{BUILD_BUDGET_S}s; log {log_path}")
+                try:
+                    proc.wait(timeout=PROGRESS_EVERY_S)
+                except subprocess.TimeoutExpired:
+                    done = len(log_path.read_text(errors="replace").splitlines()) - 1
+                    _log(f"    {component.name}: {time.monotonic() - start:.0f}s, "
+                         f"{done} packages compiled")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=60)
     if proc.returncode != 0:
         tail = log_path.read_text().splitlines()[-30:]
         raise RuntimeError(f"building {component.name} failed (exit {proc.returncode}); "
