@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -106,11 +107,26 @@ def _plan_json(p: plan.Plan) -> dict[str, Any]:
             "price": plan.price_str(p.price)}
 
 
-def as_json(result: plan.PlanResult) -> dict[str, Any]:
+def _pod_sets(g: gang.Gang, result: plan.PlanResult) -> list[dict[str, Any]]:
+    """Per pod set: how many pods were placed (fewer than count only with minCount) and
+    in which topology domain."""
+    placements = result.placements or (result.plan.placements if result.plan else ())
+    domains = result.domains or (result.plan.domains if result.plan else {})
+    placed: dict[str, int] = {}
+    for p in placements:
+        placed[p.pod_set] = placed.get(p.pod_set, 0) + 1
+    return [{"name": ps.name, "count": ps.count, "minCount": ps.min_count,
+             "placed": placed.get(ps.name, 0), "topology": ps.topology,
+             "domain": domains.get(ps.name)} for ps in g.pod_sets]
+
+
+def as_json(g: gang.Gang, result: plan.PlanResult) -> dict[str, Any]:
     placements = result.placements or (result.plan.placements if result.plan else ())
     return {
         "verdict": result.verdict,
         "category": result.category,
+        "workload": g.label,
+        "podSets": _pod_sets(g, result),
         "placements": [{"podSet": p.pod_set, "index": p.index, "node": p.node,
                         "devices": _devices(p)} for p in placements],
         "plan": _plan_json(result.plan) if result.plan else None,
@@ -142,6 +158,10 @@ def as_text(g: gang.Gang, result: plan.PlanResult) -> str:
         for name, why in result.rejected:
             lines.append(f"  not {name}: {why}")
     placements = result.placements or (result.plan.placements if result.plan else ())
+    for ps in _pod_sets(g, result):
+        if ps["domain"] or ps["placed"] < ps["count"]:
+            where = f" in {ps['topology']}={ps['domain']}" if ps["domain"] else ""
+            lines.append(f"pod set {ps['name']}: {ps['placed']} of {ps['count']} pods{where}")
     if placements:
         lines.append("placements:")
         for p in placements:
@@ -193,10 +213,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, errors.InputError) as exc:
         print(f"fitgate: bad input:\n{exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.output == "json":
-        print(json.dumps(as_json(result), indent=2))
-    else:
-        print(as_text(g, result))
+    try:
+        if args.output == "json":
+            print(json.dumps(as_json(g, result), indent=2))
+        else:
+            print(as_text(g, result))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `fitgate fit ... | head`: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -48,6 +48,7 @@ class Plan:
     price: Fraction
     placements: tuple[gang.Placement, ...] = ()
     existing_nodes: frozenset[str] = frozenset()
+    domains: Mapping[str, str] = dataclasses.field(default_factory=dict)  # per pod set
 
     @property
     def nodes(self) -> int:
@@ -231,8 +232,8 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
     groups = new.groups({p.node for p in result.placements})
     count = sum(g.count for g in groups)
     domains = len({new.domains[i] for i in range(hi)})
-    return _Found(Plan(groups, shape.price * count, result.placements, existing), "", hostable,
-                  snap, hi, domains)
+    return _Found(Plan(groups, shape.price * count, result.placements, existing,
+                       result.domains), "", hostable, snap, hi, domains)
 
 
 def _combined(gang_: gang.Gang, snapshot: gang.Snapshot,
@@ -275,7 +276,7 @@ def _combined(gang_: gang.Gang, snapshot: gang.Snapshot,
     kept = tuple(g for g in groups if g.count)
     if not used:
         return None
-    return Plan(kept, price, final.placements, existing)
+    return Plan(kept, price, final.placements, existing, final.domains)
 
 
 # --------------------------------------------------------------------------- verify

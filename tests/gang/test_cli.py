@@ -44,6 +44,10 @@ def test_example_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert first["podSet"] == "workers" and first["index"] == 0
     assert first["devices"]["gpus"]["nic"] == ["nic.example.com/nic-h100-rail-new-0/nic-0"]
     assert set(doc["stats"]) == {"seconds", "nodes", "devices", "steps"}
+    assert doc["workload"] == "Workload team-b/train-llm"
+    assert doc["podSets"] == [{"name": "workers", "count": 6, "minCount": None, "placed": 6,
+                               "topology": "topology.example.com/rack",
+                               "domain": "h100-rail-new-domain-0"}]
     assert doc["stats"]["nodes"] == 3
 
 
@@ -179,3 +183,13 @@ def test_workloads_in_the_inventory_are_not_the_gang(tmp_path: pathlib.Path,
     code, out, err = run(capsys, "fit", "--inventory", inv, "--workload", wl, "-o", "json")
     assert code == 0, err
     assert json.loads(out)["verdict"] == "fits"
+
+
+def test_min_count_partial_in_text(tmp_path: pathlib.Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    inv = write(tmp_path / "inv.yaml", *gb.classes(), *gb.gpu_node("n1"))
+    wl = write(tmp_path / "wl.yaml", gb.template(),
+               gb.workload(gb.pod_set(count=4, min_count=2, templates=("gpus",))))
+    code, out, _ = run(capsys, "fit", "--inventory", inv, "--workload", wl)
+    assert code == 0
+    assert "fits on existing nodes" in out and "pod set workers: 2 of 4 pods" in out
