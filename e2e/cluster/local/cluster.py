@@ -58,8 +58,10 @@ DRIVER_NAME = dra_driver.DEFAULT_DRIVER
 KUEUE_DRA_RESOURCE = builders.KUEUE_DRA_RESOURCE
 
 KUBE_FEATURE_GATES = "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true"
-KUBE_RUNTIME_CONFIG = ("scheduling.k8s.io/v1alpha2=true,resource.k8s.io/v1beta1=true,"
-                       "resource.k8s.io/v1beta2=true")
+# resource.k8s.io/v1 is GA and on by default; named anyway. v1beta1/v1beta2 serve the
+# 1.33-era cluster-autoscaler's informers.
+KUBE_RUNTIME_CONFIG = ("scheduling.k8s.io/v1alpha2=true,resource.k8s.io/v1=true,"
+                       "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true")
 # Kueue reads these metrics certificates from a hard-coded path whenever its internal
 # certificate management is off (cmd/kueue/main.go); we write them there and remove them.
 KUEUE_METRICS_CERT_DIR = pathlib.Path("/etc/kueue/metrics/certs")
