@@ -226,6 +226,9 @@ class _NodeEntry:
     free: dict[str, Fraction]
     devices: int  # local devices not allocated exclusively (an upper bound for counting)
     pristine: bool  # nothing allocated on its local devices
+    # What the entry was computed from, by identity (node, slices) and value (allocated
+    # devices, bound pods' requests): a rebuilt snapshot reuses an entry that matches.
+    fingerprint: tuple[Any, ...] = ()
 
 
 class Snapshot:
@@ -235,15 +238,21 @@ class Snapshot:
     (label group, node class) pairs with a node count, and touches single nodes only in
     the domain it places pods in. `used`: what pods already bound to each node request
     (cpu, memory, pods, ...).
+
+    `previous`: the snapshot of the inventory before some change. Nodes whose Node object,
+    ResourceSlice objects (by identity: a watch cache replaces objects that change),
+    allocated devices and bound pods are unchanged keep their index entry, so a rebuild
+    costs a pass over the nodes instead of re-reading every device.
     """
 
     def __init__(self, nodes: Sequence[model.Node], inventory: model.Inventory,
-                 used: Mapping[str, Mapping[str, values.Quantity]] | None = None) -> None:
+                 used: Mapping[str, Mapping[str, values.Quantity]] | None = None,
+                 previous: Snapshot | None = None) -> None:
         self.inventory = inventory
         self.entries: list[_NodeEntry] = []
         # Class keys are large tuples: interned once, then compared as ints. Shared by
-        # extended snapshots, so ids stay valid across the searches of one plan.
-        self.keys: dict[Any, int] = {}
+        # extended and rebuilt snapshots, so ids stay valid across them.
+        self.keys: dict[Any, int] = previous.keys if previous is not None else {}
         self.label_groups: list[Mapping[str, str]] = []
         self.group_nodes: list[list[int]] = []  # node indices per label group, name order
         self.node_group: list[int] = []  # label group per node
@@ -280,13 +289,23 @@ class Snapshot:
             self._allocated_by_pool.setdefault((ident.driver, ident.pool), []).append(
                 ("c", ident.device, tuple(sorted(amounts.items()))))
         used = used or {}
+        reuse: dict[str, _NodeEntry] = {}
+        if previous is not None and len(previous.global_slices) == len(self.global_slices) \
+                and all(a is b for a, b in zip(previous.global_slices, self.global_slices,
+                                               strict=True)):
+            reuse = {e.node.name: e for e in previous.entries}
         for n in sorted(nodes, key=lambda n: n.name):
-            self._add(n, used.get(n.name, {}), None, local.get(n.name, []))
-
-    def _add(self, n: model.Node, used: Mapping[str, values.Quantity],
-             shapes: dict[Any, int] | None,
-             local: list[tuple[PoolKey, list[model.ResourceSlice]]]) -> None:
-        self.insert(self.entry(n, used, shapes, local))
+            node_used = used.get(n.name, {})
+            node_local = local.get(n.name, [])
+            fingerprint = (id(n), tuple(sorted(id(s) for _, g in node_local for s in g)),
+                           tuple(sorted((pk, tuple(sorted(self._allocated_by_pool.get(pk, ()))))
+                                        for pk, _ in node_local)),
+                           tuple(sorted((k, q.value) for k, q in node_used.items())))
+            old = reuse.get(n.name)
+            if old is not None and old.fingerprint == fingerprint:
+                self.insert(old)
+            else:
+                self.insert(self.entry(n, node_used, None, node_local, fingerprint))
 
     def _pool_shape(self, group_slices: list[model.ResourceSlice],
                     shapes: dict[Any, int] | None) -> int:
@@ -305,7 +324,8 @@ class Snapshot:
 
     def entry(self, n: model.Node, used: Mapping[str, values.Quantity],
               shapes: dict[Any, int] | None,
-              local: list[tuple[PoolKey, list[model.ResourceSlice]]]) -> _NodeEntry:
+              local: list[tuple[PoolKey, list[model.ResourceSlice]]],
+              fingerprint: tuple[Any, ...] = ()) -> _NodeEntry:
         """Index one node (with its node-local pools) without adding it."""
         labels = tuple(sorted((k, v) for k, v in n.labels.items() if k != HOSTNAME_LABEL))
         local = sorted(local, key=lambda x: x[0])
@@ -332,7 +352,7 @@ class Snapshot:
             key = (*key, ("node", n.name))
         pristine = not any(self._allocated_by_pool.get(pk) for pk, _ in local)
         return _NodeEntry(n, labels, tuple(pk for pk, _ in local), tuple(local_slices),
-                          sees_global, self.intern(key), free, devices, pristine)
+                          sees_global, self.intern(key), free, devices, pristine, fingerprint)
 
     def insert(self, e: _NodeEntry) -> None:
         index = len(self.entries)
