@@ -3,10 +3,13 @@ pod-by-pod, node-by-node simulation that calls the allocator on every node."""
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fitcore import api, gang, model
 from tests.fitcore import builders as b
@@ -77,6 +80,19 @@ def test_same_answer_as_naive_simulation(engine: str, seed: int) -> None:
            for p in result.placements]
     assert result.fits == bool(expected), result.reasons
     assert got == expected
+
+
+EXAMPLES = int(os.environ.get("FITGATE_GANG_EXAMPLES", "40"))
+
+
+@pytest.mark.timeout(600)
+@settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(min_value=12, max_value=2**32 - 1))
+def test_property_same_answer_as_naive_simulation(seed: int) -> None:
+    """More clusters than the table above (FITGATE_GANG_EXAMPLES, default 40)."""
+    engine = "c" if api.compiled_available() else "py"
+    test_same_answer_as_naive_simulation(engine, seed)
 
 
 def test_identical_nodes_cost_one(engine: str) -> None:
