@@ -18,14 +18,27 @@ from tests.gang.conftest import load
 
 
 def naive(g: gang.Gang, bundle: Any, engine: str) -> list[tuple[str, int, str, list[str]]]:
-    """First fit in node-name order, one pod at a time, allocations carried forward."""
+    """First fit in node-name order, one pod at a time, allocations carried forward; pod
+    sets in order, else the most demanding first, else in reverse (as `gang.place`)."""
+    demanding = sorted(g.pod_sets, key=lambda ps: (-sum(
+        r.exactly.count for c in ps.claims for r in c.claim.requests if r.exactly), -ps.count))
+    rank = {ps.name: i for i, ps in enumerate(g.pod_sets)}
+    for order in (list(g.pod_sets), demanding, list(reversed(g.pod_sets))):
+        out = naive_in_order(order, bundle, engine)
+        if out:
+            return sorted(out, key=lambda p: (rank[p[0]], p[1]))
+    return []
+
+
+def naive_in_order(pod_sets: list[gang.PodSet], bundle: Any, engine: str
+                   ) -> list[tuple[str, int, str, list[str]]]:
     inventory = bundle.inventory
     free = {n.name: {k: q.value for k, q in n.allocatable.items()} for n in bundle.nodes}
     for name, used in bundle.used.items():
         for k, q in used.items():
             free[name][k] -= q.value
     out = []
-    for ps in g.pod_sets:
+    for ps in pod_sets:
         requests = {k: q.value for k, q in ps.requests.items()}
         requests["pods"] = requests.get("pods", 0) + 1
         for index in range(ps.count):
