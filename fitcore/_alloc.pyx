@@ -217,13 +217,6 @@ cdef int search_request(const Problem* p, State* s, i64 r) noexcept nogil:
     return 0
 
 
-cdef const i64* _ptr(const i64[::1] view):
-    # An empty array has no first element; the search never reads it then.
-    if view.shape[0] == 0:
-        return NULL
-    return &view[0]
-
-
 def search(problem, i64 budget):
     """Run the search over a `fitcore.compiled.Problem`.
 
@@ -232,112 +225,81 @@ def search(problem, i64 budget):
     """
     cdef Problem p
     cdef State s
-    cdef const i64[::1] claim_req_start = problem.claim_req_start
-    cdef const i64[::1] req_alt_start = problem.req_alt_start
-    cdef const i64[::1] alt_claim = problem.alt_claim
-    cdef const i64[::1] alt_mode = problem.alt_mode
-    cdef const i64[::1] alt_count = problem.alt_count
-    cdef const i64[::1] alt_dev_block = problem.alt_dev_block
-    cdef const i64[::1] alt_cls_start = problem.alt_cls_start
-    cdef const i64[::1] alt_cls = problem.alt_cls
-    cdef const i64[::1] alt_dev_start = problem.alt_dev_start
-    cdef const i64[::1] alt_dev = problem.alt_dev
-    cdef const i64[::1] dev_cls = problem.dev_cls
-    cdef const i64[::1] dev_pool = problem.dev_pool
-    cdef const i64[::1] dev_multi = problem.dev_multi
-    cdef const i64[::1] dev_ctr_start = problem.dev_ctr_start
-    cdef const i64[::1] ctr_id = problem.ctr_id
-    cdef const i64[::1] ctr_amt = problem.ctr_amt
-    cdef const i64[::1] ctr_avail = problem.ctr_avail
-    cdef const i64[::1] pool_bad = problem.pool_bad
-    cdef const i64[::1] dev_cap_start = problem.dev_cap_start
-    cdef const i64[::1] cap_left = problem.cap_left
-    cdef const i64[::1] shared_before = problem.shared_before
-    cdef const i64[::1] take_off = problem.take_off
-    cdef const i64[::1] take_vals = problem.take_vals
-    cdef const i64[::1] cls_start = problem.cls_start
-    cdef const i64[::1] cls_members = problem.cls_members
-    cdef const i64[::1] cls_multi = problem.cls_multi
-    cdef const i64[::1] con_claim_start = problem.con_claim_start
-    cdef const i64[::1] con_match = problem.con_match
-    cdef const i64[::1] con_cover = problem.con_cover
-    cdef const i64[::1] con_val = problem.con_val
-    cdef i64 n_classes = problem.n_classes
+    cdef const i64[::1] packed = problem.packed
+    cdef const i64[::1] header = problem.header
+    cdef const i64* base = &packed[0] if packed.shape[0] else NULL
+    cdef const i64* off = &header[8]
+    cdef i64 n_classes = header[5]
+    cdef i64 n_counters = header[6]
+    cdef i64 n_cap = header[7]
     cdef i64 n_con, i
     cdef int status
 
-    p.n_claims = claim_req_start.shape[0] - 1
-    p.n_req = req_alt_start.shape[0] - 1
-    p.n_alt = alt_claim.shape[0]
-    p.n_dev = problem.n_dev
-    p.n_values = problem.n_values
-    p.claim_req_start = _ptr(claim_req_start)
-    p.req_alt_start = _ptr(req_alt_start)
-    p.alt_claim = _ptr(alt_claim)
-    p.alt_mode = _ptr(alt_mode)
-    p.alt_count = _ptr(alt_count)
-    p.alt_dev_block = _ptr(alt_dev_block)
-    p.alt_cls_start = _ptr(alt_cls_start)
-    p.alt_cls = _ptr(alt_cls)
-    p.alt_dev_start = _ptr(alt_dev_start)
-    p.alt_dev = _ptr(alt_dev)
-    p.dev_cls = _ptr(dev_cls)
-    p.dev_pool = _ptr(dev_pool)
-    p.dev_multi = _ptr(dev_multi)
-    p.dev_ctr_start = _ptr(dev_ctr_start)
-    p.ctr_id = _ptr(ctr_id)
-    p.ctr_amt = _ptr(ctr_amt)
-    p.ctr_avail = _ptr(ctr_avail)
-    p.pool_bad = _ptr(pool_bad)
-    p.dev_cap_start = _ptr(dev_cap_start)
-    p.cap_left = _ptr(cap_left)
-    p.shared_before = _ptr(shared_before)
-    p.take_off = _ptr(take_off)
-    p.take_vals = _ptr(take_vals)
-    p.cls_start = _ptr(cls_start)
-    p.cls_members = _ptr(cls_members)
-    p.cls_multi = _ptr(cls_multi)
-    p.con_claim_start = _ptr(con_claim_start)
-    p.con_match = _ptr(con_match)
-    p.con_cover = _ptr(con_cover)
-    p.con_val = _ptr(con_val)
+    p.n_claims = header[0]
+    p.n_req = header[1]
+    p.n_alt = header[2]
+    p.n_dev = header[3]
+    p.n_values = header[4]
+    # Pointers in the order of compiled.Problem.FIELDS.
+    p.claim_req_start = base + off[0]
+    p.req_alt_start = base + off[1]
+    p.alt_claim = base + off[2]
+    p.alt_mode = base + off[3]
+    p.alt_count = base + off[4]
+    p.alt_cls_start = base + off[5]
+    p.alt_cls = base + off[6]
+    p.alt_dev_start = base + off[7]
+    p.alt_dev = base + off[8]
+    p.alt_dev_block = base + off[9]
+    p.dev_cls = base + off[10]
+    p.dev_pool = base + off[11]
+    p.dev_multi = base + off[12]
+    p.dev_ctr_start = base + off[13]
+    p.ctr_id = base + off[14]
+    p.ctr_amt = base + off[15]
+    p.ctr_avail = base + off[16]
+    p.pool_bad = base + off[17]
+    p.dev_cap_start = base + off[18]
+    p.cap_left = base + off[19]
+    p.shared_before = base + off[20]
+    p.take_off = base + off[21]
+    p.take_vals = base + off[22]
+    p.cls_start = base + off[23]
+    p.cls_members = base + off[24]
+    p.cls_multi = base + off[25]
+    p.con_claim_start = base + off[26]
+    p.con_match = base + off[27]
+    p.con_cover = base + off[28]
+    p.con_val = base + off[29]
     n_con = _n_con(&p)
 
-    # One zeroed block for all of the state; +1 keeps every size non-zero.
-    s.cls_taken = <i64*> calloc(n_classes + 1, sizeof(i64))
-    s.dev_used = <i64*> calloc(p.n_dev + 1, sizeof(i64))
-    s.dev_shares = <i64*> calloc(p.n_dev + 1, sizeof(i64))
-    s.ctr_used = <i64*> calloc(ctr_avail.shape[0] + 1, sizeof(i64))
-    s.cap_used = <i64*> calloc(cap_left.shape[0] + 1, sizeof(i64))
-    s.con_cur = <i64*> calloc(n_con + 1, sizeof(i64))
-    s.con_n = <i64*> calloc(n_con + 1, sizeof(i64))
-    s.val_n = <i64*> calloc(n_con * p.n_values + 1, sizeof(i64))
-    s.claim_n = <i64*> calloc(p.n_claims + 1, sizeof(i64))
-    s.res_alt = <i64*> calloc(MAX_PER_CLAIM * p.n_claims + 1, sizeof(i64))
-    s.res_dev = <i64*> calloc(MAX_PER_CLAIM * p.n_claims + 1, sizeof(i64))
+    # One zeroed block holds all of the state.
+    cdef i64 n_res = MAX_PER_CLAIM * p.n_claims
+    cdef i64 total = (n_classes + 2 * p.n_dev + n_counters + n_cap + 2 * n_con
+                      + n_con * p.n_values + p.n_claims + 2 * n_res)
+    cdef i64* block = <i64*> calloc(total + 1, sizeof(i64))
+    if block == NULL:
+        raise MemoryError()
+    s.cls_taken = block
+    s.dev_used = s.cls_taken + n_classes
+    s.dev_shares = s.dev_used + p.n_dev
+    s.ctr_used = s.dev_shares + p.n_dev
+    s.cap_used = s.ctr_used + n_counters
+    s.con_cur = s.cap_used + n_cap
+    s.con_n = s.con_cur + n_con
+    s.val_n = s.con_n + n_con
+    s.claim_n = s.val_n + n_con * p.n_values
+    s.res_alt = s.claim_n + p.n_claims
+    s.res_dev = s.res_alt + n_res
     s.res_len = 0
     s.steps = 0
     s.budget = budget
     try:
-        if (s.cls_taken == NULL or s.dev_used == NULL or s.dev_shares == NULL
-                or s.ctr_used == NULL or s.cap_used == NULL or s.con_cur == NULL
-                or s.con_n == NULL or s.val_n == NULL or s.claim_n == NULL
-                or s.res_alt == NULL or s.res_dev == NULL):
-            raise MemoryError()
         with nogil:
             status = search_request(&p, &s, 0)
-        res_alt = [s.res_alt[i] for i in range(s.res_len)] if status == 1 else []
-        res_dev = [s.res_dev[i] for i in range(s.res_len)] if status == 1 else []
-        return status, s.steps, res_alt, res_dev
+        if status != 1:
+            return status, s.steps, [], []
+        return (status, s.steps, [s.res_alt[i] for i in range(s.res_len)],
+                [s.res_dev[i] for i in range(s.res_len)])
     finally:
-        free(s.cls_taken)
-        free(s.dev_used)
-        free(s.dev_shares)
-        free(s.ctr_used)
-        free(s.cap_used)
-        free(s.con_cur)
-        free(s.con_n)
-        free(s.val_n)
-        free(s.claim_n)
-        free(s.res_alt)
-        free(s.res_dev)
+        free(block)

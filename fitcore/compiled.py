@@ -295,6 +295,29 @@ class Problem:
         self.con_cover = array.array("q", con_cover)
         self.con_val = array.array("q", con_val)
         self.n_classes = len(members)
+        self.packed, self.header = self._pack()
+
+    #: The arrays `_alloc.search` reads, in the order of `_alloc.pxd`'s Problem pointers.
+    FIELDS = ("claim_req_start", "req_alt_start", "alt_claim", "alt_mode", "alt_count",
+              "alt_cls_start", "alt_cls", "alt_dev_start", "alt_dev", "alt_dev_block",
+              "dev_cls", "dev_pool", "dev_multi", "dev_ctr_start", "ctr_id", "ctr_amt",
+              "ctr_avail", "pool_bad", "dev_cap_start", "cap_left", "shared_before",
+              "take_off", "take_vals", "cls_start", "cls_members", "cls_multi",
+              "con_claim_start", "con_match", "con_cover", "con_val")
+
+    def _pack(self) -> tuple[array.array[int], array.array[int]]:
+        """One contiguous buffer and a header of sizes and offsets, so that the compiled
+        search takes a single buffer per call instead of thirty."""
+        packed: array.array[int] = array.array("q")
+        offsets = []
+        for name in self.FIELDS:
+            offsets.append(len(packed))
+            packed.extend(getattr(self, name))
+        header = array.array("q", [
+            len(self.claim_req_start) - 1, len(self.req_alt_start) - 1, len(self.alt_claim),
+            self.n_dev, self.n_values, self.n_classes, len(self.ctr_avail),
+            len(self.cap_left), *offsets])
+        return packed, header
 
     def results(self, res_alt: Sequence[int], res_dev: Sequence[int]
                 ) -> tuple[tuple[model.DeviceResult, ...], ...]:
