@@ -361,7 +361,11 @@ def _pod_set(f: _Fields, name: str, count: int, min_count: int | None,
 
 def workload(obj: Mapping[str, Any], refs: References | None = None,
              source: str | None = None) -> gang.Gang:
-    """A Kueue Workload (kueue.x-k8s.io/v1beta2) as a gang."""
+    """A Kueue Workload (kueue.x-k8s.io/v1beta2) as a gang.
+
+    Once Kueue has reserved quota, `status.admission.podSetAssignments[].count` is the
+    number of pods admitted (fewer than `count` after partial admission): then exactly
+    that many pods of the set must be placed."""
     refs = refs or References()
     c = errors.Collector(kube.describe(obj, "Workload"), source)
     f = _Fields(c)
@@ -369,6 +373,13 @@ def workload(obj: Mapping[str, Any], refs: References | None = None,
     name = f.get(meta, "name", "metadata", str, "", required=True)
     namespace = f.get(meta, "namespace", "metadata", str, "default")
     spec = f.get(obj, "spec", "", Mapping, {}, required=True)
+    status = f.get(obj, "status", "", Mapping, {})
+    admission = f.get(status, "admission", "status", Mapping, {})
+    admitted: dict[str, int] = {}
+    for apath, assignment in f.items(admission, "podSetAssignments", "status.admission"):
+        assigned = f.get(assignment, "count", apath, int)
+        if assigned is not None:
+            admitted[f.get(assignment, "name", apath, str, "main")] = assigned
     pod_sets = []
     names: set[str] = set()
     entries = f.items(spec, "podSets", "spec")
@@ -385,6 +396,8 @@ def workload(obj: Mapping[str, Any], refs: References | None = None,
         min_count = f.get(ps, "minCount", path, int)
         if min_count is not None and not 1 <= min_count <= count:
             c.add(f"{path}.minCount", f"must be between 1 and count ({count}), got {min_count}")
+        if ps_name in admitted:
+            count, min_count = admitted[ps_name], None
         topo_req = f.get(ps, "topologyRequest", path, Mapping, {})
         topology = f.get(topo_req, "required", f"{path}.topologyRequest", str)
         template = f.get(ps, "template", path, Mapping, {}, required=True)

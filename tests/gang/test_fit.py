@@ -301,3 +301,17 @@ def test_missing_device_class_is_configuration(run_plan) -> None:
     result = run_plan([*two_nodes(), template, gb.workload(gb.pod_set(templates=("gpus",)))])
     assert result.verdict == "unsatisfiable" and result.category == "configuration"
     assert any("DeviceClass 'tpu' does not exist" in r for r in result.reasons), result.reasons
+
+
+@pytest.mark.parametrize(("assigned", "verdict", "placed"), [
+    (None, "fits", 4), (3, "fits", 3), (5, "unsatisfiable", 0)],
+    ids=["not-admitted-min-count", "admitted-3", "admitted-5"])
+def test_admitted_count_replaces_count_and_min_count(run_plan, assigned: int | None,
+                                                     verdict: str, placed: int) -> None:
+    wl = gb.workload(gb.pod_set(count=6, min_count=2, templates=("gpus",)))
+    if assigned is not None:
+        wl["status"] = {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+            {"name": "workers", "count": assigned}]}}
+    result = run_plan([*two_nodes(), T, wl])
+    assert result.verdict == verdict
+    assert len(result.placements) == placed
