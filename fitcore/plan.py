@@ -188,7 +188,12 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
     numbered from `first`, fresh domains from `first_domain`."""
     limit = _limit(gang_, snapshot, shape)
     if limit <= 0:
-        return _Found(None, f"at its limit of {shape.max_nodes} nodes", {})
+        # Still learn whether a node of this shape could host the pods: then the shape's
+        # limit is a capacity problem, not a configuration one.
+        one = _NewNodes(snapshot, shape, 1, first, first_domain)
+        probe = gang.place(gang_, snapshot.extended(one.entries, one.owner), memo=memo,
+                           engine=engine, budget=budget)
+        return _Found(None, f"at its limit of {shape.max_nodes} nodes", dict(probe.hostable))
     new = _NewNodes(snapshot, shape, limit, first, first_domain)
     tried: dict[int, tuple[gang.GangResult, gang.Snapshot]] = {}
 

@@ -220,3 +220,14 @@ def test_shape_with_a_fixed_domain_joins_the_existing_rack(run_plan) -> None:
     assert result.plan is not None
     assert [(g.shape, g.count, g.domain) for g in result.plan.shapes] == [("rail-r1", 1, "r1")]
     assert {p.node for p in result.plan.placements} == {"n1", "rail-r1-new-0"}
+
+
+@pytest.mark.parametrize(("shape", "category"), [
+    (gb.shape("rail", max_nodes=0), "capacity"),
+    (gb.shape("cheap", max_nodes=0, nics=["pci9"]), "configuration"),
+], ids=["limit-reached-capacity", "limit-reached-and-unfit-configuration"])
+def test_shape_at_its_limit(run_plan, shape: dict[str, Any], category: str) -> None:
+    result = run_plan([shape, *gang_of(2)])
+    assert result.verdict == "unsatisfiable"
+    assert result.category == category
+    assert result.rejected[0][1] == "at its limit of 0 nodes"
