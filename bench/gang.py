@@ -7,10 +7,11 @@ for 8 GPUs on one root plus the NIC on the same root (one ResourceClaimTemplate 
 matchAttribute constraint), so a node holds two pods. Nodes sit in racks of 40; a third
 of the nodes already run something on one root. The gang needs all 64 pods in one rack.
 
-Two scenarios per size:
+Three scenarios per size:
 - `fit`: the gang fits existing nodes (some racks are still free enough).
 - `plan`: every rack is too busy, so the decision goes on to NodeShapes: a cheaper shape
   whose NIC shares no root with a GPU (cannot host a pod) and a rail-aligned one.
+- `no-fit`: every rack is too busy and there are no shapes (the answer is "capacity").
 
 Times are medians (and minimums; and the median of process CPU time, steadier on a
 busy machine) of whole decisions (`plan.plan`: placement, and for `plan` the shape
@@ -71,7 +72,7 @@ def gang_objects() -> list[dict[str, Any]]:
 
 
 def measure(nodes: int, scenario: str, repeat: int) -> dict[str, Any]:
-    objects = cluster(nodes, busy_racks=scenario == "plan")
+    objects = cluster(nodes, busy_racks=scenario != "fit")
     if scenario == "plan":
         objects += shapes()
     bundle = workload.load([(o, None) for o in [*objects, *gang_objects()]])
@@ -93,7 +94,7 @@ def measure(nodes: int, scenario: str, repeat: int) -> dict[str, Any]:
         cpu.append(time.process_time() - started_cpu)
     gc.unfreeze()
     assert result is not None
-    expected = "fits" if scenario == "fit" else "needs-capacity"
+    expected = {"fit": "fits", "plan": "needs-capacity", "no-fit": "unsatisfiable"}[scenario]
     assert result.verdict == expected, (result.verdict, result.reasons)
     return {"nodes": nodes, "scenario": scenario, "median_ms": statistics.median(times) * 1e3,
             "min_ms": min(times) * 1e3, "cpu_ms": statistics.median(cpu) * 1e3,
@@ -111,7 +112,8 @@ def main() -> None:
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    rows = [measure(n, scenario, args.repeat) for scenario in ("fit", "plan") for n in sizes]
+    scenarios = ("fit", "plan", "no-fit")
+    rows = [measure(n, scenario, args.repeat) for scenario in scenarios for n in sizes]
     print(f"{'scenario':<9}{'nodes':>7}{'median ms':>11}{'min ms':>8}{'cpu ms':>8}"
           f"{'first ms':>10}"
           f"{'snapshot ms':>13}{'rebuild ms':>12}"
@@ -122,7 +124,7 @@ def main() -> None:
               f"{r['cpu_ms']:>8.2f}"
               f"{r['first_ms']:>10.2f}{r['snapshot_ms']:>13.1f}{r['rebuild_ms']:>12.1f}"
               f"{r['allocations']:>8}{r['classes']:>9}  {what}")
-    for scenario in ("fit", "plan"):
+    for scenario in scenarios:
         by = {r["nodes"]: r for r in rows if r["scenario"] == scenario}
         if 1000 in by and 5000 in by:
             growth = {k: by[5000][k] / by[1000][k] for k in ("median_ms", "min_ms", "cpu_ms")}
