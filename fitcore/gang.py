@@ -261,6 +261,9 @@ class Snapshot:
         self.cells: dict[tuple[int, int], int] = {}  # (label group, class) -> nodes
         self.class_rep: dict[int, int] = {}  # class -> its first node
         self.devices = sum(len(s.devices) for s in inventory.slices)
+        # Data derived from this snapshot that decisions may share while it lives (the
+        # hypothetical nodes of NodeShapes, see fitcore.plan).
+        self.scratch: dict[Any, Any] = {}
         by_pool: dict[PoolKey, list[model.ResourceSlice]] = {}
         for s in inventory.slices:
             by_pool.setdefault((s.driver, s.pool), []).append(s)
@@ -428,6 +431,7 @@ class Snapshot:
         other.class_rep = dict(self.class_rep)
         other.devices = self.devices + sum(len(s.devices) for e in entries
                                            for s in e.local_slices)
+        other.scratch = {}
         other.global_slices = self.global_slices
         other._allocated_by_pool = self._allocated_by_pool
         other.owner = collections.ChainMap(dict(owner), self.owner)  # type: ignore[arg-type]

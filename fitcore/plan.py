@@ -159,7 +159,7 @@ class _NewNodes:
             self.domains += [domain] * n
         self.shape = shape
         self.first = first
-        self.chunks = chunk - first_domain  # fresh domains used
+        self.limit = limit
         self.entries, self.owner = snapshot.prepare(nodes, slices)
 
     def groups(self, used: set[str]) -> tuple[ShapeCount, ...]:
@@ -169,6 +169,19 @@ class _NewNodes:
             if self.shape.node_name(self.first + i) in used:
                 counts[domain] = counts.get(domain, 0) + 1
         return tuple(ShapeCount(self.shape.name, n, d) for d, n in counts.items())
+
+
+def _new_nodes(snapshot: gang.Snapshot, shape: shapes.NodeShape, limit: int, first: int,
+               first_domain: int) -> _NewNodes:
+    """Hypothetical nodes of a shape, kept with the snapshot: decisions on one inventory
+    share them (the first n nodes of a larger batch are the batch of n)."""
+    key = ("new-nodes", shape.name, id(shape), first, first_domain)
+    have = snapshot.scratch.get(key)
+    if have is None or have[0] is not shape or have[1].limit < limit:
+        have = snapshot.scratch[key] = (shape, _NewNodes(snapshot, shape, limit, first,
+                                                         first_domain))
+    new: _NewNodes = have[1]
+    return new
 
 
 @dataclasses.dataclass
@@ -190,11 +203,11 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
     if limit <= 0:
         # Still learn whether a node of this shape could host the pods: then the shape's
         # limit is a capacity problem, not a configuration one.
-        one = _NewNodes(snapshot, shape, 1, first, first_domain)
+        one = _new_nodes(snapshot, shape, 1, first, first_domain)
         probe = gang.place(gang_, snapshot.extended(one.entries, one.owner), memo=memo,
                            engine=engine, budget=budget)
         return _Found(None, f"at its limit of {shape.max_nodes} nodes", dict(probe.hostable))
-    new = _NewNodes(snapshot, shape, limit, first, first_domain)
+    new = _new_nodes(snapshot, shape, limit, first, first_domain)
     tried: dict[int, tuple[gang.GangResult, gang.Snapshot]] = {}
 
     def trial(n: int) -> gang.GangResult:
