@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 
-from fitcore import model, pools, reference, semantics, values
+from fitcore import cache, model, pools, reference, semantics, values
 
 _LIMIT = 2**62
 
@@ -57,22 +57,11 @@ class Problem:
         self.prepared = p
         allocated = p.inventory.allocated
         claims = p.claims
-        # ---- devices
-        self.devices: list[tuple[pools.Pool, model.Device, model.DeviceId]] = []
-        index: dict[model.DeviceId, int] = {}
-        slice_of: list[model.ResourceSlice] = []
-        pool_ids: dict[tuple[str, str], int] = {}
-        for pool in p.pools:
-            if not pool.usable:
-                continue
-            pool_ids[(pool.driver, pool.name)] = len(pool_ids)
-            for s, device in pool.devices:
-                if not pools.device_on_node(p.node, s, device):
-                    continue
-                ident = model.DeviceId(pool.driver, pool.name, device.name)
-                index[ident] = len(self.devices)
-                self.devices.append((pool, device, ident))
-                slice_of.append(s)
+        # ---- devices (the node's devices and candidacy are cached across calls)
+        node_devices = cache.for_slices(p.inventory.slices).devices_for(p.node)
+        self.devices = node_devices.devices
+        index = node_devices.index
+        pool_ids = node_devices.pool_ids
         n_dev = len(self.devices)
         # ---- alternatives
         self.alts: list[tuple[int, reference.Alternative]] = []
@@ -93,7 +82,6 @@ class Problem:
         all_lists: list[list[int] | None] = []
         all_block: list[int] = []  # per device of an All list: in use or tainted
         for a, (ci, alt) in enumerate(self.alts):
-            claim = claims[ci]
             if alt.all_devices is not None:
                 ids = []
                 for pool, device in alt.all_devices:
@@ -109,18 +97,13 @@ class Problem:
                 all_lists.append(ids)
                 continue
             all_lists.append(None)
-            for d, (pool, device, ident) in enumerate(self.devices):
+            for d, take in node_devices.candidates(alt.exact, alt.device_class, alt.label):
+                _, device, ident = self.devices[d]
                 if ident in allocated.dedicated:
                     continue
-                if not p.selectable(alt, claim, pool, slice_of[d], device):
-                    continue
-                if not semantics.taint_allows(device, alt.exact):
-                    continue
-                take = semantics.capacity_take(alt.exact, device)
-                if take is None:
-                    continue
-                if not device.allow_multiple_allocations and not semantics.capacity_fits(
-                        device, take, allocated.consumed.get(ident)):
+                used = allocated.consumed.get(ident)
+                if used and not device.allow_multiple_allocations and \
+                        not semantics.capacity_fits(device, take, used):
                     continue
                 self.takes[(a, d)] = take
                 member[a][d] = True

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from fitcore import explain, model, pools, semantics, values
+from fitcore import cache, explain, model, pools, semantics, values
 
 DEFAULT_BUDGET = 2_000_000
 
@@ -38,6 +38,7 @@ class Alternative:
     device_class: model.DeviceClass
     result_name: str
     subrequest: str | None
+    label: str  # for messages: `ResourceClaim ns/name request req/sub`
     # For allocationMode All: the devices that must all be allocated.
     all_devices: list[tuple[pools.Pool, model.Device]] | None = None
 
@@ -63,16 +64,15 @@ class Prepared:
                    s: model.ResourceSlice, device: model.Device) -> bool:
         return (pools.device_on_node(self.node, s, device)
                 and semantics.device_selectable(self.selector, alt.device_class, alt.exact,
-                                                f"ResourceClaim {claim.key} request "
-                                                f"{alt.result_name}", pool.driver, device))
+                                                alt.label, pool.driver, device))
 
 
 def prepare(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim]
             ) -> Prepared:
     """Resolve classes, gather pools, expand `All`, check the per-claim device cap and
     evaluate every selector that the search could reach. Raises ClaimError."""
-    gathered = pools.gather(node, inventory.slices)
-    prepared = Prepared(node, inventory, claims, gathered, semantics.Selector(), [])
+    cached = cache.for_slices(inventory.slices)
+    prepared = Prepared(node, inventory, claims, cached.pools_for(node), cached.selector, [])
     allocated = inventory.allocated
     try:
         for claim in claims:
@@ -87,8 +87,9 @@ def prepare(node: model.Node, inventory: model.Inventory, claims: Sequence[model
                                          f"{request.result_name(exact)}: DeviceClass "
                                          f"{exact.device_class!r} does not exist")
                     sub = exact.name if request.exactly is None else None
-                    alt = Alternative(request, exact, device_class, request.result_name(exact),
-                                      sub)
+                    name = request.result_name(exact)
+                    alt = Alternative(request, exact, device_class, name, sub,
+                                      f"ResourceClaim {claim.key} request {name}")
                     if exact.allocation_mode == "All":
                         alt.all_devices = _all_devices(prepared, claim, alt)
                     else:

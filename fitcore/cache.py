@@ -1,0 +1,119 @@
+"""Work that depends only on the ResourceSlices, kept across calls.
+
+A service (or a gang placement) asks many questions of one inventory whose slices do not
+change between questions while its allocated state does (pod by pod). Pools per node and
+selector results per device depend on the slices alone, so they are cached under the
+identity of the inventory's slices tuple. The entry holds that tuple, so its id cannot be
+reused while cached; a few entries are kept, least recently used first out.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from fitcore import model, pools, semantics, values
+
+_SIZE = 8
+
+
+@dataclasses.dataclass(slots=True)
+class Entry:
+    slices: tuple[model.ResourceSlice, ...]
+    selector: semantics.Selector = dataclasses.field(default_factory=semantics.Selector)
+    pools: dict[tuple[str, tuple[tuple[str, str], ...]], list[pools.Pool]] = dataclasses.field(
+        default_factory=dict)
+
+    devices: dict[tuple[str, tuple[tuple[str, str], ...]], NodeDevices] = dataclasses.field(
+        default_factory=dict)
+
+    def pools_for(self, node: model.Node) -> list[pools.Pool]:
+        key = _node_key(node)
+        found = self.pools.get(key)
+        if found is None:
+            found = self.pools[key] = pools.gather(node, self.slices)
+        return found
+
+    def devices_for(self, node: model.Node) -> NodeDevices:
+        key = _node_key(node)
+        found = self.devices.get(key)
+        if found is None:
+            found = self.devices[key] = NodeDevices(node, self.pools_for(node), self.selector)
+        return found
+
+
+def _node_key(node: model.Node) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return (node.name, tuple(sorted(node.labels.items())))
+
+
+class NodeDevices:
+    """The devices a node may allocate from (usable pools, per-device node selection), in
+    allocator order, and which of them each request alternative could ever take."""
+
+    def __init__(self, node: model.Node, gathered: list[pools.Pool],
+                 selector: semantics.Selector) -> None:
+        self.selector = selector
+        self.devices: list[tuple[pools.Pool, model.Device, model.DeviceId]] = []
+        self.slices: list[model.ResourceSlice] = []
+        self.index: dict[model.DeviceId, int] = {}
+        self.pool_ids: dict[tuple[str, str], int] = {}
+        for pool in gathered:
+            if not pool.usable:
+                continue
+            self.pool_ids[(pool.driver, pool.name)] = len(self.pool_ids)
+            for s, device in pool.devices:
+                if not pools.device_on_node(node, s, device):
+                    continue
+                ident = model.DeviceId(pool.driver, pool.name, device.name)
+                self.index[ident] = len(self.devices)
+                self.devices.append((pool, device, ident))
+                self.slices.append(s)
+        self._candidates: dict[tuple[int, int], tuple[object, object, list[Candidate]]] = {}
+
+    def candidates(self, exact: model.ExactRequest, device_class: model.DeviceClass,
+                   label: str) -> list[Candidate]:
+        """Devices that match the class and selectors, tolerate taints and can serve the
+        capacity request — whatever is allocated. Devices whose selectors fail at runtime
+        are left out: prepare() has already reported any such device the search could
+        reach."""
+        key = (id(exact), id(device_class))
+        found = self._candidates.get(key)
+        if found is not None and found[0] is exact and found[1] is device_class:
+            return found[2]
+        out: list[Candidate] = []
+        for d, (pool, device, _) in enumerate(self.devices):
+            try:
+                if not semantics.device_selectable(self.selector, device_class, exact, label,
+                                                   pool.driver, device):
+                    continue
+            except semantics.SelectionError:
+                continue
+            if not semantics.taint_allows(device, exact):
+                continue
+            take = semantics.capacity_take(exact, device)
+            if take is None:
+                continue
+            if not device.allow_multiple_allocations and not semantics.capacity_fits(
+                    device, take):
+                continue  # a dedicated device must hold the whole request
+            out.append((d, take))
+        self._candidates[key] = (exact, device_class, out)
+        return out
+
+
+Candidate = tuple[int, dict[str, values.Quantity]]
+
+
+_entries: collections.OrderedDict[int, Entry] = collections.OrderedDict()
+
+
+def for_slices(slices: tuple[model.ResourceSlice, ...]) -> Entry:
+    key = id(slices)
+    entry = _entries.get(key)
+    if entry is not None and entry.slices is slices:
+        _entries.move_to_end(key)
+        return entry
+    entry = _entries[key] = Entry(slices)
+    while len(_entries) > _SIZE:
+        _entries.popitem(last=False)
+    return entry
