@@ -17,17 +17,20 @@ from fitcore import model, pools, semantics, values
 _SIZE = 8
 
 
+_Pool = pools.Pool
+
+
 @dataclasses.dataclass(slots=True)
 class Entry:
     slices: tuple[model.ResourceSlice, ...]
     selector: semantics.Selector = dataclasses.field(default_factory=semantics.Selector)
-    pools: dict[tuple[str, tuple[tuple[str, str], ...]], list[pools.Pool]] = dataclasses.field(
+    pools: dict[tuple[str, tuple[tuple[str, str], ...]], list[_Pool]] = dataclasses.field(
         default_factory=dict)
 
     devices: dict[tuple[str, tuple[tuple[str, str], ...]], NodeDevices] = dataclasses.field(
         default_factory=dict)
 
-    def pools_for(self, node: model.Node) -> list[pools.Pool]:
+    def pools_for(self, node: model.Node) -> list[_Pool]:
         key = _node_key(node)
         found = self.pools.get(key)
         if found is None:

@@ -81,7 +81,7 @@ class Problem:
         self.takes: dict[tuple[int, int], dict[str, values.Quantity]] = {}
         all_lists: list[list[int] | None] = []
         all_block: list[int] = []  # per device of an All list: in use or tainted
-        for a, (ci, alt) in enumerate(self.alts):
+        for a, (_, alt) in enumerate(self.alts):
             if alt.all_devices is not None:
                 ids = []
                 for pool, device in alt.all_devices:
