@@ -74,8 +74,9 @@ def read_documents(paths: Sequence[str]) -> list[workload.Document]:
 # ------------------------------------------------------------------------ fit
 
 
-def run_fit(inventory: Sequence[str], shape_paths: Sequence[str], workload_path: str
-            ) -> tuple[gang.Gang, plan.PlanResult]:
+def load_cluster(inventory: Sequence[str], shape_paths: Sequence[str], workload_path: str
+                 ) -> tuple[gang.Gang, workload.Bundle]:
+    """The gang of the --workload file, and the inventory and shapes around it."""
     # Workloads and Jobs in the inventory are other tenants' (their pods count, as Pods):
     # only the --workload file names the gang.
     docs = [d for d in read_documents(inventory) + read_documents(shape_paths)
@@ -88,8 +89,67 @@ def run_fit(inventory: Sequence[str], shape_paths: Sequence[str], workload_path:
         found = ", ".join(g.label for g in gangs) or "none"
         raise UsageError(f"{workload_path}: must hold exactly one Workload or Job, found "
                          f"{found}")
+    return gangs[0], bundle
+
+
+def run_fit(inventory: Sequence[str], shape_paths: Sequence[str], workload_path: str
+            ) -> tuple[gang.Gang, plan.PlanResult]:
+    g, bundle = load_cluster(inventory, shape_paths, workload_path)
     snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used)
-    return gangs[0], plan.plan(gangs[0], snapshot, bundle.shapes)
+    return g, plan.plan(g, snapshot, bundle.shapes)
+
+
+def run_verify(before: Sequence[str], after: Sequence[str], shape_paths: Sequence[str],
+               workload_path: str
+               ) -> tuple[gang.Gang, plan.PlanResult, plan.VerifyResult | None]:
+    """Plan on the inventory before provisioning, then verify on the one after."""
+    g, bundle = load_cluster(before, shape_paths, workload_path)
+    planned = plan.plan(g, gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used),
+                        bundle.shapes)
+    if planned.plan is None:
+        return g, planned, None
+    g_after, after_bundle = load_cluster(after, shape_paths, workload_path)
+    snapshot = gang.Snapshot(after_bundle.nodes, after_bundle.inventory, after_bundle.used)
+    return g, planned, plan.verify(g_after, snapshot, planned.plan, after_bundle.shapes)
+
+
+def verify_json(planned: plan.PlanResult, verified: plan.VerifyResult | None
+                ) -> dict[str, Any]:
+    if verified is None:
+        return {"verdict": "no-plan", "planVerdict": planned.verdict, "category": None,
+                "plan": None, "mismatches": [], "placements": [],
+                "reasons": ["the gang needed no new nodes before" if planned.verdict == "fits"
+                            else "there was no plan to verify", *planned.reasons]}
+    assert planned.plan is not None
+    return {"verdict": verified.verdict, "planVerdict": planned.verdict,
+            "category": verified.category, "plan": _plan_json(planned.plan),
+            "mismatches": list(verified.mismatches),
+            "placements": [{"podSet": p.pod_set, "index": p.index, "node": p.node,
+                            "devices": _devices(p)} for p in verified.placements],
+            "reasons": list(verified.reasons)}
+
+
+def verify_text(g: gang.Gang, planned: plan.PlanResult, verified: plan.VerifyResult | None
+                ) -> str:
+    if verified is None:
+        return (f"{g.label}: nothing to verify: " +
+                ("it fits existing nodes" if planned.verdict == "fits" else
+                 f"no plan ({planned.verdict})"))
+    assert planned.plan is not None
+    headline = {"fits": "the new nodes keep the plan's promise; the gang fits",
+                "misfit": "the gang does not fit the new nodes (coordination)",
+                "undecided": "undecided"}[verified.verdict]
+    lines = [f"{g.label}: {headline}", f"plan: {_plan_text(planned.plan)}"]
+    if verified.mismatches:
+        lines.append("how the new nodes differ from their shapes:")
+        lines.extend(f"  - {m}" for m in verified.mismatches)
+    if verified.placements:
+        lines.append("placements:")
+        lines.extend(f"  {p.pod_set}[{p.index}] -> {p.node}" for p in verified.placements)
+    if verified.reasons:
+        lines.append("why:")
+        lines.extend(f"  - {r}" for r in verified.reasons)
+    return "\n".join(lines)
 
 
 def _devices(p: gang.Placement) -> dict[str, dict[str, list[str]]]:
@@ -195,6 +255,17 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--workload", required=True, metavar="PATH",
                      help="one Workload or Job, with its ResourceClaimTemplates")
     fit.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    verify = sub.add_parser("verify", help="plan on an inventory, then check the nodes that "
+                                           "came against what their shapes promised")
+    verify.add_argument("--before", action="append", required=True, metavar="PATH",
+                        help="the inventory when the plan was made (repeatable)")
+    verify.add_argument("--after", action="append", required=True, metavar="PATH",
+                        help="the inventory once the new nodes are up (repeatable)")
+    verify.add_argument("--shapes", action="append", default=[], metavar="PATH",
+                        help="NodeShapes (file or directory; repeatable)")
+    verify.add_argument("--workload", required=True, metavar="PATH",
+                        help="one Workload or Job, with its ResourceClaimTemplates")
+    verify.add_argument("-o", "--output", choices=("text", "json"), default="text")
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -209,15 +280,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fitgate {version}")
         return 0
     try:
-        g, result = run_fit(args.inventory, args.shapes, args.workload)
+        if args.command == "verify":
+            g, planned, verified = run_verify(args.before, args.after, args.shapes,
+                                              args.workload)
+            text = (json.dumps(verify_json(planned, verified), indent=2)
+                    if args.output == "json" else verify_text(g, planned, verified))
+        else:
+            g, result = run_fit(args.inventory, args.shapes, args.workload)
+            text = (json.dumps(as_json(g, result), indent=2) if args.output == "json"
+                    else as_text(g, result))
     except (UsageError, errors.InputError) as exc:
         print(f"fitgate: bad input:\n{exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        if args.output == "json":
-            print(json.dumps(as_json(g, result), indent=2))
-        else:
-            print(as_text(g, result))
+        print(text)
         sys.stdout.flush()
     except BrokenPipeError:  # `fitgate fit ... | head`: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -193,3 +193,51 @@ def test_min_count_partial_in_text(tmp_path: pathlib.Path,
     code, out, _ = run(capsys, "fit", "--inventory", inv, "--workload", wl)
     assert code == 0
     assert "fits on existing nodes" in out and "pod set workers: 2 of 4 pods" in out
+
+
+def _after(tmp_path: pathlib.Path, edit: Any = None, names: tuple[str, ...] = (
+        "gke-rail-a", "gke-rail-b", "gke-rail-c")) -> str:
+    from tests.gang.test_plan import provisioned
+
+    shape = yaml.safe_load((EXAMPLES / "shapes" / "h100-rail.yaml").read_text())
+    return write(tmp_path / "new-nodes.yaml",
+                 *provisioned(shape, list(names), rack="rack-c", edit=edit))
+
+
+@pytest.mark.parametrize(("edit", "names", "verdict", "mismatch"), [
+    (None, ("gke-rail-a", "gke-rail-b", "gke-rail-c"), "fits", None),
+    ("nic-root", ("gke-rail-a", "gke-rail-b", "gke-rail-c"), "misfit",
+     "node gke-rail-b (shape h100-rail): device nic.example.com/nic-1: attribute "
+     "resource.kubernetes.io/pcieRoot is 'pci7', shape promised 'pci1'"),
+    (None, ("gke-rail-a", "gke-rail-b"), "misfit",
+     "shape h100-rail: planned 3 new nodes, found 2"),
+], ids=["promise-kept", "nic-on-another-root", "a-node-missing"])
+def test_verify_example(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], edit: Any,
+                        names: tuple[str, ...], verdict: str, mismatch: str | None) -> None:
+    from tests.gang.test_plan import wrong_nic_root
+
+    after = _after(tmp_path, wrong_nic_root if edit else None, names)
+    code, out, err = run(capsys, "verify", "--before", str(EXAMPLES / "inventory"),
+                         "--after", str(EXAMPLES / "inventory"), "--after", after,
+                         "--shapes", str(EXAMPLES / "shapes"),
+                         "--workload", str(EXAMPLES / "workload.yaml"), "-o", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["verdict"] == verdict, doc
+    assert doc["planVerdict"] == "needs-capacity"
+    if mismatch is None:
+        assert doc["mismatches"] == []
+        assert {p["node"] for p in doc["placements"]} == set(names)
+    else:
+        assert doc["category"] == "coordination"
+        assert mismatch in doc["mismatches"]
+
+
+def test_verify_text_nothing_to_verify(tmp_path: pathlib.Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    inv = write(tmp_path / "inv.yaml", *gb.classes(), *gb.gpu_node("n1"))
+    wl = write(tmp_path / "wl.yaml", gb.template(),
+               gb.workload(gb.pod_set(count=1, templates=("gpus",))))
+    code, out, _ = run(capsys, "verify", "--before", inv, "--after", inv, "--workload", wl)
+    assert code == 0
+    assert out.strip() == "Workload default/train: nothing to verify: it fits existing nodes"
