@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export FITGATE_CACHE ?= $(HOME)/.cache/fitgate
 
-.PHONY: demo test setup lint unit e2e-cluster oracle e2e bench clean
+.PHONY: demo test setup lint unit clean
 
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard fitcore/*.pyx fitcore/*.pxd)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

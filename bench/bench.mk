@@ -10,3 +10,20 @@ oracle-test: setup oracle
 
 .PHONY: oracle-test
 TEST_TARGETS += oracle-test
+
+## Benchmarks (print tables; figures are for the closing notes, not assertions).
+##   make bench-alloc     compiled core vs reference on per-node layouts
+##   make bench-gang      64-pod gang decisions over 100 / 1,000 / 5,000 nodes
+##   make bench-compare   fitcore vs the upstream allocator (writes bench/results/compare.json)
+bench-alloc: setup
+	$(PY) -m bench.alloc
+
+bench-gang: setup
+	$(PY) -m bench.gang
+
+bench-compare: setup oracle
+	$(PY) -m bench.compare
+
+bench: bench-alloc bench-gang bench-compare
+
+.PHONY: bench-alloc bench-gang bench-compare bench

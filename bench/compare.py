@@ -1,0 +1,170 @@
+"""fitcore against the upstream allocator (kube-scheduler's own code), side by side.
+
+    .venv/bin/python -m bench.compare [--repeat N] [--nodes 1000] [--json PATH]
+
+Same inputs, three groups:
+- typical per-node questions (GPUs + NICs on PCIe roots, MIG-style counters, consumable
+  capacity);
+- adversarial per-node questions (N requested where N-1 match, 64 interchangeable
+  devices under an impossible matchAttribute, a value group one device short);
+- a 64-pod gang on 1,000 nodes: the scheduler's way (the oracle allocates pod by pod,
+  trying nodes in order until one fits, carrying allocations forward) against fitcore's
+  one gang decision (`plan.plan` on a prepared snapshot, which also honours the rack
+  topology the oracle ignores).
+
+Per-node times are medians of one decision: for fitcore a whole `api.allocate` call on a
+parsed inventory; for upstream the `Allocate` call alone, timed inside the oracle (the
+allocator is built outside the timer, as the scheduler builds it in PreFilter). When
+upstream hits its filter timeout the time is a lower bound (">"). Writes the table as
+JSON (default bench/results/compare.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench import alloc as per_node
+from bench import gang as gang_bench
+from bench.oracle import oracle as oracle_client
+from fitcore import _alloc  # noqa: F401  (fail loudly when the extension is not built)
+from fitcore import api, gang, kube, plan, workload
+from tests.fitcore import builders as b
+
+G, N = b.GPU, b.NIC
+ROOT = "resource.kubernetes.io/pcieRoot"
+TIMEOUT_MS = 5_000
+
+
+def shared_capacity() -> list[dict[str, Any]]:
+    cap = {"memory": {"value": "80Gi", "requestPolicy": {
+        "default": "1Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}}}
+    return [b.rslice("s", [b.device(f"gpu-{i}", capacity=cap, multi=True) for i in range(4)])]
+
+
+def one_short(n: int) -> list[dict[str, Any]]:
+    return [b.rslice("s", [b.device(f"d{i}") for i in range(n - 1)])]
+
+
+def groups_of(n: int, size: int) -> list[dict[str, Any]]:
+    return [b.rslice("s", [b.device(f"d{i}", **{ROOT: f"pci{i // size}"}) for i in range(n)])]
+
+
+PROFILE = f"device.attributes['{G}'].profile == '2g.20gb'"
+Case = tuple[str, str, Callable[[], list[dict[str, Any]]], list[dict[str, Any]],
+             list[dict[str, Any]]]
+CASES: list[Case] = [
+    ("typical", "2 GPUs + NIC on one PCIe root", per_node.gpu_nic_node,
+     [b.claim("c", b.req("g", count=2), b.req("n", "nic"), match=ROOT)], []),
+    ("typical", "1 GPU of 8", per_node.gpu_nic_node, [b.claim("c", b.req("g"))], []),
+    ("typical", "3 MIG partitions of one GPU", per_node.mig_node,
+     [b.claim("c", b.req("m", count=3, selectors=(PROFILE,)), match=f"{G}/parent")], []),
+    ("typical", "consumable capacity: 30Gi share", shared_capacity,
+     [b.claim("c", b.req("g", capacity={"memory": "30Gi"}))],
+     [b.allocated(f"x{i}", (G, "n1", "gpu-0"), shares={"memory": "40Gi"}) for i in range(2)]),
+    ("adversarial", "24 requested, 23 match", lambda: one_short(24),
+     [b.claim("c", b.req("g", count=24))], []),
+    ("adversarial", "64 interchangeable, 32 on one of 3 roots", lambda: groups_of(64, 22),
+     [b.claim("c", b.req("g", count=32), match=ROOT)], []),
+    ("adversarial", "17 on one root, 4 roots of 16", lambda: groups_of(64, 16),
+     [b.claim("c", b.req("g", count=17), match=ROOT)], []),
+]
+
+
+def node_case(slices: list[dict[str, Any]], claims: list[dict[str, Any]],
+              allocated: list[dict[str, Any]], repeat: int) -> dict[str, Any]:
+    return {"mode": "node", "node": b.node(), "slices": slices,
+            "classes": [b.gpu_class(), b.nic_class()], "allocated": allocated,
+            "claims": claims, "repeat": repeat, "timeout_ms": TIMEOUT_MS}
+
+
+def median(fn: Callable[[], Any], repeat: int, budget_s: float = 5.0) -> float:
+    times = []
+    deadline = time.perf_counter() + budget_s
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+        if time.perf_counter() > deadline:
+            break
+    return statistics.median(times)
+
+
+def per_node_rows(oracle: oracle_client.Oracle, repeat: int) -> list[dict[str, Any]]:
+    rows = []
+    for group, name, layout, claims_json, allocated in CASES:
+        slices = layout()
+        inventory = kube.inventory(slices, [b.gpu_class(), b.nic_class()], allocated)
+        node = kube.node(b.node())
+        claims = [kube.resource_claim(c) for c in claims_json]
+        ours = api.allocate(node, inventory, claims)
+        seconds = median(lambda: api.allocate(node, inventory, claims), repeat)
+        answer = oracle.ask(node_case(slices, claims_json, allocated, repeat),
+                            timeout=repeat * TIMEOUT_MS / 1000 + 60)
+        timed_out = bool(answer.get("timeout"))
+        if not timed_out:
+            assert bool(answer["fits"]) == ours.fits, (name, ours, answer)
+        rows.append({"group": group, "case": name, "verdict": ours.verdict,
+                     "fitcore_ms": seconds * 1e3, "upstream_ms": answer["nanos"] / 1e6,
+                     "upstream_timed_out": timed_out})
+    return rows
+
+
+def gang_row(oracle: oracle_client.Oracle, nodes: int, repeat: int) -> dict[str, Any]:
+    objects = gang_bench.cluster(nodes, busy_racks=False)
+    gang_objects = gang_bench.gang_objects()
+    bundle = workload.load([(o, None) for o in [*objects, *gang_objects]])
+    snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used)
+    g = bundle.gangs[0]
+    result = plan.plan(g, snapshot, [])
+    seconds = median(lambda: plan.plan(g, snapshot, []), repeat, budget_s=20.0)
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for o in objects:
+        by_kind.setdefault(o["kind"], []).append(o)
+    template = next(o for o in gang_objects if o["kind"] == "ResourceClaimTemplate")
+    pods = [{"name": f"worker-{i}", "claims": [{
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": f"worker-{i}-gpus", "namespace": "default"},
+        "spec": template["spec"]["spec"]}]} for i in range(gang_bench.PODS)]
+    case = {"mode": "gang", "nodes": by_kind["Node"], "slices": by_kind["ResourceSlice"],
+            "classes": by_kind["DeviceClass"], "allocated": by_kind.get("ResourceClaim", []),
+            "pods": pods, "timeout_ms": TIMEOUT_MS}
+    answer = oracle.ask(case, timeout=3600)
+    return {"group": "gang", "case": f"{gang_bench.PODS}-pod gang on {nodes} nodes",
+            "verdict": result.verdict, "fitcore_ms": seconds * 1e3,
+            "upstream_ms": answer["nanos"] / 1e6, "upstream_timed_out": False,
+            "upstream_placed": answer["placed"], "upstream_calls": answer["calls"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=21)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--json", default=os.path.join("bench", "results", "compare.json"))
+    args = parser.parse_args()
+    with oracle_client.Oracle.start() as oracle:
+        rows = per_node_rows(oracle, args.repeat)
+        rows.append(gang_row(oracle, args.nodes, max(3, args.repeat // 4)))
+    print(f"{'group':12} {'case':44} {'verdict':9} {'fitcore ms':>11} {'upstream ms':>12} "
+          f"{'fitcore faster':>15}")
+    for r in rows:
+        lower = ">" if r["upstream_timed_out"] else " "
+        print(f"{r['group']:12} {r['case']:44} {r['verdict']:9} {r['fitcore_ms']:11.3f} "
+              f"{lower}{r['upstream_ms']:11.3f} {lower}{r['upstream_ms'] / r['fitcore_ms']:13.1f}x")
+    gang_rows = [r for r in rows if r["group"] == "gang"]
+    for r in gang_rows:
+        print(f"upstream, the scheduler's way: {r['upstream_calls']} Allocate calls, "
+              f"{r['upstream_placed']} of {gang_bench.PODS} pods placed (topology ignored)")
+    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+    with open(args.json, "w") as fh:
+        json.dump(rows, fh, indent=2)
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
