@@ -32,8 +32,14 @@ from typing import Any
 from bench import alloc as per_node
 from bench import gang as gang_bench
 from bench.oracle import oracle as oracle_client
-from fitcore import _alloc  # noqa: F401  (fail loudly when the extension is not built)
-from fitcore import api, gang, kube, plan, workload
+from fitcore import (
+    _alloc,  # noqa: F401  (fail loudly when the extension is not built)
+    api,
+    gang,
+    kube,
+    plan,
+    workload,
+)
 from tests.fitcore import builders as b
 
 G, N = b.GPU, b.NIC
