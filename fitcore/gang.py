@@ -414,10 +414,9 @@ class Snapshot:
         entries = [self.entry(n, {}, shapes, list(local.get(n.name, {}).items())) for n in nodes]
         return entries, owner
 
-    def extended(self, entries: Sequence[_NodeEntry], owner: Mapping[PoolKey, str]
-                 ) -> Snapshot:
-        """This snapshot plus prepared new nodes. Costs O(new nodes + label groups +
-        cells), not O(nodes)."""
+    def extended(self, entries: Sequence[_NodeEntry]) -> Snapshot:
+        """This snapshot plus prepared new nodes (see `prepare`). Costs O(new nodes +
+        label groups + cells), not O(nodes)."""
         other = Snapshot.__new__(Snapshot)
         other.inventory = self.inventory
         other.entries = list(self.entries)
@@ -434,7 +433,8 @@ class Snapshot:
         other.scratch = {}
         other.global_slices = self.global_slices
         other._allocated_by_pool = self._allocated_by_pool
-        other.owner = collections.ChainMap(dict(owner), self.owner)  # type: ignore[arg-type]
+        owner = {pk: e.node.name for e in entries for pk in e.local_pools}
+        other.owner = collections.ChainMap(owner, self.owner)  # type: ignore[arg-type]
         for e in entries:
             other.insert(e)
         return other
@@ -962,8 +962,10 @@ def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
             f = search.fill(cls, pod_set, variant, requests, total - placed)
             k = min(len(f.allocations), total - placed)
         else:
-            f = fills[cid]
             k = min(max(counts.get(cid, 0), 0), total - placed)
+            if k <= 0:  # a class that holds none (or that the pod set does not tolerate)
+                continue
+            f = fills[cid]
         if k <= 0 or (single_node and k < total):
             continue
         node_name = entry.node.name

@@ -204,7 +204,7 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
         # Still learn whether a node of this shape could host the pods: then the shape's
         # limit is a capacity problem, not a configuration one.
         one = _new_nodes(snapshot, shape, 1, first, first_domain)
-        probe = gang.place(gang_, snapshot.extended(one.entries, one.owner), memo=memo,
+        probe = gang.place(gang_, snapshot.extended(one.entries[:1]), memo=memo,
                            engine=engine, budget=budget)
         return _Found(None, f"at its limit of {shape.max_nodes} nodes", dict(probe.hostable))
     new = _new_nodes(snapshot, shape, limit, first, first_domain)
@@ -212,7 +212,7 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
 
     def trial(n: int) -> gang.GangResult:
         if n not in tried:
-            snap = snapshot.extended(new.entries[:n], new.owner)
+            snap = snapshot.extended(new.entries[:n])
             tried[n] = (gang.place(gang_, snap, memo=memo, engine=engine, budget=budget), snap)
         return tried[n][0]
 
@@ -236,7 +236,7 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
     hi = max((i + 1 for i in range(limit) if shape.node_name(first + i) in used_new),
              default=limit)
     if hi < limit:  # the same placement is valid with only the first hi new nodes
-        tried[hi] = (top, snapshot.extended(new.entries[:hi], new.owner))
+        tried[hi] = (top, snapshot.extended(new.entries[:hi]))
     lo = 0
     if hi > 1 and not trial(hi - 1).fits:
         lo = hi - 1

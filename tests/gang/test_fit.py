@@ -96,6 +96,11 @@ CASES = [
           gb.workload(gb.pod_set(count=4, templates=("gpus",), tolerations=[
               {"key": "gpu", "operator": "Exists"}]))],
          "fits", 4),
+    Case("tainted-node-in-the-chosen-rack",
+         [*gb.gpu_node("n1", rack="r1", taints=[{"key": "gpu", "effect": "NoSchedule"}]),
+          *gb.gpu_node("n2", rack="r1"), T,
+          gb.workload(gb.pod_set(count=2, templates=("gpus",), topology=gb.RACK))],
+         "fits", 2, {"n2"}),
     Case("prefer-no-schedule-does-not-block",
          [*two_nodes(taints=[{"key": "gpu", "effect": "PreferNoSchedule"}]), T,
           gb.workload(gb.pod_set(count=1, templates=("gpus",)))],

@@ -231,3 +231,17 @@ def test_shape_at_its_limit(run_plan, shape: dict[str, Any], category: str) -> N
     assert result.verdict == "unsatisfiable"
     assert result.category == category
     assert result.rejected[0][1] == "at its limit of 0 nodes"
+
+
+def test_mixed_plan_uses_a_shape_twice(run_plan) -> None:
+    objects = [cpu_shape(), RAIL, gb.template(), gb.workload(
+        gb.pod_set("w1", 2, templates=("gpus",)),
+        gb.pod_set("launcher", 1, cpu="2", node_selector={"role": "launcher"}),
+        gb.pod_set("w2", 2, templates=("gpus",)))]
+    result = run_plan(objects)
+    assert result.verdict == "needs-capacity", result.reasons
+    assert result.plan is not None
+    assert sorted((g.shape, g.count) for g in result.plan.shapes) == [
+        ("cpu", 1), ("rail", 1), ("rail", 1)]
+    nodes = {p.node for p in result.plan.placements}
+    assert nodes == {"rail-new-0", "rail-new-1", "cpu-new-0"}
