@@ -473,7 +473,6 @@ class _Fill:
     allocations: list[tuple[tuple[model.DeviceResult, ...], ...]]
     stop: str = ""
     undecided: bool = False
-    error: bool = False
 
 
 class Memo:
@@ -647,7 +646,6 @@ class _Search:
             if not nf.fits:
                 f.stop = "; ".join(nf.reasons) or nf.verdict
                 f.undecided = nf.verdict == "undecided"
-                f.error = nf.verdict == "error"
                 return f
             f.allocations.append(nf.allocations)
             carried += [r.as_allocated() for rs in nf.allocations for r in rs]
@@ -720,7 +718,7 @@ def place(gang: Gang, snapshot: Snapshot, *, memo: Memo | None = None,
                 attempt = other
                 break
     search = attempt.search
-    stats = Stats(time.perf_counter() - started, len(snapshot.entries), 0,
+    stats = Stats(time.perf_counter() - started, len(snapshot.entries), snapshot.devices,
                   memo.steps - before_steps, len(search.classes),
                   memo.allocations - before_alloc)
     hostable = attempt.hostable
