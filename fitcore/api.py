@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from fitcore import compiled, model, reference
+from fitcore import cache, compiled, model, reference
 
 Engine = Literal["auto", "c", "py"]
 DEFAULT_BUDGET = reference.DEFAULT_BUDGET
@@ -49,16 +49,14 @@ def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
     if _alloc is None:
         raise RuntimeError("engine='c' requested but fitcore was imported with "
                            "FITCORE_NO_EXTENSIONS=1")
-    try:
-        prepared = reference.prepare(node, inventory, claims)
-    except reference.ClaimError as exc:
-        return model.NodeFit("error", node.name, reasons=(str(exc),), engine="c")
-    try:
-        problem = compiled.Problem(prepared)
-    except compiled.Unsupported:
+    problem = _compile(node, inventory, claims)
+    if isinstance(problem, reference.ClaimError):
+        return model.NodeFit("error", node.name, reasons=(str(problem),), engine="c")
+    if problem is None:
         fit = reference.allocate(node, inventory, claims, budget=budget)
         return model.NodeFit(fit.verdict, fit.node, fit.allocations, fit.reasons, fit.steps,
                              engine="c->py")
+    prepared = problem.prepared
     status, steps, res_alt, res_dev = _alloc.search(problem, budget)
     if status == 1:
         return model.NodeFit("fits", node.name, problem.results(res_alt, res_dev),
@@ -70,3 +68,28 @@ def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
 
     return model.NodeFit("no-fit", node.name, reasons=explain.no_fit(prepared), steps=steps,
                          engine="c")
+
+
+def _compile(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim]
+             ) -> compiled.Problem | reference.ClaimError | None:
+    """The compiled problem for this question (None: the compiled core does not take it).
+
+    A compiled problem is a pure function of the node, the slices, the classes, the
+    allocated state and the claims, all immutable: it is remembered under their
+    identities, so asking the same question again only runs the search.
+    """
+    entry = cache.for_slices(inventory.slices)
+    key = (node.name, id(node), id(inventory.allocated), id(inventory.classes),
+           *(id(c) for c in claims))
+    found = entry.recall(key)
+    if found is not None:
+        return found if not isinstance(found, str) else None  # type: ignore[return-value]
+    outcome: compiled.Problem | reference.ClaimError | str
+    try:
+        outcome = compiled.Problem(reference.prepare(node, inventory, claims))
+    except reference.ClaimError as exc:
+        outcome = exc
+    except compiled.Unsupported:
+        outcome = "unsupported"
+    entry.remember(key, (node, inventory.allocated, inventory.classes, *claims), outcome)
+    return outcome if not isinstance(outcome, str) else None

@@ -15,6 +15,7 @@ import dataclasses
 from fitcore import model, pools, semantics, values
 
 _SIZE = 8
+_QUESTIONS = 256
 
 
 _Pool = pools.Pool
@@ -29,6 +30,23 @@ class Entry:
 
     devices: dict[tuple[str, tuple[tuple[str, str], ...]], NodeDevices] = dataclasses.field(
         default_factory=dict)
+
+    # Compiled questions: (node, allocated state, classes, claims) by identity -> the
+    # objects (kept, so that ids stay unique) and what compiling them gave.
+    compiled: collections.OrderedDict[tuple[object, ...], tuple[tuple[object, ...], object]] = (
+        dataclasses.field(default_factory=collections.OrderedDict))
+
+    def remember(self, key: tuple[object, ...], refs: tuple[object, ...], value: object) -> None:
+        self.compiled[key] = (refs, value)
+        while len(self.compiled) > _QUESTIONS:
+            self.compiled.popitem(last=False)
+
+    def recall(self, key: tuple[object, ...]) -> object | None:
+        found = self.compiled.get(key)
+        if found is None:
+            return None
+        self.compiled.move_to_end(key)
+        return found[1]
 
     def pools_for(self, node: model.Node) -> list[_Pool]:
         key = _node_key(node)
