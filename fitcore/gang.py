@@ -956,13 +956,13 @@ def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
         cid = search.class_of(i)
         cls = search.get_class(cid)
         entry = snap.entries[i]
+        k = min(max(counts.get(cid, 0), 0), total - placed)
+        if k <= 0:  # a class that holds none (or that the pod set does not tolerate)
+            continue
         if entry.sees_global:  # what the gang took from shared pools changes the answer
             f = search.fill(cls, pod_set, variant, requests, total - placed)
-            k = min(len(f.allocations), total - placed)
+            k = min(len(f.allocations), k)
         else:
-            k = min(max(counts.get(cid, 0), 0), total - placed)
-            if k <= 0:  # a class that holds none (or that the pod set does not tolerate)
-                continue
             f = fills[cid]
         if k <= 0 or (single_node and k < total):
             continue

@@ -41,14 +41,17 @@ def run_plan(engine: str) -> PlanFn:
     return run
 
 
-def check_placements(placements: Sequence[gang.Placement], shared: set[str]) -> None:
+def check_placements(placements: Sequence[gang.Placement], shared: set[str],
+                     cluster_pools: frozenset[str] = frozenset({"fabric"})) -> None:
     """Independent checks: no device twice (unless the same shared claim), devices of a
-    pod come from pools of its node (pool names carry the node name in these tests)."""
+    pod come from pools of its node (pool names carry the node name in these tests), or
+    from a pool of the whole cluster ("fabric" in these tests)."""
     seen: dict[str, str] = {}
     for p in placements:
         for claim, results in p.devices:
             for r in results:
-                assert p.node in r.id.pool, f"{p} uses {r.id} of another node"
+                assert p.node in r.id.pool or r.id.pool in cluster_pools, \
+                    f"{p} uses {r.id} of another node"
                 if r.shared or r.admin_access:
                     continue  # a share of a multi-allocatable device, or admin access
                 who = claim if claim in shared else f"{p.pod_set}[{p.index}]/{claim}"

@@ -320,3 +320,16 @@ def test_admitted_count_replaces_count_and_min_count(run_plan, assigned: int | N
     result = run_plan([*two_nodes(), T, wl])
     assert result.verdict == verdict
     assert len(result.placements) == placed
+
+
+def test_tainted_node_seeing_a_cluster_pool_is_skipped(run_plan) -> None:
+    fabric = b.rslice("fabric", [b.device(f"port-{i}") for i in range(4)], node=None,
+                      driver=b.NIC, pool="fabric", allNodes=True)
+    port = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "port", "namespace": "default"},
+            "spec": {"spec": b.claim("port", b.req("p", "nic"))["spec"]}}
+    tainted = gb.node("n1", taints=[{"key": "gpu", "effect": "NoSchedule"}])
+    result = run_plan([tainted, gb.node("n2"), fabric, port,
+                       gb.workload(gb.pod_set(count=2, cpu="1", templates=("port",)))])
+    assert result.verdict == "fits"
+    assert {p.node for p in result.placements} == {"n2"}

@@ -59,13 +59,23 @@ def scenario(seed: int) -> list[dict[str, Any]]:
     objects += [gb.template("gpus", gpus=rng.choice([1, 2, 4])),
                 gb.template("one", gpus=1, nic=False),
                 gb.shared_claim("cache", b.req("c", "gpu", count=1))]
+    templates: list[tuple[str, ...]] = [(), ("gpus",), ("one",), ("gpus", "one")]
+    if rng.random() < 0.3:  # ports of a fabric every node reaches (not node-local)
+        objects.append(b.rslice("fabric", [b.device(f"port-{i}") for i in range(
+            rng.randint(1, 6))], node=None, driver="fabric.example.com", pool="fabric",
+            allNodes=True))
+        objects.append(b.dclass("port", "device.driver == 'fabric.example.com'"))
+        objects.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                        "metadata": {"name": "port", "namespace": "default"},
+                        "spec": {"spec": b.claim("port", b.req("p", "port"))["spec"]}})
+        templates.append(("port",))
     sets = []
     for k in range(rng.randint(1, 3)):
         count = rng.randint(1, 8)
         sets.append(gb.pod_set(
             f"ps{k}", count, min_count=rng.choice([None, max(1, count // 2)]),
             cpu=rng.choice(["1", "6", "20"]),
-            templates=rng.choice([(), ("gpus",), ("one",), ("gpus", "one")]),
+            templates=rng.choice(templates),
             shared=("cache",) if rng.random() < 0.15 else (),
             topology=gb.RACK if rng.random() < 0.4 else None,
             node_selector={"zone": "a"} if rng.random() < 0.2 else None,
@@ -78,6 +88,10 @@ def scenario(seed: int) -> list[dict[str, Any]]:
         objects.append(gb.shape("cheap", price=8, nics=["pci9"]))
     if rng.random() < 0.3:
         objects.append(cpu_shape())
+    if rng.random() < 0.2:  # new nodes join an existing rack
+        fixed = gb.shape("rail-r0", price=13, max_nodes=rng.choice([None, 4]))
+        fixed["spec"]["nodeLabels"][gb.RACK] = "r0"
+        objects.append(fixed)
     return objects
 
 
