@@ -439,6 +439,29 @@ class Snapshot:
             other.insert(e)
         return other
 
+    def reordered(self, key: Callable[[str], Any]) -> Snapshot:
+        """The same nodes in another order (by `key` of the node name): placement fills
+        nodes in snapshot order."""
+        other = Snapshot.__new__(Snapshot)
+        other.inventory = self.inventory
+        other.entries = []
+        other.keys = self.keys
+        other.label_groups = []
+        other.group_nodes = []
+        other.node_group = []
+        other._group_index = {}
+        other._own_groups = set()
+        other.cells = {}
+        other.class_rep = {}
+        other.devices = self.devices
+        other.scratch = {}
+        other.global_slices = self.global_slices
+        other._allocated_by_pool = self._allocated_by_pool
+        other.owner = self.owner
+        for e in sorted(self.entries, key=lambda e: key(e.node.name)):
+            other.insert(e)
+        return other
+
     @functools.cached_property
     def node_names(self) -> frozenset[str]:
         """Names of all nodes (computed once per snapshot)."""
@@ -478,6 +501,11 @@ class _Fill:
 class Memo:
     """Cache of fills by (class key, pod variant), shared by searches over one gang."""
 
+    def keep(self, pod_set: PodSet) -> int:
+        """The identity of a pod set in memo keys (kept alive with the memo)."""
+        self._pod_sets.setdefault(id(pod_set), pod_set)
+        return id(pod_set)
+
     def intern(self, key: tuple[Any, ...]) -> int:
         have = self.derived.get(key)
         if have is None:
@@ -487,9 +515,11 @@ class Memo:
     def __init__(self) -> None:
         self.fills: dict[tuple[Any, ...], _Fill] = {}
         # Derived classes ("class c after k pods of pod set p") get negative ids here,
-        # not in the long-lived snapshot. Pod sets are keyed by identity: they outlive
-        # the memo, so ids are not reused while it lives.
+        # not in the long-lived snapshot.
         self.derived: dict[tuple[Any, ...], int] = {}
+        # Pod sets are keyed by identity; the memo keeps them alive so that no other
+        # object can take the id of one while the memo lives.
+        self._pod_sets: dict[int, PodSet] = {}
         self.allocations = 0
         self.steps = 0
 
@@ -601,7 +631,9 @@ class _Search:
              requests: Mapping[str, Fraction], limit: int) -> _Fill:
         """Fill the class representative with up to `limit` pods, pod by pod."""
         e = self.snap.entries[cls.rep]
-        key: tuple[Any, ...] = (cls.key, id(pod_set),
+        # Allocations are in the representative's device names, so the representative is
+        # part of the key: snapshots sharing a memo may pick different ones for a class.
+        key: tuple[Any, ...] = (cls.key, e.node.name, self.memo.keep(pod_set),
                                 tuple(c.claim.key for c in variant.first),
                                 tuple(c.claim.key for c in variant.rest))
         if e.sees_global:
@@ -919,7 +951,7 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
         return False, _explain(pod_set, label, need, want, ranked, skipped, taint_example, short,
                                single_node, len(snap.entries)), None, best
     index_base = sum(1 for p in placements if p.pod_set == pod_set.name)
-    tag = (id(pod_set), tuple(c.claim.key for c in variant.first),
+    tag = (search.memo.keep(pod_set), tuple(c.claim.key for c in variant.first),
            tuple(c.claim.key for c in variant.rest))
     # Domain totals are exact, except where pods compete for devices of pools that are
     # not node-local; then a domain may fall short, and the next one is tried.

@@ -162,13 +162,12 @@ class _NewNodes:
         self.limit = limit
         self.entries, self.owner = snapshot.prepare(nodes, slices)
 
-    def groups(self, used: set[str]) -> tuple[ShapeCount, ...]:
-        """The new nodes a placement uses, grouped by domain."""
+    def groups(self, n: int) -> tuple[ShapeCount, ...]:
+        """The first n new nodes, grouped by domain."""
         counts: dict[str | None, int] = {}
-        for i, domain in enumerate(self.domains):
-            if self.shape.node_name(self.first + i) in used:
-                counts[domain] = counts.get(domain, 0) + 1
-        return tuple(ShapeCount(self.shape.name, n, d) for d, n in counts.items())
+        for domain in self.domains[:n]:
+            counts[domain] = counts.get(domain, 0) + 1
+        return tuple(ShapeCount(self.shape.name, c, d) for d, c in counts.items())
 
 
 def _new_nodes(snapshot: gang.Snapshot, shape: shapes.NodeShape, limit: int, first: int,
@@ -230,24 +229,31 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
                          f"most {shape.nodes_per_domain} nodes")
         return _Found(None, f"even {limit} new nodes do not make the gang fit: "
                       + "; ".join(about), hostable)
-    # New nodes fill in order, so the nodes the placement used bound the answer; it is
-    # almost always exact, which one more trial confirms. Otherwise bisect below it.
-    used_new = {p.node for p in top.placements} - existing
-    hi = max((i + 1 for i in range(limit) if shape.node_name(first + i) in used_new),
-             default=limit)
-    if hi < limit:  # the same placement is valid with only the first hi new nodes
-        tried[hi] = (top, snapshot.extended(new.entries[:hi]))
+    # The plan is what placement finds on exactly the planned nodes (it is what verify
+    # will run on the real ones): the nodes a placement used bound the answer, so shrink
+    # to them while that still fits, then make sure one node less does not.
+    def used(n: int) -> int:
+        names = {p.node for p in tried[n][0].placements} - existing
+        return max((i + 1 for i in range(n) if shape.node_name(first + i) in names),
+                   default=n)
+
+    def shrink(n: int) -> int:
+        while (u := used(n)) < n and trial(u).fits:
+            n = u
+        return n
+
+    hi = shrink(limit)
     lo = 0
     if hi > 1 and not trial(hi - 1).fits:
         lo = hi - 1
     while hi - lo > 1:  # lo does not fit (zero new nodes never does), hi fits
         mid = (lo + hi) // 2
         if trial(mid).fits:
-            hi = mid
+            hi = shrink(mid)
         else:
             lo = mid
     result, snap = tried[hi]
-    groups = new.groups({p.node for p in result.placements})
+    groups = new.groups(hi)
     count = sum(g.count for g in groups)
     domains = len({new.domains[i] for i in range(hi)})
     return _Found(Plan(groups, shape.price * count, result.placements, existing,
@@ -333,7 +339,9 @@ def verify(gang_: gang.Gang, snapshot: gang.Snapshot, plan_: Plan,
             mismatches.append(f"shape {name}: planned {planned} new nodes, found {len(mine)}")
         for e in mine:
             mismatches.extend(compare(shape, e.node, e.local_slices))
-    result = gang.place(gang_, snapshot, engine=engine, budget=budget)
+    # Placement is greedy, in node order: put the new nodes last, as the plan had them.
+    ordered = snapshot.reordered(lambda name: (name not in plan_.existing_nodes, name))
+    result = gang.place(gang_, ordered, engine=engine, budget=budget)
     if result.fits:
         return VerifyResult("fits", placements=result.placements, mismatches=tuple(mismatches))
     if result.verdict == "undecided":

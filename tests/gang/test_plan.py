@@ -245,3 +245,16 @@ def test_mixed_plan_uses_a_shape_twice(run_plan) -> None:
         ("cpu", 1), ("rail", 1), ("rail", 1)]
     nodes = {p.node for p in result.plan.placements}
     assert nodes == {"rail-new-0", "rail-new-1", "cpu-new-0"}
+
+
+def test_identical_shapes_each_get_their_own_devices(run_plan) -> None:
+    """Two shapes whose nodes look alike share node classes; the devices of a plan must
+    still be those of its own new nodes."""
+    twin = gb.shape("rail-b", price=10)
+    result = run_plan([RAIL, twin, *gang_of(4)])
+    assert result.plan is not None
+    assert [(g.shape, g.count) for g in result.plan.shapes] == [("rail-b", 2)]
+    assert [a.shapes[0].shape for a in result.alternatives] == ["rail"]
+    for p in result.plan.placements:
+        assert p.node.startswith("rail-b-new-")
+        assert all(p.node in r.id.pool for _, rs in p.devices for r in rs)
