@@ -46,8 +46,23 @@ def scenario(seed: int) -> list[dict[str, Any]]:
                                                              "PreferNoSchedule"])}]
                       if rng.random() < 0.2 else None)
             rack = f"r{r}" if rng.random() < 0.9 else None
+            if rng.random() < 0.1:  # a pod already bound there
+                objects.append({"apiVersion": "v1", "kind": "Pod",
+                                "metadata": {"name": f"bound-{name}", "namespace": "x"},
+                                "spec": {"nodeName": name, "containers": [{
+                                    "name": "c", "resources": {"requests": {"cpu": "10"}}}]},
+                                "status": {"phase": "Running"}})
+            if rng.random() < 0.1:  # one GPU that many claims share by memory
+                node = gb.node(name, rack=rack, cpu="32", taints=taints, zone="a")
+                objects += [node, b.rslice(f"{name}-gpu", [b.device(
+                    "gpu-0", capacity={"memory": {"value": "40Gi"}}, multi=True)],
+                    node=name, pool=f"{name}-gpu")]
+                continue
             if not gpus:
-                objects.append(gb.node(name, rack=rack, cpu="32", taints=taints, zone="a"))
+                node = gb.node(name, rack=rack, cpu="32", taints=taints, zone="a")
+                if rng.random() < 0.2:
+                    node["spec"] = {**node.get("spec", {}), "unschedulable": True}
+                objects.append(node)
                 continue
             objects += gb.gpu_node(name, gpus=gpus, roots=max(1, gpus // 4), rack=rack,
                                    cpu=rng.choice(["16", "64"]), taints=taints,
@@ -59,7 +74,11 @@ def scenario(seed: int) -> list[dict[str, Any]]:
     objects += [gb.template("gpus", gpus=rng.choice([1, 2, 4])),
                 gb.template("one", gpus=1, nic=False),
                 gb.shared_claim("cache", b.req("c", "gpu", count=1))]
-    templates: list[tuple[str, ...]] = [(), ("gpus",), ("one",), ("gpus", "one")]
+    templates: list[tuple[str, ...]] = [(), ("gpus",), ("one",), ("gpus", "one"), ("slice",)]
+    objects.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "slice", "namespace": "default"},
+                    "spec": {"spec": b.claim("slice", b.req("g", capacity={
+                        "memory": rng.choice(["10Gi", "20Gi"])}))["spec"]}})
     if rng.random() < 0.3:  # ports of a fabric every node reaches (not node-local)
         objects.append(b.rslice("fabric", [b.device(f"port-{i}") for i in range(
             rng.randint(1, 6))], node=None, driver="fabric.example.com", pool="fabric",
@@ -78,7 +97,8 @@ def scenario(seed: int) -> list[dict[str, Any]]:
             templates=rng.choice(templates),
             shared=("cache",) if rng.random() < 0.15 else (),
             topology=gb.RACK if rng.random() < 0.4 else None,
-            node_selector={"zone": "a"} if rng.random() < 0.2 else None,
+            node_selector=rng.choice([None, None, None, {"zone": "a"},
+                                      {"kubernetes.io/hostname": "r0-n0"}]),
             tolerations=[{"key": "gpu", "operator": "Exists"}] if rng.random() < 0.3 else None))
     objects.append(gb.workload(*sets))
     if rng.random() < 0.7:
