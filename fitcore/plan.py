@@ -7,17 +7,21 @@ nodes of the shape (`NodeShape.instantiate`); when the shape groups nodes into t
 domains, new nodes land together in fresh domains of at most `nodesPerDomain` nodes, so a
 pod set with a required topology can only use new nodes of one fresh domain.
 
-Search: placement is monotone in the number of new nodes of a shape, so the smallest count
-is found by bisection between 1 and the shape's limit (its `maxNodes` minus the existing
-nodes of that shape, and never more than the gang has pods). Every trial reuses one
-`gang.Memo`, and the hypothetical nodes of a shape form one node class, so a trial costs a
-pass over the node classes, not new allocations. Plans are ranked by price, then by
-node count, then by shape name; the first is the plan, the others are the alternatives.
+Search: a first trial offers the shape's limit (its `maxNodes` minus the existing nodes of
+that shape, and never more than the gang has pods). The new nodes the placement used bound
+the answer; the count shrinks to them while placement still succeeds on exactly that many,
+and a trial with one node less confirms it (bisection below otherwise: greedy placement
+is nearly, not strictly, monotone in the nodes offered). The plan's placement is the one
+found on exactly the planned nodes. Every trial reuses one `gang.Memo`, and the
+hypothetical nodes of a shape form one node class, so a trial costs a pass over the node
+classes, not new allocations. Plans are ranked by price, then by node count, then by
+shape name; the first is the plan, the others are the alternatives. When no single shape
+will do, a mixed plan adds shapes pod set by pod set (`_combined`).
 
 `verify` runs after the autoscaler reports the nodes provisioned: it places the gang on the
-real inventory and compares each new node with what its shape promised (labels,
-allocatable, devices and their attributes and capacity), so that a misfit is reported as
-what differs, not just as "does not fit" (category `coordination`).
+real inventory, new nodes last as in the plan, and compares each new node with what its
+shape promised (labels, allocatable, devices and their attributes and capacity), so that a
+misfit is reported as what differs, not just as "does not fit" (category `coordination`).
 """
 
 from __future__ import annotations
