@@ -14,13 +14,17 @@ Design: equivalence classes of nodes.
   Pool and slice names do not count: allocation results on one node of a class map onto
   another by pool position.
 - For a class and a pod set, one representative node is filled pod by pod (as the
-  scheduler would) until a pod no longer fits; the sequence of allocations is cached. A
-  node that received k pods moves to the derived class (class, pod set, k), which is again
-  shared by all nodes that received the same. So 1,000 identical nodes cost about what
-  one costs, and the cache is keyed by content, so it can be shared by the several
-  searches that planning runs.
+  scheduler would) until a pod no longer fits; the sequence of allocations is cached (in
+  a `Memo`, by class, representative and pod set, so that the several searches planning
+  runs share it). A node that received k pods moves to the derived class (class, pod set,
+  k), which is again shared by all nodes that received the same. So 1,000 identical nodes
+  cost about what one costs.
 - Labels matter only to node selection and topology: they are evaluated per group of
-  nodes with identical labels (the hostname label aside).
+  nodes with identical labels (the hostname label aside). A decision works on *cells*,
+  (label group, class) with a node count, and visits single nodes only in the domain
+  where it places pods.
+- Pod sets are placed in order; when that fails, the most demanding first, then the
+  reverse, so that a launcher does not take the room only some nodes have for workers.
 - A node that sees pools which are not node-local (allNodes, node selectors, devices
   with per-device node selection, counter slices without a node) is its own class, and
   its cache entries are keyed by what the gang has allocated from such pools so far.
