@@ -89,7 +89,7 @@ class NodeDevices:
                 self.index[ident] = len(self.devices)
                 self.devices.append((pool, device, ident))
                 self.slices.append(s)
-        self._candidates: dict[tuple[int, int], tuple[object, object, list[Candidate]]] = {}
+        self._choices: dict[tuple[object, ...], _Choice] = {}
 
     def candidates(self, exact: model.ExactRequest, device_class: model.DeviceClass,
                    label: str) -> list[Candidate]:
@@ -97,17 +97,30 @@ class NodeDevices:
         capacity request — whatever is allocated. Devices whose selectors fail at runtime
         are left out: prepare() has already reported any such device the search could
         reach."""
-        key = (id(exact), id(device_class))
-        found = self._candidates.get(key)
-        if found is not None and found[0] is exact and found[1] is device_class:
-            return found[2]
-        out: list[Candidate] = []
+        return self._choice(exact, device_class, label).candidates
+
+    def failing(self, exact: model.ExactRequest, device_class: model.DeviceClass,
+                label: str) -> list[int]:
+        """Devices on which the class's or the request's selectors fail at runtime."""
+        return self._choice(exact, device_class, label).failing
+
+    def _choice(self, exact: model.ExactRequest, device_class: model.DeviceClass,
+                label: str) -> _Choice:
+        # By value: every pod's claim has its own ExactRequest object, asking the same.
+        capacity = tuple(sorted((exact.capacity_requests or {}).items()))
+        key = (exact.device_class, exact.selectors, exact.tolerations, capacity,
+               id(device_class))
+        found = self._choices.get(key)
+        if found is not None and found.device_class is device_class:
+            return found
+        choice = _Choice(device_class, [], [])
         for d, (pool, device, _) in enumerate(self.devices):
             try:
                 if not semantics.device_selectable(self.selector, device_class, exact, label,
                                                    pool.driver, device):
                     continue
             except semantics.SelectionError:
+                choice.failing.append(d)
                 continue
             if not semantics.taint_allows(device, exact):
                 continue
@@ -117,12 +130,19 @@ class NodeDevices:
             if not device.allow_multiple_allocations and not semantics.capacity_fits(
                     device, take):
                 continue  # a dedicated device must hold the whole request
-            out.append((d, take))
-        self._candidates[key] = (exact, device_class, out)
-        return out
+            choice.candidates.append((d, take))
+        self._choices[key] = choice
+        return choice
 
 
 Candidate = tuple[int, dict[str, values.Quantity]]
+
+
+@dataclasses.dataclass(slots=True)
+class _Choice:
+    device_class: model.DeviceClass  # kept: the key holds its id
+    candidates: list[Candidate]
+    failing: list[int]
 
 
 _entries: collections.OrderedDict[int, Entry] = collections.OrderedDict()

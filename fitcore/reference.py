@@ -132,17 +132,16 @@ def _all_devices(prepared: Prepared, claim: model.Claim, alt: Alternative
 
 
 def _touch_selectors(prepared: Prepared, claim: model.Claim, alt: Alternative) -> None:
-    """Evaluate selectors on every device an ExactCount search could look at, so that a
-    runtime CEL error surfaces whatever order the search would take."""
+    """Raise the runtime CEL error of any device an ExactCount search could look at
+    (usable pools, not in use unless adminAccess), whatever order the search would take.
+    Which devices fail is cached per node (fitcore.cache); in-use is checked per call."""
+    node_devices = cache.for_slices(prepared.inventory.slices).devices_for(prepared.node)
     allocated = prepared.inventory.allocated
-    for pool in prepared.pools:
-        if not pool.usable:
+    for d in node_devices.failing(alt.exact, alt.device_class, alt.label):
+        pool, device, ident = node_devices.devices[d]
+        if not alt.exact.admin_access and ident in allocated.dedicated:
             continue
-        for s, device in pool.devices:
-            ident = model.DeviceId(pool.driver, pool.name, device.name)
-            if not alt.exact.admin_access and ident in allocated.dedicated:
-                continue
-            prepared.selectable(alt, claim, pool, s, device)
+        prepared.selectable(alt, claim, pool, node_devices.slices[d], device)
 
 
 # ----------------------------------------------------------------------------- search
