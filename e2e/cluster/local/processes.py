@@ -83,9 +83,8 @@ class Process:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.popen.pid, signal.SIGKILL)
                 self.popen.wait(timeout=STOP_GRACE_S)
-        # The group may hold children even after the leader exited.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
+        # No signal after the leader is reaped: its pid (and group id) may be reused by
+        # then. The components start no children of their own.
         self.pid_path.unlink(missing_ok=True)
 
 
