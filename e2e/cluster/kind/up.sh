@@ -66,8 +66,10 @@ kubectl --context "$CTX" get resourceslices -o wide
 
 if [ -f "$root/charts/fitgate/Chart.yaml" ]; then
   step "fitgate chart (charts/fitgate)"
+  # FITGATE_CHART_VALUES: extra values file (e.g. to pick cert-manager certificates).
   helm --kube-context "$CTX" upgrade -i fitgate "$root/charts/fitgate" \
-    --namespace fitgate-system --create-namespace --set certManager.enabled=true \
+    --namespace fitgate-system --create-namespace \
+    ${FITGATE_CHART_VALUES:+--values "$FITGATE_CHART_VALUES"} \
     --wait --timeout 300s
 else
   step "charts/fitgate does not exist yet: fitgate itself not installed"
