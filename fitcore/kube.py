@@ -8,19 +8,12 @@ raises one `errors.InputError`; nothing half-parsed is ever returned.
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
-from fitcore import cel, errors, model, values
+from fitcore import errors, fields, model, values
 
-T = TypeVar("T")
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TAINT_EFFECTS = {"None", "NoSchedule", "NoExecute"}
-_SELECTOR_OPS = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"}
 
 
 def describe(obj: Any, default_kind: str) -> str:
@@ -34,98 +27,7 @@ def describe(obj: Any, default_kind: str) -> str:
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
 
 
-class _Reader:
-    """Typed access to nested dicts that records errors instead of raising."""
-
-    def __init__(self, collector: errors.Collector) -> None:
-        self.c = collector
-
-    def get(
-        self, obj: Mapping[str, Any], key: str, path: str, typ: type[T] | tuple[type, ...],
-        *, required: bool = False, default: Any = None,
-    ) -> Any:
-        value = obj.get(key) if isinstance(obj, Mapping) else None
-        where = f"{path}.{key}" if path else key
-        if value is None:
-            if required:
-                self.c.add(where, "required field is missing")
-            return default
-        # bool is an int in Python: never accept it where a number is wanted.
-        if (typ is int and isinstance(value, bool)) or not isinstance(value, typ):
-            self.c.add(where, f"must be {_type_name(typ)}, got {type(value).__name__}")
-            return default
-        return value
-
-    def items(self, obj: Mapping[str, Any], key: str, path: str, *, limit: int | None = None,
-              required: bool = False) -> list[tuple[str, Any]]:
-        seq = self.get(obj, key, path, list, required=required, default=[])
-        where = f"{path}.{key}" if path else key
-        if limit is not None and len(seq) > limit:
-            self.c.add(where, f"must have at most {limit} entries, has {len(seq)}")
-        out = []
-        for i, item in enumerate(seq):
-            if not isinstance(item, Mapping):
-                self.c.add(f"{where}[{i}]", f"must be an object, got {type(item).__name__}")
-                continue
-            out.append((f"{where}[{i}]", item))
-        return out
-
-    def quantity(self, value: Any, path: str) -> values.Quantity | None:
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            self.c.add(path, f"must be a quantity string such as '40Gi', got {value!r}")
-            return None
-        try:
-            return values.Quantity.parse(value)
-        except ValueError as exc:
-            self.c.add(path, f"invalid quantity {value!r}: {exc}")
-            return None
-
-    def name(self, value: Any, path: str, pattern: re.Pattern[str], what: str,
-             max_len: int) -> str:
-        if not isinstance(value, str) or not value:
-            self.c.add(path, f"must be a non-empty {what}")
-            return ""
-        if len(value) > max_len or not pattern.match(value):
-            self.c.add(path, f"{value!r} is not a valid {what} (at most {max_len} characters)")
-        return value
-
-    def qualified_name(self, value: Any, path: str, *, require_domain: bool) -> str:
-        """`domain/id` or (unless require_domain) a bare C-identifier `id`."""
-        if not isinstance(value, str) or not value:
-            self.c.add(path, "must be a non-empty qualified name")
-            return ""
-        domain, sep, ident = value.rpartition("/")
-        if require_domain and not sep:
-            self.c.add(path, f"{value!r} must be fully qualified as 'domain/name'")
-            return value
-        if sep and (len(domain) > 63 or not _DNS_SUBDOMAIN.match(domain)):
-            self.c.add(path, f"{value!r}: domain {domain!r} is not a DNS subdomain of at most 63 "
-                             "characters")
-        if len(ident) > 32 or not _C_IDENTIFIER.match(ident):
-            self.c.add(path, f"{value!r}: name {ident!r} must be a C identifier of at most 32 "
-                             "characters")
-        return value
-
-    def cel(self, expression: Any, path: str) -> str:
-        if not isinstance(expression, str) or not expression:
-            self.c.add(path, "must be a non-empty CEL expression")
-            return ""
-        try:
-            cel.compile_selector(expression)
-        except cel.CelError as exc:
-            self.c.add(path, f"CEL does not compile: {exc.message}")
-        return expression
-
-
-def _type_name(typ: type | tuple[type, ...]) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", int: "an integer",
-             bool: "a boolean", Mapping: "an object"}
-    if isinstance(typ, tuple):
-        return " or ".join(names.get(t, t.__name__) for t in typ)
-    return names.get(typ, typ.__name__)
-
-
-def _meta_name(r: _Reader, obj: Mapping[str, Any]) -> tuple[str, str | None]:
+def _meta_name(r: fields.Reader, obj: Mapping[str, Any]) -> tuple[str, str | None]:
     meta = r.get(obj, "metadata", "", Mapping, required=True, default={})
     name = r.get(meta, "name", "metadata", str, required=True, default="")
     namespace = r.get(meta, "namespace", "metadata", str)
@@ -135,30 +37,7 @@ def _meta_name(r: _Reader, obj: Mapping[str, Any]) -> tuple[str, str | None]:
 # ----------------------------------------------------------------- node selection
 
 
-def _node_selector(r: _Reader, obj: Any, path: str) -> model.NodeSelector:
-    terms = []
-    for tpath, term in r.items(obj, "nodeSelectorTerms", path, required=True):
-        terms.append(model.NodeSelectorTerm(
-            tuple(_requirement(r, req, rp) for rp, req in r.items(term, "matchExpressions", tpath)),
-            tuple(_requirement(r, req, rp) for rp, req in r.items(term, "matchFields", tpath)),
-        ))
-    return model.NodeSelector(tuple(terms))
-
-
-def _requirement(r: _Reader, obj: Mapping[str, Any], path: str) -> model.NodeSelectorRequirement:
-    key = r.get(obj, "key", path, str, required=True, default="")
-    op = r.get(obj, "operator", path, str, required=True, default="In")
-    if op not in _SELECTOR_OPS:
-        r.c.add(f"{path}.operator", f"unknown operator {op!r}; one of {sorted(_SELECTOR_OPS)}")
-        op = "In"
-    vals = r.get(obj, "values", path, list, default=[])
-    if not all(isinstance(v, str) for v in vals):
-        r.c.add(f"{path}.values", "must be a list of strings")
-        vals = [str(v) for v in vals]
-    return model.NodeSelectorRequirement(key, op, tuple(vals))
-
-
-def _node_selection(r: _Reader, spec: Mapping[str, Any], path: str, *, allow_per_device: bool,
+def _node_selection(r: fields.Reader, spec: Mapping[str, Any], path: str, *, allow_per_device: bool,
                     counters_only: bool) -> dict[str, Any]:
     node_name = r.get(spec, "nodeName", path, str)
     all_nodes = r.get(spec, "allNodes", path, bool, default=False)
@@ -175,7 +54,7 @@ def _node_selection(r: _Reader, spec: Mapping[str, Any], path: str, *, allow_per
         r.c.add(path, "one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection is required")
     selector = None
     if selector_obj is not None:
-        selector = _node_selector(r, selector_obj, f"{path}.nodeSelector")
+        selector = fields.node_selector(r, selector_obj, f"{path}.nodeSelector")
         if allow_per_device and len(selector.terms) != 1:
             r.c.add(f"{path}.nodeSelector.nodeSelectorTerms", "must have exactly one term")
     return {"node_name": node_name or None, "all_nodes": bool(all_nodes),
@@ -189,10 +68,10 @@ def _node_selection(r: _Reader, spec: Mapping[str, Any], path: str, *, allow_per
 def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.ResourceSlice:
     """A resource.k8s.io/v1 ResourceSlice."""
     c = errors.Collector(describe(obj, "ResourceSlice"), source)
-    r = _Reader(c)
+    r = fields.Reader(c)
     name, _ = _meta_name(r, obj)
     spec = r.get(obj, "spec", "", Mapping, required=True, default={})
-    driver = r.name(spec.get("driver"), "spec.driver", _DNS_SUBDOMAIN,
+    driver = r.name(spec.get("driver"), "spec.driver", fields.DNS_SUBDOMAIN,
                     "driver name (DNS subdomain)", 63)
     pool = r.get(spec, "pool", "spec", Mapping, required=True, default={})
     pool_name = r.get(pool, "name", "spec.pool", str, required=True, default="")
@@ -204,7 +83,7 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
         c.add("spec.pool.resourceSliceCount", f"must be at least 1, got {count}")
     counter_sets = []
     for cpath, cs in r.items(spec, "sharedCounters", "spec", limit=8):
-        cs_name = r.name(cs.get("name"), f"{cpath}.name", _DNS_LABEL,
+        cs_name = r.name(cs.get("name"), f"{cpath}.name", fields.DNS_LABEL,
                          "counter set name (DNS label)", 63)
         counters: dict[str, values.Quantity] = {}
         for cname, cval in r.get(cs, "counters", cpath, Mapping, required=True, default={}).items():
@@ -231,7 +110,7 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
                                shared_counters=tuple(counter_sets), **selection)
 
 
-def _attribute(r: _Reader, raw: Any, path: str) -> model.AttributeValue | None:
+def _attribute(r: fields.Reader, raw: Any, path: str) -> model.AttributeValue | None:
     if not isinstance(raw, Mapping):
         r.c.add(path, "must be an object with one of int, bool, string, version")
         return None
@@ -270,8 +149,8 @@ def _attribute(r: _Reader, raw: Any, path: str) -> model.AttributeValue | None:
     return value
 
 
-def _device(r: _Reader, obj: Mapping[str, Any], path: str, per_device: bool) -> model.Device:
-    name = r.name(obj.get("name"), f"{path}.name", _DNS_LABEL, "device name (DNS label)", 63)
+def _device(r: fields.Reader, obj: Mapping[str, Any], path: str, per_device: bool) -> model.Device:
+    name = r.name(obj.get("name"), f"{path}.name", fields.DNS_LABEL, "device name (DNS label)", 63)
     attributes: dict[str, model.AttributeValue] = {}
     for key, raw in r.get(obj, "attributes", path, Mapping, default={}).items():
         apath = f"{path}.attributes[{key!r}]"
@@ -330,7 +209,7 @@ def _device(r: _Reader, obj: Mapping[str, Any], path: str, per_device: bool) -> 
     )
 
 
-def _request_policy(r: _Reader, raw: Any, path: str) -> model.RequestPolicy | None:
+def _request_policy(r: fields.Reader, raw: Any, path: str) -> model.RequestPolicy | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
@@ -364,7 +243,7 @@ def _request_policy(r: _Reader, raw: Any, path: str) -> model.RequestPolicy | No
 
 def device_class(obj: Mapping[str, Any], source: str | None = None) -> model.DeviceClass:
     c = errors.Collector(describe(obj, "DeviceClass"), source)
-    r = _Reader(c)
+    r = fields.Reader(c)
     name, _ = _meta_name(r, obj)
     spec = r.get(obj, "spec", "", Mapping, default={})
     selectors = tuple(_selector(r, s, p) for p, s in r.items(spec, "selectors", "spec", limit=32))
@@ -372,7 +251,7 @@ def device_class(obj: Mapping[str, Any], source: str | None = None) -> model.Dev
     return model.DeviceClass(name, selectors)
 
 
-def _selector(r: _Reader, obj: Mapping[str, Any], path: str) -> str:
+def _selector(r: fields.Reader, obj: Mapping[str, Any], path: str) -> str:
     cel_obj = r.get(obj, "cel", path, Mapping, required=True, default={})
     expression = cel_obj.get("expression") if isinstance(cel_obj, Mapping) else None
     return r.cel(expression, f"{path}.cel.expression")
@@ -384,7 +263,7 @@ def _selector(r: _Reader, obj: Mapping[str, Any], path: str) -> str:
 def resource_claim(obj: Mapping[str, Any], source: str | None = None) -> model.Claim:
     """A ResourceClaim (its spec; status is read by `allocated_devices`)."""
     c = errors.Collector(describe(obj, "ResourceClaim"), source)
-    r = _Reader(c)
+    r = fields.Reader(c)
     name, namespace = _meta_name(r, obj)
     spec = r.get(obj, "spec", "", Mapping, required=True, default={})
     claim = _claim_spec(r, spec, "spec", name, namespace or "default")
@@ -395,7 +274,7 @@ def resource_claim(obj: Mapping[str, Any], source: str | None = None) -> model.C
 def claim_template(obj: Mapping[str, Any], source: str | None = None) -> model.Claim:
     """A ResourceClaimTemplate's claim spec; the claim is named after the template."""
     c = errors.Collector(describe(obj, "ResourceClaimTemplate"), source)
-    r = _Reader(c)
+    r = fields.Reader(c)
     name, namespace = _meta_name(r, obj)
     outer = r.get(obj, "spec", "", Mapping, required=True, default={})
     spec = r.get(outer, "spec", "spec", Mapping, required=True, default={})
@@ -404,7 +283,7 @@ def claim_template(obj: Mapping[str, Any], source: str | None = None) -> model.C
     return claim
 
 
-def _claim_spec(r: _Reader, spec: Mapping[str, Any], path: str, name: str,
+def _claim_spec(r: fields.Reader, spec: Mapping[str, Any], path: str, name: str,
                 namespace: str) -> model.Claim:
     devices = r.get(spec, "devices", path, Mapping, default={})
     dpath = f"{path}.devices"
@@ -438,8 +317,8 @@ def _claim_spec(r: _Reader, spec: Mapping[str, Any], path: str, name: str,
                        constraints=tuple(constraints))
 
 
-def _request(r: _Reader, obj: Mapping[str, Any], path: str) -> model.DeviceRequest:
-    name = r.name(obj.get("name"), f"{path}.name", _DNS_LABEL, "request name (DNS label)", 63)
+def _request(r: fields.Reader, obj: Mapping[str, Any], path: str) -> model.DeviceRequest:
+    name = r.name(obj.get("name"), f"{path}.name", fields.DNS_LABEL, "request name (DNS label)", 63)
     exactly = r.get(obj, "exactly", path, Mapping)
     first = r.items(obj, "firstAvailable", path, limit=8)
     if (exactly is None) == (not first):
@@ -449,7 +328,7 @@ def _request(r: _Reader, obj: Mapping[str, Any], path: str) -> model.DeviceReque
     subs = []
     seen: set[str] = set()
     for spath, raw in first:
-        sub_name = r.name(raw.get("name"), f"{spath}.name", _DNS_LABEL,
+        sub_name = r.name(raw.get("name"), f"{spath}.name", fields.DNS_LABEL,
                           "subrequest name (DNS label)", 63)
         if sub_name in seen:
             r.c.add(f"{spath}.name", f"duplicate subrequest name {sub_name!r}")
@@ -458,7 +337,7 @@ def _request(r: _Reader, obj: Mapping[str, Any], path: str) -> model.DeviceReque
     return model.DeviceRequest(name, first_available=tuple(subs))
 
 
-def _exact(r: _Reader, obj: Mapping[str, Any], path: str, name: str,
+def _exact(r: fields.Reader, obj: Mapping[str, Any], path: str, name: str,
            admin_allowed: bool) -> model.ExactRequest:
     device_class = r.get(obj, "deviceClassName", path, str, required=True, default="")
     selectors = tuple(_selector(r, s, p) for p, s in r.items(obj, "selectors", path, limit=32))
@@ -508,7 +387,7 @@ def allocated_devices(obj: Mapping[str, Any], source: str | None = None
                       ) -> list[model.AllocatedDevice]:
     """The devices an allocated ResourceClaim holds (empty when not allocated)."""
     c = errors.Collector(describe(obj, "ResourceClaim"), source)
-    r = _Reader(c)
+    r = fields.Reader(c)
     status = r.get(obj, "status", "", Mapping, default={})
     allocation = r.get(status, "allocation", "status", Mapping)
     if allocation is None:
@@ -536,7 +415,7 @@ def allocated_devices(obj: Mapping[str, Any], source: str | None = None
 
 def node(obj: Mapping[str, Any], source: str | None = None) -> model.Node:
     c = errors.Collector(describe(obj, "Node"), source)
-    r = _Reader(c)
+    r = fields.Reader(c)
     name, _ = _meta_name(r, obj)
     meta: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
     labels = r.get(meta, "labels", "metadata", Mapping, default={})

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from fitcore import errors, gang, kube, model, shapes, values
+from fitcore import errors, fields, gang, kube, model, shapes, values
 
 REQUIRED_TOPOLOGY_ANNOTATIONS = ("fitgate.io/required-topology",
                                  "kueue.x-k8s.io/podset-required-topology")
@@ -115,99 +115,7 @@ class References:
 # ------------------------------------------------------------------------- helpers
 
 
-class _Fields:
-    """Typed reads that record a FieldError instead of raising."""
-
-    def __init__(self, c: errors.Collector) -> None:
-        self.c = c
-
-    def get(self, obj: Any, key: str, path: str, typ: type | tuple[type, ...],
-            default: Any = None, required: bool = False) -> Any:
-        value = obj.get(key) if isinstance(obj, Mapping) else None
-        where = f"{path}.{key}" if path else key
-        if value is None:
-            if required:
-                self.c.add(where, "required field is missing")
-            return default
-        if (typ is int and isinstance(value, bool)) or not isinstance(value, typ):
-            self.c.add(where, f"must be {_what(typ)}, got {type(value).__name__}")
-            return default
-        return value
-
-    def items(self, obj: Any, key: str, path: str) -> list[tuple[str, Mapping[str, Any]]]:
-        seq = self.get(obj, key, path, list, [])
-        out = []
-        for i, item in enumerate(seq):
-            if isinstance(item, Mapping):
-                out.append((f"{path}.{key}[{i}]", item))
-            else:
-                self.c.add(f"{path}.{key}[{i}]", "must be an object")
-        return out
-
-    def quantity(self, raw: Any, path: str) -> values.Quantity | None:
-        if isinstance(raw, bool) or not isinstance(raw, (str, int)):
-            self.c.add(path, f"must be a quantity such as '4' or '16Gi', got {raw!r}")
-            return None
-        try:
-            return values.Quantity.parse(raw)
-        except ValueError as exc:
-            self.c.add(path, str(exc))
-            return None
-
-    def quantities(self, obj: Any, key: str, path: str) -> dict[str, values.Quantity]:
-        out = {}
-        for name, raw in self.get(obj, key, path, Mapping, {}).items():
-            q = self.quantity(raw, f"{path}.{key}[{name!r}]")
-            if q is not None:
-                out[str(name)] = q
-        return out
-
-    def string_map(self, obj: Any, key: str, path: str) -> dict[str, str]:
-        raw = self.get(obj, key, path, Mapping, {})
-        out = {}
-        for k, v in raw.items():
-            if not isinstance(v, str):
-                self.c.add(f"{path}.{key}[{k!r}]", f"must be a string, got {type(v).__name__}")
-                continue
-            out[str(k)] = v
-        return out
-
-
-def _what(typ: type | tuple[type, ...]) -> str:
-    names = {Mapping: "an object", list: "a list", str: "a string", int: "an integer",
-             bool: "a boolean"}
-    if isinstance(typ, tuple):
-        return " or ".join(names.get(t, t.__name__) for t in typ)
-    return names.get(typ, typ.__name__)
-
-
-def _node_selector(f: _Fields, obj: Any, path: str) -> model.NodeSelector:
-    terms = []
-    for tpath, term in f.items(obj, "nodeSelectorTerms", path):
-        exprs = tuple(_requirement(f, r, p) for p, r in f.items(term, "matchExpressions", tpath))
-        fields = tuple(_requirement(f, r, p) for p, r in f.items(term, "matchFields", tpath))
-        terms.append(model.NodeSelectorTerm(exprs, fields))
-    if not terms:
-        f.c.add(f"{path}.nodeSelectorTerms", "must have at least one term")
-    return model.NodeSelector(tuple(terms))
-
-
-_OPS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-
-
-def _requirement(f: _Fields, obj: Mapping[str, Any], path: str) -> model.NodeSelectorRequirement:
-    key = f.get(obj, "key", path, str, "", required=True)
-    op = f.get(obj, "operator", path, str, "In", required=True)
-    if op not in _OPS:
-        f.c.add(f"{path}.operator", f"unknown operator {op!r}; one of {', '.join(_OPS)}")
-        op = "In"
-    vals = f.get(obj, "values", path, list, [])
-    if not all(isinstance(v, str) for v in vals):
-        f.c.add(f"{path}.values", "must be a list of strings")
-    return model.NodeSelectorRequirement(key, op, tuple(str(v) for v in vals))
-
-
-def _taints(f: _Fields, obj: Any, path: str) -> tuple[model.Taint, ...]:
+def _taints(f: fields.Reader, obj: Any, path: str) -> tuple[model.Taint, ...]:
     out = []
     for tpath, t in f.items(obj, "taints", path):
         effect = f.get(t, "effect", tpath, str, "NoSchedule", required=True)
@@ -221,7 +129,8 @@ def _taints(f: _Fields, obj: Any, path: str) -> tuple[model.Taint, ...]:
 # ------------------------------------------------------------------------ pods
 
 
-def pod_requests(f: _Fields, spec: Mapping[str, Any], path: str) -> dict[str, values.Quantity]:
+def pod_requests(f: fields.Reader, spec: Mapping[str, Any], path: str
+                 ) -> dict[str, values.Quantity]:
     """What the scheduler counts for a pod: the sum over containers, or the largest init
     container when that is more (per resource)."""
     total: dict[str, values.Quantity] = {}
@@ -241,7 +150,7 @@ def pod_usage(obj: Mapping[str, Any], source: str | None = None
               ) -> tuple[str, dict[str, values.Quantity]] | None:
     """(node, requests) of a Pod bound to a node and not finished; None otherwise."""
     c = errors.Collector(kube.describe(obj, "Pod"), source)
-    f = _Fields(c)
+    f = fields.Reader(c)
     spec = f.get(obj, "spec", "", Mapping, {}, required=True)
     status = f.get(obj, "status", "", Mapping, {})
     node_name = f.get(spec, "nodeName", "spec", str)
@@ -253,7 +162,8 @@ def pod_usage(obj: Mapping[str, Any], source: str | None = None
     return node_name, requests
 
 
-def _tolerations(f: _Fields, spec: Mapping[str, Any], path: str) -> tuple[gang.Toleration, ...]:
+def _tolerations(f: fields.Reader, spec: Mapping[str, Any], path: str
+                 ) -> tuple[gang.Toleration, ...]:
     out = []
     for tpath, t in f.items(spec, "tolerations", path):
         op = f.get(t, "operator", tpath, str, "Equal")
@@ -266,7 +176,7 @@ def _tolerations(f: _Fields, spec: Mapping[str, Any], path: str) -> tuple[gang.T
     return tuple(out)
 
 
-def _pod_claims(f: _Fields, spec: Mapping[str, Any], path: str, namespace: str,
+def _pod_claims(f: fields.Reader, spec: Mapping[str, Any], path: str, namespace: str,
                 refs: References) -> tuple[gang.PodClaim, ...]:
     out = []
     seen: set[str] = set()
@@ -314,11 +224,11 @@ def _allocation(obj: Mapping[str, Any], source: str | None
     if not isinstance(allocation, Mapping):
         return None, None
     c = errors.Collector(kube.describe(obj, "ResourceClaim"), source)
-    f = _Fields(c)
+    f = fields.Reader(c)
     raw = f.get(allocation, "nodeSelector", "status.allocation", Mapping)
     names: set[str] | None = None
     if raw is not None:
-        sel = _node_selector(f, raw, "status.allocation.nodeSelector")
+        sel = fields.node_selector(f, raw, "status.allocation.nodeSelector")
         names = set()
         for term in sel.terms:
             for r in (*term.match_fields, *term.match_expressions):
@@ -330,7 +240,7 @@ def _allocation(obj: Mapping[str, Any], source: str | None
     return tuple(devices), (frozenset(names) if names is not None else None)
 
 
-def _pod_set(f: _Fields, name: str, count: int, min_count: int | None,
+def _pod_set(f: fields.Reader, name: str, count: int, min_count: int | None,
              template: Mapping[str, Any], path: str, namespace: str, refs: References,
              topology: str | None) -> gang.PodSet:
     meta = f.get(template, "metadata", path, Mapping, {})
@@ -346,7 +256,7 @@ def _pod_set(f: _Fields, name: str, count: int, min_count: int | None,
     required = f.get(node_aff, "requiredDuringSchedulingIgnoredDuringExecution",
                      f"{spath}.affinity.nodeAffinity", Mapping)
     if required is not None:
-        affinity = _node_selector(f, required, f"{spath}.affinity.nodeAffinity."
+        affinity = fields.node_selector(f, required, f"{spath}.affinity.nodeAffinity."
                                                "requiredDuringSchedulingIgnoredDuringExecution")
     return gang.PodSet(
         name=name, count=count, min_count=min_count,
@@ -368,7 +278,7 @@ def workload(obj: Mapping[str, Any], refs: References | None = None,
     that many pods of the set must be placed."""
     refs = refs or References()
     c = errors.Collector(kube.describe(obj, "Workload"), source)
-    f = _Fields(c)
+    f = fields.Reader(c)
     meta = f.get(obj, "metadata", "", Mapping, {}, required=True)
     name = f.get(meta, "name", "metadata", str, "", required=True)
     namespace = f.get(meta, "namespace", "metadata", str, "default")
@@ -412,7 +322,7 @@ def job(obj: Mapping[str, Any], refs: References | None = None,
     """A batch/v1 Job as a one-pod-set gang of `parallelism` pods."""
     refs = refs or References()
     c = errors.Collector(kube.describe(obj, "Job"), source)
-    f = _Fields(c)
+    f = fields.Reader(c)
     meta = f.get(obj, "metadata", "", Mapping, {}, required=True)
     name = f.get(meta, "name", "metadata", str, "", required=True)
     namespace = f.get(meta, "namespace", "metadata", str, "default")
@@ -435,7 +345,7 @@ def job(obj: Mapping[str, Any], refs: References | None = None,
 def node_shape(obj: Mapping[str, Any], source: str | None = None) -> shapes.NodeShape:
     """A fitgate.io/v1alpha1 NodeShape."""
     c = errors.Collector(kube.describe(obj, "NodeShape"), source)
-    f = _Fields(c)
+    f = fields.Reader(c)
     meta = f.get(obj, "metadata", "", Mapping, {}, required=True)
     name = f.get(meta, "name", "metadata", str, "", required=True)
     spec = f.get(obj, "spec", "", Mapping, {}, required=True)

@@ -1,0 +1,157 @@
+"""Typed reads of Kubernetes JSON that collect field errors instead of raising.
+
+Shared by every parser (`fitcore.kube`, `fitcore.workload`): each problem is recorded with
+its field path on an `errors.Collector`, and a default stands in so parsing goes on and
+all problems are reported together.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from fitcore import cel, errors, model, values
+
+T = TypeVar("T")
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SELECTOR_OPS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+class Reader:
+    """Typed access to nested dicts that records errors instead of raising."""
+
+    def __init__(self, collector: errors.Collector) -> None:
+        self.c = collector
+
+    def get(
+        self, obj: Any, key: str, path: str, typ: type[T] | tuple[type, ...],
+        default: Any = None, *, required: bool = False,
+    ) -> Any:
+        value = obj.get(key) if isinstance(obj, Mapping) else None
+        where = f"{path}.{key}" if path else key
+        if value is None:
+            if required:
+                self.c.add(where, "required field is missing")
+            return default
+        # bool is an int in Python: never accept it where a number is wanted.
+        if (typ is int and isinstance(value, bool)) or not isinstance(value, typ):
+            self.c.add(where, f"must be {_type_name(typ)}, got {type(value).__name__}")
+            return default
+        return value
+
+    def items(self, obj: Any, key: str, path: str, *, limit: int | None = None,
+              required: bool = False) -> list[tuple[str, Any]]:
+        seq = self.get(obj, key, path, list, required=required, default=[])
+        where = f"{path}.{key}" if path else key
+        if limit is not None and len(seq) > limit:
+            self.c.add(where, f"must have at most {limit} entries, has {len(seq)}")
+        out = []
+        for i, item in enumerate(seq):
+            if not isinstance(item, Mapping):
+                self.c.add(f"{where}[{i}]", f"must be an object, got {type(item).__name__}")
+                continue
+            out.append((f"{where}[{i}]", item))
+        return out
+
+    def quantity(self, value: Any, path: str) -> values.Quantity | None:
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            self.c.add(path, f"must be a quantity string such as '40Gi', got {value!r}")
+            return None
+        try:
+            return values.Quantity.parse(value)
+        except ValueError as exc:
+            self.c.add(path, f"invalid quantity {value!r}: {exc}")
+            return None
+
+    def name(self, value: Any, path: str, pattern: re.Pattern[str], what: str,
+             max_len: int) -> str:
+        if not isinstance(value, str) or not value:
+            self.c.add(path, f"must be a non-empty {what}")
+            return ""
+        if len(value) > max_len or not pattern.match(value):
+            self.c.add(path, f"{value!r} is not a valid {what} (at most {max_len} characters)")
+        return value
+
+    def qualified_name(self, value: Any, path: str, *, require_domain: bool) -> str:
+        """`domain/id` or (unless require_domain) a bare C-identifier `id`."""
+        if not isinstance(value, str) or not value:
+            self.c.add(path, "must be a non-empty qualified name")
+            return ""
+        domain, sep, ident = value.rpartition("/")
+        if require_domain and not sep:
+            self.c.add(path, f"{value!r} must be fully qualified as 'domain/name'")
+            return value
+        if sep and (len(domain) > 63 or not DNS_SUBDOMAIN.match(domain)):
+            self.c.add(path, f"{value!r}: domain {domain!r} is not a DNS subdomain of at most 63 "
+                             "characters")
+        if len(ident) > 32 or not _C_IDENTIFIER.match(ident):
+            self.c.add(path, f"{value!r}: name {ident!r} must be a C identifier of at most 32 "
+                             "characters")
+        return value
+
+    def cel(self, expression: Any, path: str) -> str:
+        if not isinstance(expression, str) or not expression:
+            self.c.add(path, "must be a non-empty CEL expression")
+            return ""
+        try:
+            cel.compile_selector(expression)
+        except cel.CelError as exc:
+            self.c.add(path, f"CEL does not compile: {exc.message}")
+        return expression
+
+
+    def quantities(self, obj: Any, key: str, path: str) -> dict[str, values.Quantity]:
+        """A map of quantities (resource requests, allocatable)."""
+        out = {}
+        for name, raw in self.get(obj, key, path, Mapping, {}).items():
+            q = self.quantity(raw, f"{path}.{key}[{name!r}]")
+            if q is not None:
+                out[str(name)] = q
+        return out
+
+    def string_map(self, obj: Any, key: str, path: str) -> dict[str, str]:
+        """A map of strings (labels, nodeSelector)."""
+        out = {}
+        for k, v in self.get(obj, key, path, Mapping, {}).items():
+            if not isinstance(v, str):
+                self.c.add(f"{path}.{key}[{k!r}]", f"must be a string, got {type(v).__name__}")
+                continue
+            out[str(k)] = v
+        return out
+
+
+def _type_name(typ: type | tuple[type, ...]) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer",
+             bool: "a boolean", Mapping: "an object"}
+    if isinstance(typ, tuple):
+        return " or ".join(names.get(t, t.__name__) for t in typ)
+    return names.get(typ, typ.__name__)
+
+
+def node_selector(r: Reader, obj: Any, path: str) -> model.NodeSelector:
+    terms = []
+    for tpath, term in r.items(obj, "nodeSelectorTerms", path, required=True):
+        terms.append(model.NodeSelectorTerm(
+            tuple(_requirement(r, req, rp) for rp, req in r.items(term, "matchExpressions", tpath)),
+            tuple(_requirement(r, req, rp) for rp, req in r.items(term, "matchFields", tpath)),
+        ))
+    if not terms:
+        r.c.add(f"{path}.nodeSelectorTerms", "must have at least one term")
+    return model.NodeSelector(tuple(terms))
+
+
+def _requirement(r: Reader, obj: Mapping[str, Any], path: str) -> model.NodeSelectorRequirement:
+    key = r.get(obj, "key", path, str, required=True, default="")
+    op = r.get(obj, "operator", path, str, required=True, default="In")
+    if op not in _SELECTOR_OPS:
+        r.c.add(f"{path}.operator", f"unknown operator {op!r}; one of {sorted(_SELECTOR_OPS)}")
+        op = "In"
+    vals = r.get(obj, "values", path, list, default=[])
+    if not all(isinstance(v, str) for v in vals):
+        r.c.add(f"{path}.values", "must be a list of strings")
+        vals = [str(v) for v in vals]
+    return model.NodeSelectorRequirement(key, op, tuple(vals))
