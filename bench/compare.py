@@ -59,10 +59,6 @@ def one_short(n: int) -> list[dict[str, Any]]:
     return [b.rslice("s", [b.device(f"d{i}") for i in range(n - 1)])]
 
 
-def groups_of(n: int, size: int) -> list[dict[str, Any]]:
-    return [b.rslice("s", [b.device(f"d{i}", **{ROOT: f"pci{i // size}"}) for i in range(n)])]
-
-
 PROFILE = f"device.attributes['{G}'].profile == '2g.20gb'"
 Case = tuple[str, str, Callable[[], list[dict[str, Any]]], list[dict[str, Any]],
              list[dict[str, Any]]]
@@ -77,9 +73,9 @@ CASES: list[Case] = [
      [b.allocated(f"x{i}", (G, "n1", "gpu-0"), shares={"memory": "40Gi"}) for i in range(2)]),
     ("adversarial", "24 requested, 23 match", lambda: one_short(24),
      [b.claim("c", b.req("g", count=24))], []),
-    ("adversarial", "64 interchangeable, 32 on one of 3 roots", lambda: groups_of(64, 22),
+    ("adversarial", "64 interchangeable, 32 on one of 3 roots", lambda: per_node.identical(64, 3),
      [b.claim("c", b.req("g", count=32), match=ROOT)], []),
-    ("adversarial", "17 on one root, 4 roots of 16", lambda: groups_of(64, 16),
+    ("adversarial", "17 on one root, 4 roots of 16", lambda: per_node.identical(64, 4),
      [b.claim("c", b.req("g", count=17), match=ROOT)], []),
 ]
 

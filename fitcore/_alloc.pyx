@@ -14,20 +14,32 @@ cdef inline i64 _n_con(const Problem* p) noexcept nogil:
     return p.con_claim_start[p.n_claims]
 
 
-cdef bint _constraints_add(const Problem* p, State* s, i64 a, i64 d) noexcept nogil:
-    """Add device d for alternative a to its claim's constraints; undo on failure."""
+cdef bint _breaks(const Problem* p, State* s, i64 a, i64 d) noexcept nogil:
+    """Whether device d, for alternative a, breaks one of its claim's constraints as they
+    stand: it lacks the attribute, or (match) differs from the value the devices share, or
+    (distinct) repeats a value."""
     cdef i64 c = p.alt_claim[a]
-    cdef i64 j, v, k
+    cdef i64 j, v
     for j in range(p.con_claim_start[c], p.con_claim_start[c + 1]):
         if not p.con_cover[j * p.n_alt + a]:
             continue
         v = p.con_val[j * p.n_dev + d]
         if v < 0 or (p.con_match[j] and s.con_n[j] > 0 and s.con_cur[j] != v) or (
                 not p.con_match[j] and s.val_n[j * p.n_values + v] > 0):
-            for k in range(p.con_claim_start[c], j):
-                if p.con_cover[k * p.n_alt + a]:
-                    _constraint_remove(p, s, k, d)
-            return False
+            return True
+    return False
+
+
+cdef bint _constraints_add(const Problem* p, State* s, i64 a, i64 d) noexcept nogil:
+    """Add device d for alternative a to its claim's constraints, unless it breaks one."""
+    cdef i64 c = p.alt_claim[a]
+    cdef i64 j, v
+    if _breaks(p, s, a, d):
+        return False
+    for j in range(p.con_claim_start[c], p.con_claim_start[c + 1]):
+        if not p.con_cover[j * p.n_alt + a]:
+            continue
+        v = p.con_val[j * p.n_dev + d]
         s.con_cur[j] = v
         s.con_n[j] += 1
         if not p.con_match[j]:
@@ -121,9 +133,7 @@ cdef void _remove(const Problem* p, State* s, i64 a, i64 d) noexcept nogil:
 cdef bint _enough_left(const Problem* p, State* s, i64 a, i64 pos, i64 left) noexcept nogil:
     """Necessary condition: classes from `pos` on still hold `left` devices that are free
     and agree with the values the claim's constraints have fixed."""
-    cdef i64 q, k, d, j, v, free_n, total = 0
-    cdef i64 c = p.alt_claim[a]
-    cdef bint ok
+    cdef i64 q, k, free_n, total = 0
     for q in range(pos, p.alt_cls_start[a + 1]):
         k = p.alt_cls[q]
         if p.cls_multi[k]:
@@ -132,17 +142,7 @@ cdef bint _enough_left(const Problem* p, State* s, i64 a, i64 pos, i64 left) noe
             free_n = p.cls_start[k + 1] - p.cls_start[k] - s.cls_taken[k]
             if free_n <= 0:
                 continue
-        d = p.cls_members[p.cls_start[k]]
-        ok = True
-        for j in range(p.con_claim_start[c], p.con_claim_start[c + 1]):
-            if not p.con_cover[j * p.n_alt + a]:
-                continue
-            v = p.con_val[j * p.n_dev + d]
-            if v < 0 or (p.con_match[j] and s.con_n[j] > 0 and s.con_cur[j] != v) or (
-                    not p.con_match[j] and s.val_n[j * p.n_values + v] > 0):
-                ok = False
-                break
-        if ok:
+        if not _breaks(p, s, a, p.cls_members[p.cls_start[k]]):
             total += free_n
             if total >= left:
                 return True
