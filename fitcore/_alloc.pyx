@@ -217,75 +217,86 @@ cdef int search_request(const Problem* p, State* s, i64 r) noexcept nogil:
     return 0
 
 
-def search(problem, i64 budget):
-    """Run the search over a `fitcore.compiled.Problem`.
+cdef class Compiled:
+    """A flattened problem bound once for repeated searches: holds the packed buffer (so
+    its memory stays put) and the Problem struct pointing into it."""
+
+    cdef const i64[::1] packed
+    cdef const i64[::1] header
+    cdef Problem p
+    cdef i64 n_classes, n_counters, n_cap, n_con
+
+    def __cinit__(self, packed, header):
+        self.packed = packed
+        self.header = header
+        cdef const i64* base = &self.packed[0] if self.packed.shape[0] else NULL
+        cdef const i64* off = &self.header[8]
+        self.p.n_claims = self.header[0]
+        self.p.n_req = self.header[1]
+        self.p.n_alt = self.header[2]
+        self.p.n_dev = self.header[3]
+        self.p.n_values = self.header[4]
+        self.n_classes = self.header[5]
+        self.n_counters = self.header[6]
+        self.n_cap = self.header[7]
+        # Pointers in the order of compiled.Problem.FIELDS.
+        self.p.claim_req_start = base + off[0]
+        self.p.req_alt_start = base + off[1]
+        self.p.alt_claim = base + off[2]
+        self.p.alt_mode = base + off[3]
+        self.p.alt_count = base + off[4]
+        self.p.alt_cls_start = base + off[5]
+        self.p.alt_cls = base + off[6]
+        self.p.alt_dev_start = base + off[7]
+        self.p.alt_dev = base + off[8]
+        self.p.alt_dev_block = base + off[9]
+        self.p.dev_cls = base + off[10]
+        self.p.dev_pool = base + off[11]
+        self.p.dev_multi = base + off[12]
+        self.p.dev_ctr_start = base + off[13]
+        self.p.ctr_id = base + off[14]
+        self.p.ctr_amt = base + off[15]
+        self.p.ctr_avail = base + off[16]
+        self.p.pool_bad = base + off[17]
+        self.p.dev_cap_start = base + off[18]
+        self.p.cap_left = base + off[19]
+        self.p.shared_before = base + off[20]
+        self.p.take_off = base + off[21]
+        self.p.take_vals = base + off[22]
+        self.p.cls_start = base + off[23]
+        self.p.cls_members = base + off[24]
+        self.p.cls_multi = base + off[25]
+        self.p.con_claim_start = base + off[26]
+        self.p.con_match = base + off[27]
+        self.p.con_cover = base + off[28]
+        self.p.con_val = base + off[29]
+        self.n_con = _n_con(&self.p)
+
+
+def search(Compiled problem not None, i64 budget):
+    """Run the search over a bound problem (`Compiled(packed, header)`).
 
     Returns (status, steps, res_alt, res_dev): status 1 found, 0 no allocation exists,
     -1 budget exhausted; res_* list the allocated (alternative, device) pairs in order.
     """
-    cdef Problem p
+    cdef const Problem* p = &problem.p
     cdef State s
-    cdef const i64[::1] packed = problem.packed
-    cdef const i64[::1] header = problem.header
-    cdef const i64* base = &packed[0] if packed.shape[0] else NULL
-    cdef const i64* off = &header[8]
-    cdef i64 n_classes = header[5]
-    cdef i64 n_counters = header[6]
-    cdef i64 n_cap = header[7]
-    cdef i64 n_con, i
+    cdef i64 n_con = problem.n_con, i
     cdef int status
-
-    p.n_claims = header[0]
-    p.n_req = header[1]
-    p.n_alt = header[2]
-    p.n_dev = header[3]
-    p.n_values = header[4]
-    # Pointers in the order of compiled.Problem.FIELDS.
-    p.claim_req_start = base + off[0]
-    p.req_alt_start = base + off[1]
-    p.alt_claim = base + off[2]
-    p.alt_mode = base + off[3]
-    p.alt_count = base + off[4]
-    p.alt_cls_start = base + off[5]
-    p.alt_cls = base + off[6]
-    p.alt_dev_start = base + off[7]
-    p.alt_dev = base + off[8]
-    p.alt_dev_block = base + off[9]
-    p.dev_cls = base + off[10]
-    p.dev_pool = base + off[11]
-    p.dev_multi = base + off[12]
-    p.dev_ctr_start = base + off[13]
-    p.ctr_id = base + off[14]
-    p.ctr_amt = base + off[15]
-    p.ctr_avail = base + off[16]
-    p.pool_bad = base + off[17]
-    p.dev_cap_start = base + off[18]
-    p.cap_left = base + off[19]
-    p.shared_before = base + off[20]
-    p.take_off = base + off[21]
-    p.take_vals = base + off[22]
-    p.cls_start = base + off[23]
-    p.cls_members = base + off[24]
-    p.cls_multi = base + off[25]
-    p.con_claim_start = base + off[26]
-    p.con_match = base + off[27]
-    p.con_cover = base + off[28]
-    p.con_val = base + off[29]
-    n_con = _n_con(&p)
 
     # One zeroed block holds all of the state.
     cdef i64 n_res = MAX_PER_CLAIM * p.n_claims
-    cdef i64 total = (n_classes + 2 * p.n_dev + n_counters + n_cap + 2 * n_con
-                      + n_con * p.n_values + p.n_claims + 2 * n_res)
+    cdef i64 total = (problem.n_classes + 2 * p.n_dev + problem.n_counters + problem.n_cap
+                      + 2 * n_con + n_con * p.n_values + p.n_claims + 2 * n_res)
     cdef i64* block = <i64*> calloc(total + 1, sizeof(i64))
     if block == NULL:
         raise MemoryError()
     s.cls_taken = block
-    s.dev_used = s.cls_taken + n_classes
+    s.dev_used = s.cls_taken + problem.n_classes
     s.dev_shares = s.dev_used + p.n_dev
     s.ctr_used = s.dev_shares + p.n_dev
-    s.cap_used = s.ctr_used + n_counters
-    s.con_cur = s.cap_used + n_cap
+    s.cap_used = s.ctr_used + problem.n_counters
+    s.con_cur = s.cap_used + problem.n_cap
     s.con_n = s.con_cur + n_con
     s.val_n = s.con_n + n_con
     s.claim_n = s.val_n + n_con * p.n_values
@@ -296,7 +307,7 @@ def search(problem, i64 budget):
     s.budget = budget
     try:
         with nogil:
-            status = search_request(&p, &s, 0)
+            status = search_request(p, &s, 0)
         if status != 1:
             return status, s.steps, [], []
         return (status, s.steps, [s.res_alt[i] for i in range(s.res_len)],

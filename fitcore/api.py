@@ -57,7 +57,9 @@ def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
         return model.NodeFit(fit.verdict, fit.node, fit.allocations, fit.reasons, fit.steps,
                              engine="c->py")
     prepared = problem.prepared
-    status, steps, res_alt, res_dev = _alloc.search(problem, budget)
+    if problem.native is None:
+        problem.native = _alloc.Compiled(problem.packed, problem.header)
+    status, steps, res_alt, res_dev = _alloc.search(problem.native, budget)
     if status == 1:
         return model.NodeFit("fits", node.name, problem.results(res_alt, res_dev),
                              steps=steps, engine="c")

@@ -279,6 +279,7 @@ class Problem:
         self.con_val = array.array("q", con_val)
         self.n_classes = len(members)
         self.packed, self.header = self._pack()
+        self.native: object | None = None  # the bound `_alloc.Compiled`, made by fitcore.api
 
     #: The arrays `_alloc.search` reads, in the order of `_alloc.pxd`'s Problem pointers.
     FIELDS = ("claim_req_start", "req_alt_start", "alt_claim", "alt_mode", "alt_count",
