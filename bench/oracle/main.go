@@ -63,10 +63,14 @@ type Case struct {
 	Repeat    int                          `json:"repeat"`
 	TimeoutMS *int64                       `json:"timeout_ms"`
 	Full      bool                         `json:"full"`
+	// Filter, mode "gang": "first" (default) takes the first node that fits; "scheduler"
+	// filters nodes as kube-scheduler does, until it has found as many feasible nodes as
+	// its adaptive percentageOfNodesToScore asks for, then takes the first of them.
+	Filter string `json:"filter"`
 }
 
 var caseKeys = sets.New("id", "mode", "node", "nodes", "slices", "classes", "allocated",
-	"claims", "pods", "features", "repeat", "timeout_ms", "full")
+	"claims", "pods", "features", "repeat", "timeout_ms", "full", "filter")
 
 // Pod is one member of a gang in mode "gang".
 type Pod struct {
@@ -552,6 +556,11 @@ func runGang(c *Case, features structured.Features, timeout time.Duration) GangA
 	allocated := slices.Clone(c.Allocated)
 	var total int64
 	haveStats := false
+	if c.Filter != "" && c.Filter != "first" && c.Filter != "scheduler" {
+		ans.Error = errText(fmt.Errorf("invalid input: filter %q: want first or scheduler", c.Filter))
+		return ans
+	}
+	start := 0 // the scheduler's nextStartNodeIndex
 	for _, pod := range c.Pods {
 		pa := PodAnswer{Name: pod.Name}
 		claims := withDefaults(pod.Claims)
@@ -577,8 +586,17 @@ func runGang(c *Case, features structured.Features, timeout time.Duration) GangA
 			continue
 		}
 		ans.Allocator = implementation(a)
+		want := 1
+		if c.Filter == "scheduler" && pod.Node == "" {
+			want = feasibleNodesToFind(len(candidates))
+			candidates = append(slices.Clone(candidates[start:]), candidates[:start]...)
+		}
+		var chosen *v1.Node
+		var chosenResults []resourceapi.AllocationResult
+		feasible, processed := 0, 0
 		for _, node := range candidates {
 			o := allocate(a, node, claims, timeout)
+			processed++
 			ans.Calls++
 			ans.Nanos += o.nanos
 			if o.timeout {
@@ -592,16 +610,27 @@ func runGang(c *Case, features structured.Features, timeout time.Duration) GangA
 				pa.Reason = o.reason
 				continue
 			}
-			pa.Node = &node.Name
+			feasible++
+			if chosen == nil {
+				chosen, chosenResults = node, o.results
+			}
+			if feasible >= want {
+				break
+			}
+		}
+		if len(c.Nodes) > 0 {
+			start = (start + processed) % len(c.Nodes)
+		}
+		if chosen != nil && pa.Error == nil {
+			pa.Node = &chosen.Name
 			pa.Reason = ""
-			pa.Results = flatten(o.results)
+			pa.Results = flatten(chosenResults)
 			for i, claim := range claims {
 				committed := claim.DeepCopy()
-				committed.Status.Allocation = &o.results[i]
+				committed.Status.Allocation = &chosenResults[i]
 				allocated = append(allocated, committed)
 			}
 			ans.Placed++
-			break
 		}
 		if n := invocations(a); n != nil {
 			total += *n
@@ -613,6 +642,25 @@ func runGang(c *Case, features structured.Features, timeout time.Duration) GangA
 		ans.Invocations = &total
 	}
 	return ans
+}
+
+// feasibleNodesToFind is kube-scheduler's numFeasibleNodesToFind with the default
+// (adaptive) percentageOfNodesToScore: all of a small cluster, else 50% minus 1% per 125
+// nodes, at least 5% and at least 100 nodes.
+func feasibleNodesToFind(numAllNodes int) int {
+	const minFeasibleNodesToFind, minPercentage, basePercentage = 100, 5, 50
+	if numAllNodes < minFeasibleNodesToFind {
+		return numAllNodes
+	}
+	percentage := basePercentage - numAllNodes/125
+	if percentage < minPercentage {
+		percentage = minPercentage
+	}
+	n := numAllNodes * percentage / 100
+	if n < minFeasibleNodesToFind {
+		return minFeasibleNodesToFind
+	}
+	return n
 }
 
 // info reports the module versions this binary was built with and the default features.

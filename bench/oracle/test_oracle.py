@@ -450,6 +450,26 @@ def test_gang_mode_carries_allocations_to_the_next_pod(oracle: Oracle) -> None:
     assert answer["pods"][1]["results"][0][0]["device"] == "b0"
 
 
+@pytest.mark.parametrize(("how", "calls"), [("first", 1 + 2), ("scheduler", 3 + 3)],
+                         ids=["first-fit", "scheduler-filtering"])
+def test_gang_mode_filters_nodes_like_the_scheduler(oracle: Oracle, how: str, calls: int) -> None:
+    # Under 100 nodes the scheduler filters every node before it picks one.
+    slices = [rslice(f"s{i}", [device(f"d{i}")], node_name=f"n{i}") for i in range(3)]
+    gang = {"id": how, "mode": "gang", "nodes": [node(f"n{i}") for i in range(3)],
+            "slices": slices, "classes": [dclass()], "allocated": [], "filter": how,
+            "pods": [{"name": f"p{i}", "claims": [claim(f"c{i}", exactly("g"))]}
+                     for i in range(2)]}
+    answer = oracle.ask(gang)
+    assert answer["error"] is None and answer["placed"] == 2
+    assert answer["calls"] == calls
+
+
+def test_gang_mode_rejects_an_unknown_filter(oracle: Oracle) -> None:
+    answer = oracle.ask({"id": "x", "mode": "gang", "nodes": [], "slices": [], "classes": [],
+                         "allocated": [], "pods": [], "filter": "best"})
+    assert "filter" in answer["error"]
+
+
 def test_closed_oracle_refuses_to_answer() -> None:
     if not go_available():
         pytest.skip("go is not installed")
