@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from oracle import Oracle, OracleError, go_available
+from oracle import Oracle, OracleError
 
 pytestmark = [
     pytest.mark.oracle,
@@ -22,8 +22,6 @@ DRIVER = "gpu.example.com"
 
 @pytest.fixture(scope="module")
 def oracle() -> Iterator[Oracle]:
-    if not go_available():
-        pytest.skip("go is not installed: the oracle cannot be built")
     with Oracle.start() as running:
         yield running
 
@@ -471,8 +469,6 @@ def test_gang_mode_rejects_an_unknown_filter(oracle: Oracle) -> None:
 
 
 def test_closed_oracle_refuses_to_answer() -> None:
-    if not go_available():
-        pytest.skip("go is not installed")
     running = Oracle.start()
     running.close()
     with pytest.raises(OracleError):
@@ -535,8 +531,6 @@ def test_filter_timeout_is_reported_as_a_timeout(oracle: Oracle) -> None:
 
 
 def test_client_timeout_kills_the_oracle() -> None:
-    if not go_available():
-        pytest.skip("go is not installed")
     running = Oracle.start()
     with pytest.raises(OracleError, match="no answer"):
         running.ask({**hopeless_search(), "timeout_ms": 0}, timeout=0.5)
