@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from fitcore import cache, compiled, model, reference
+from fitcore import cache, compiled, explain, model, reference
 
 Engine = Literal["auto", "c", "py"]
 DEFAULT_BUDGET = reference.DEFAULT_BUDGET
@@ -66,8 +66,6 @@ def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
     if status < 0:
         return model.NodeFit("undecided", node.name, steps=steps, engine="c", reasons=(
             f"the search took more than {budget} steps on node {node.name}",))
-    from fitcore import explain
-
     return model.NodeFit("no-fit", node.name, reasons=explain.no_fit(prepared), steps=steps,
                          engine="c")
 
