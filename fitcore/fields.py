@@ -132,6 +132,14 @@ def _type_name(typ: type | tuple[type, ...]) -> str:
     return names.get(typ, typ.__name__)
 
 
+def meta_name(r: Reader, obj: Any) -> tuple[str, str | None]:
+    """metadata.name (required) and metadata.namespace."""
+    meta = r.get(obj, "metadata", "", Mapping, required=True, default={})
+    name = r.get(meta, "name", "metadata", str, required=True, default="")
+    namespace = r.get(meta, "namespace", "metadata", str)
+    return name, namespace
+
+
 def node_selector(r: Reader, obj: Any, path: str) -> model.NodeSelector:
     terms = []
     for tpath, term in r.items(obj, "nodeSelectorTerms", path, required=True):

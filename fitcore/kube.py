@@ -27,12 +27,6 @@ def describe(obj: Any, default_kind: str) -> str:
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
 
 
-def _meta_name(r: fields.Reader, obj: Mapping[str, Any]) -> tuple[str, str | None]:
-    meta = r.get(obj, "metadata", "", Mapping, required=True, default={})
-    name = r.get(meta, "name", "metadata", str, required=True, default="")
-    namespace = r.get(meta, "namespace", "metadata", str)
-    return name, namespace
-
 
 # ----------------------------------------------------------------- node selection
 
@@ -69,7 +63,7 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
     """A resource.k8s.io/v1 ResourceSlice."""
     c = errors.Collector(describe(obj, "ResourceSlice"), source)
     r = fields.Reader(c)
-    name, _ = _meta_name(r, obj)
+    name, _ = fields.meta_name(r, obj)
     spec = r.get(obj, "spec", "", Mapping, required=True, default={})
     driver = r.name(spec.get("driver"), "spec.driver", fields.DNS_SUBDOMAIN,
                     "driver name (DNS subdomain)", 63)
@@ -244,7 +238,7 @@ def _request_policy(r: fields.Reader, raw: Any, path: str) -> model.RequestPolic
 def device_class(obj: Mapping[str, Any], source: str | None = None) -> model.DeviceClass:
     c = errors.Collector(describe(obj, "DeviceClass"), source)
     r = fields.Reader(c)
-    name, _ = _meta_name(r, obj)
+    name, _ = fields.meta_name(r, obj)
     spec = r.get(obj, "spec", "", Mapping, default={})
     selectors = tuple(_selector(r, s, p) for p, s in r.items(spec, "selectors", "spec", limit=32))
     c.raise_if_any()
@@ -264,7 +258,7 @@ def resource_claim(obj: Mapping[str, Any], source: str | None = None) -> model.C
     """A ResourceClaim (its spec; status is read by `allocated_devices`)."""
     c = errors.Collector(describe(obj, "ResourceClaim"), source)
     r = fields.Reader(c)
-    name, namespace = _meta_name(r, obj)
+    name, namespace = fields.meta_name(r, obj)
     spec = r.get(obj, "spec", "", Mapping, required=True, default={})
     claim = _claim_spec(r, spec, "spec", name, namespace or "default")
     c.raise_if_any()
@@ -275,7 +269,7 @@ def claim_template(obj: Mapping[str, Any], source: str | None = None) -> model.C
     """A ResourceClaimTemplate's claim spec; the claim is named after the template."""
     c = errors.Collector(describe(obj, "ResourceClaimTemplate"), source)
     r = fields.Reader(c)
-    name, namespace = _meta_name(r, obj)
+    name, namespace = fields.meta_name(r, obj)
     outer = r.get(obj, "spec", "", Mapping, required=True, default={})
     spec = r.get(outer, "spec", "spec", Mapping, required=True, default={})
     claim = _claim_spec(r, spec, "spec.spec", name, namespace or "default")
@@ -416,7 +410,7 @@ def allocated_devices(obj: Mapping[str, Any], source: str | None = None
 def node(obj: Mapping[str, Any], source: str | None = None) -> model.Node:
     c = errors.Collector(describe(obj, "Node"), source)
     r = fields.Reader(c)
-    name, _ = _meta_name(r, obj)
+    name, _ = fields.meta_name(r, obj)
     meta: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
     labels = r.get(meta, "labels", "metadata", Mapping, default={})
     spec = r.get(obj, "spec", "", Mapping, default={})

@@ -279,9 +279,8 @@ def workload(obj: Mapping[str, Any], refs: References | None = None,
     refs = refs or References()
     c = errors.Collector(kube.describe(obj, "Workload"), source)
     f = fields.Reader(c)
-    meta = f.get(obj, "metadata", "", Mapping, {}, required=True)
-    name = f.get(meta, "name", "metadata", str, "", required=True)
-    namespace = f.get(meta, "namespace", "metadata", str, "default")
+    name, ns = fields.meta_name(f, obj)
+    namespace = ns or "default"
     spec = f.get(obj, "spec", "", Mapping, {}, required=True)
     status = f.get(obj, "status", "", Mapping, {})
     admission = f.get(status, "admission", "status", Mapping, {})
@@ -323,9 +322,8 @@ def job(obj: Mapping[str, Any], refs: References | None = None,
     refs = refs or References()
     c = errors.Collector(kube.describe(obj, "Job"), source)
     f = fields.Reader(c)
-    meta = f.get(obj, "metadata", "", Mapping, {}, required=True)
-    name = f.get(meta, "name", "metadata", str, "", required=True)
-    namespace = f.get(meta, "namespace", "metadata", str, "default")
+    name, ns = fields.meta_name(f, obj)
+    namespace = ns or "default"
     spec = f.get(obj, "spec", "", Mapping, {}, required=True)
     parallelism = f.get(spec, "parallelism", "spec", int, 1)
     completions = f.get(spec, "completions", "spec", int)
@@ -346,8 +344,7 @@ def node_shape(obj: Mapping[str, Any], source: str | None = None) -> shapes.Node
     """A fitgate.io/v1alpha1 NodeShape."""
     c = errors.Collector(kube.describe(obj, "NodeShape"), source)
     f = fields.Reader(c)
-    meta = f.get(obj, "metadata", "", Mapping, {}, required=True)
-    name = f.get(meta, "name", "metadata", str, "", required=True)
+    name, _ = fields.meta_name(f, obj)
     spec = f.get(obj, "spec", "", Mapping, {}, required=True)
     labels = f.string_map(spec, "nodeLabels", "spec")
     allocatable = f.quantities(spec, "allocatable", "spec")

@@ -30,6 +30,25 @@ def naive(g: gang.Gang, bundle: Any, engine: str) -> list[tuple[str, int, str, l
     return []
 
 
+def place_one(node: model.Node, inventory: model.Inventory, free: dict[str, Any],
+              requests: dict[str, Any], ps: gang.PodSet, engine: str
+              ) -> tuple[model.Inventory, list[str]] | None:
+    """One pod of `ps` on `node` if it fits there now: the inventory with its devices
+    allocated and the devices it got; `free` is updated."""
+    if any(free[node.name].get(k, 0) < v for k, v in requests.items()):
+        return None
+    fit = api.allocate(node, inventory, [c.claim for c in ps.claims],
+                       engine=engine)  # type: ignore[arg-type]
+    if not fit.fits:
+        return None
+    for k, v in requests.items():
+        free[node.name][k] -= v
+    results = [r for rs in fit.allocations for r in rs]
+    inventory = model.Inventory(inventory.slices, inventory.classes,
+                                inventory.allocated.plus([r.as_allocated() for r in results]))
+    return inventory, sorted(str(r.id) for r in results)
+
+
 def naive_in_order(pod_sets: list[gang.PodSet], bundle: Any, engine: str
                    ) -> list[tuple[str, int, str, list[str]]]:
     inventory = bundle.inventory
@@ -43,19 +62,11 @@ def naive_in_order(pod_sets: list[gang.PodSet], bundle: Any, engine: str
         requests["pods"] = requests.get("pods", 0) + 1
         for index in range(ps.count):
             for node in sorted(bundle.nodes, key=lambda n: n.name):
-                if any(free[node.name].get(k, 0) < v for k, v in requests.items()):
+                placed = place_one(node, inventory, free, requests, ps, engine)
+                if placed is None:
                     continue
-                fit = api.allocate(node, inventory, [c.claim for c in ps.claims],
-                                   engine=engine)  # type: ignore[arg-type]
-                if not fit.fits:
-                    continue
-                for k, v in requests.items():
-                    free[node.name][k] -= v
-                results = [r for rs in fit.allocations for r in rs]
-                inventory = model.Inventory(inventory.slices, inventory.classes,
-                                            inventory.allocated.plus(
-                                                [r.as_allocated() for r in results]))
-                out.append((ps.name, index, node.name, sorted(str(r.id) for r in results)))
+                inventory, devices = placed
+                out.append((ps.name, index, node.name, devices))
                 break
             else:
                 return []
@@ -155,19 +166,11 @@ def naive_capacity(ps: gang.PodSet, nodes: list[model.Node], bundle: Any, engine
     out: list[tuple[str, list[str]]] = []
     for node in sorted(nodes, key=lambda n: n.name):
         while len(out) < limit:
-            if any(free[node.name].get(k, 0) < v for k, v in requests.items()):
+            placed = place_one(node, inventory, free, requests, ps, engine)
+            if placed is None:
                 break
-            fit = api.allocate(node, inventory, [c.claim for c in ps.claims],
-                               engine=engine)  # type: ignore[arg-type]
-            if not fit.fits:
-                break
-            for k, v in requests.items():
-                free[node.name][k] -= v
-            results = [r for rs in fit.allocations for r in rs]
-            inventory = model.Inventory(inventory.slices, inventory.classes,
-                                        inventory.allocated.plus(
-                                            [r.as_allocated() for r in results]))
-            out.append((node.name, sorted(str(r.id) for r in results)))
+            inventory, devices = placed
+            out.append((node.name, devices))
     return out
 
 
