@@ -30,11 +30,7 @@ cdef struct Problem:
     const i64* dev_ctr_start     # [n_dev+1] counter consumption (CSR)
     const i64* ctr_id            #   counter index
     const i64* ctr_amt           #   amount, in the counter's scale
-    const i64* ctr_avail         # [n_counters] available at start (may be negative)
-    const i64* pool_bad          # [n_pools] some counter of the pool already negative
-    const i64* dev_cap_start     # [n_dev+1] multi devices: capacity left per capacity name
-    const i64* cap_left
-    const i64* shared_before     # [n_dev] multi device already shared: counters paid
+    const i64* dev_cap_start     # [n_dev+1] multi devices: capacity slots (CSR)
     const i64* take_off          # [n_alt*n_dev] offset of the take vector in take_vals or -1
     const i64* take_vals
     const i64* cls_start         # [n_classes+1] members of each class (CSR), ascending
@@ -45,10 +41,17 @@ cdef struct Problem:
     const i64* con_match         # [n_con] 1 matchAttribute, 0 distinctAttribute
     const i64* con_cover         # [n_con*n_alt] constraint applies to the alternative
     const i64* con_val           # [n_con*n_dev] interned value, -1 without the attribute
+    # ---- the allocated state, per call (compiled.Problem.STATE_FIELDS)
+    const i64* dev_block         # [n_dev] in use by other claims
+    const i64* shared_before     # [n_dev] multi device already shared: counters paid
+    const i64* ctr_avail         # [n_counters] available at start (may be negative)
+    const i64* pool_bad          # [n_pools] some counter of the pool already negative
+    const i64* cap_left          # [n_cap] multi devices: capacity left per slot
 
 cdef struct State:
-    i64* cls_taken      # [n_classes] members of the class taken in this call
-    i64* dev_used       # [n_dev] non-multi device taken in this call
+    i64* cls_taken      # [n_classes] members of the class taken (or blocked) so far
+    i64* members        # [n_dev] class members in pick order: blocked first, then ascending
+    i64* dev_used       # [n_dev] device blocked, or (non-multi) taken in this call
     i64* dev_shares     # [n_dev] shares of a multi device taken in this call
     i64* ctr_used       # [n_counters] consumed in this call
     i64* cap_used       # [len(cap_left)] multi capacity consumed in this call

@@ -74,7 +74,7 @@ cdef int _add(const Problem* p, State* s, i64 a, i64 d) noexcept nogil:
     cdef i64 i, c
     cdef i64 off = 0, n = 0, base = 0
     cdef bint pays
-    if not p.dev_multi[d] and s.dev_used[d]:
+    if s.dev_used[d]:
         return 0
     pays = _pays_counters(p, s, d)
     if pays:
@@ -137,7 +137,9 @@ cdef bint _enough_left(const Problem* p, State* s, i64 a, i64 pos, i64 left) noe
     for q in range(pos, p.alt_cls_start[a + 1]):
         k = p.alt_cls[q]
         if p.cls_multi[k]:
-            free_n = 1
+            free_n = 0 if s.dev_used[p.cls_members[p.cls_start[k]]] else 1
+            if free_n == 0:
+                continue
         else:
             free_n = p.cls_start[k + 1] - p.cls_start[k] - s.cls_taken[k]
             if free_n <= 0:
@@ -168,7 +170,7 @@ cdef int _pick(const Problem* p, State* s, i64 r, i64 a, i64 left, i64 pos) noex
         else:
             if s.cls_taken[k] >= p.cls_start[k + 1] - p.cls_start[k]:
                 continue
-            d = p.cls_members[p.cls_start[k] + s.cls_taken[k]]
+            d = s.members[p.cls_start[k] + s.cls_taken[k]]
             nxt = q              # the next member of the same class may follow
         if _add(p, s, a, d) != 1:
             continue
@@ -224,13 +226,13 @@ cdef class Compiled:
     cdef const i64[::1] packed
     cdef const i64[::1] header
     cdef Problem p
-    cdef i64 n_classes, n_counters, n_cap, n_con
+    cdef i64 n_classes, n_counters, n_cap, n_pools, n_con
 
     def __cinit__(self, packed, header):
         self.packed = packed
         self.header = header
         cdef const i64* base = &self.packed[0] if self.packed.shape[0] else NULL
-        cdef const i64* off = &self.header[8]
+        cdef const i64* off = &self.header[9]
         self.p.n_claims = self.header[0]
         self.p.n_req = self.header[1]
         self.p.n_alt = self.header[2]
@@ -239,6 +241,7 @@ cdef class Compiled:
         self.n_classes = self.header[5]
         self.n_counters = self.header[6]
         self.n_cap = self.header[7]
+        self.n_pools = self.header[8]
         # Pointers in the order of compiled.Problem.FIELDS.
         self.p.claim_req_start = base + off[0]
         self.p.req_alt_start = base + off[1]
@@ -256,43 +259,56 @@ cdef class Compiled:
         self.p.dev_ctr_start = base + off[13]
         self.p.ctr_id = base + off[14]
         self.p.ctr_amt = base + off[15]
-        self.p.ctr_avail = base + off[16]
-        self.p.pool_bad = base + off[17]
-        self.p.dev_cap_start = base + off[18]
-        self.p.cap_left = base + off[19]
-        self.p.shared_before = base + off[20]
-        self.p.take_off = base + off[21]
-        self.p.take_vals = base + off[22]
-        self.p.cls_start = base + off[23]
-        self.p.cls_members = base + off[24]
-        self.p.cls_multi = base + off[25]
-        self.p.con_claim_start = base + off[26]
-        self.p.con_match = base + off[27]
-        self.p.con_cover = base + off[28]
-        self.p.con_val = base + off[29]
+        self.p.dev_cap_start = base + off[16]
+        self.p.take_off = base + off[17]
+        self.p.take_vals = base + off[18]
+        self.p.cls_start = base + off[19]
+        self.p.cls_members = base + off[20]
+        self.p.cls_multi = base + off[21]
+        self.p.con_claim_start = base + off[22]
+        self.p.con_match = base + off[23]
+        self.p.con_cover = base + off[24]
+        self.p.con_val = base + off[25]
         self.n_con = _n_con(&self.p)
 
+    @property
+    def state_size(self):
+        """Length of the state array `search` takes (compiled.Problem.STATE_FIELDS)."""
+        return 2 * self.p.n_dev + self.n_counters + self.n_pools + self.n_cap
 
-def search(Compiled problem not None, i64 budget):
-    """Run the search over a bound problem (`Compiled(packed, header)`).
 
-    Returns (status, steps, res_alt, res_dev): status 1 found, 0 no allocation exists,
-    -1 budget exhausted; res_* list the allocated (alternative, device) pairs in order.
+def search(Compiled problem not None, const i64[::1] state, i64 budget):
+    """Run the search over a bound problem (`Compiled(packed, header)`) from an allocated
+    state (`compiled.Problem.state`).
+
+    Returns (status, steps, results): status 1 found, 0 no allocation exists, -1 budget
+    exhausted; results lists the allocated (alternative a, device d) pairs in claim order,
+    each as a * n_dev + d.
     """
-    cdef const Problem* p = &problem.p
+    cdef Problem p = problem.p
     cdef State s
-    cdef i64 n_con = problem.n_con, i
+    cdef i64 n_con = problem.n_con, i, k, d, lo, hi, blocked
     cdef int status
+    if state.shape[0] != problem.state_size:
+        raise ValueError(f"state has {state.shape[0]} entries, the problem takes "
+                         f"{problem.state_size}")
+    cdef const i64* st = &state[0] if state.shape[0] else NULL
+    p.dev_block = st
+    p.shared_before = p.dev_block + p.n_dev
+    p.ctr_avail = p.shared_before + p.n_dev
+    p.pool_bad = p.ctr_avail + problem.n_counters
+    p.cap_left = p.pool_bad + problem.n_pools
 
-    # One zeroed block holds all of the state.
+    # One zeroed block holds all of the search state.
     cdef i64 n_res = MAX_PER_CLAIM * p.n_claims
-    cdef i64 total = (problem.n_classes + 2 * p.n_dev + problem.n_counters + problem.n_cap
+    cdef i64 total = (problem.n_classes + 3 * p.n_dev + problem.n_counters + problem.n_cap
                       + 2 * n_con + n_con * p.n_values + p.n_claims + 2 * n_res)
     cdef i64* block = <i64*> calloc(total + 1, sizeof(i64))
     if block == NULL:
         raise MemoryError()
     s.cls_taken = block
-    s.dev_used = s.cls_taken + problem.n_classes
+    s.members = s.cls_taken + problem.n_classes
+    s.dev_used = s.members + p.n_dev
     s.dev_shares = s.dev_used + p.n_dev
     s.ctr_used = s.dev_shares + p.n_dev
     s.cap_used = s.ctr_used + problem.n_counters
@@ -307,10 +323,28 @@ def search(Compiled problem not None, i64 budget):
     s.budget = budget
     try:
         with nogil:
-            status = search_request(p, &s, 0)
+            # Devices in use by other claims count as taken members of their class: they
+            # go first in the pick order, so the search takes the free ones ascending.
+            for k in range(problem.n_classes):
+                lo = p.cls_start[k]
+                hi = p.cls_start[k + 1]
+                blocked = lo
+                for i in range(lo, hi):
+                    d = p.cls_members[i]
+                    if p.dev_block[d]:
+                        s.dev_used[d] = 1
+                        s.members[blocked] = d
+                        blocked += 1
+                s.cls_taken[k] = blocked - lo
+                for i in range(lo, hi):
+                    d = p.cls_members[i]
+                    if not p.dev_block[d]:
+                        s.members[blocked] = d
+                        blocked += 1
+            status = search_request(&p, &s, 0)
         if status != 1:
-            return status, s.steps, [], []
-        return (status, s.steps, [s.res_alt[i] for i in range(s.res_len)],
-                [s.res_dev[i] for i in range(s.res_len)])
+            return status, s.steps, []
+        return status, s.steps, [s.res_alt[i] * p.n_dev + s.res_dev[i]
+                                 for i in range(s.res_len)]
     finally:
         free(block)

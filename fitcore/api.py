@@ -9,6 +9,7 @@ compiled core (the reference answers everything).
 
 from __future__ import annotations
 
+import array
 import os
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -49,47 +50,89 @@ def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
     if _alloc is None:
         raise RuntimeError("engine='c' requested but fitcore was imported with "
                            "FITCORE_NO_EXTENSIONS=1")
-    problem = _compile(node, inventory, claims)
-    if isinstance(problem, reference.ClaimError):
-        return model.NodeFit("error", node.name, reasons=(str(problem),), engine="c")
-    if problem is None:
+    found = _compile(node, inventory, claims)
+    if isinstance(found, reference.ClaimError):
+        return model.NodeFit("error", node.name, reasons=(str(found),), engine="c")
+    if found is None:
         fit = reference.allocate(node, inventory, claims, budget=budget)
         return model.NodeFit(fit.verdict, fit.node, fit.allocations, fit.reasons, fit.steps,
                              engine="c->py")
-    prepared = problem.prepared
+    problem, state = found
     if problem.native is None:
         problem.native = _alloc.Compiled(problem.packed, problem.header)
-    status, steps, res_alt, res_dev = _alloc.search(problem.native, budget)
+    status, steps, results = _alloc.search(problem.native, state, budget)
     if status == 1:
-        return model.NodeFit("fits", node.name, problem.results(res_alt, res_dev),
-                             steps=steps, engine="c")
+        return model.NodeFit("fits", node.name, problem.results(results), steps=steps,
+                             engine="c")
     if status < 0:
         return model.NodeFit("undecided", node.name, steps=steps, engine="c", reasons=(
             f"the search took more than {budget} steps on node {node.name}",))
+    # The problem may have been compiled for other claims of the same content: explain
+    # with these claims' names and this allocated state.
+    prepared = problem.prepared if problem.baked else reference.prepare(node, inventory, claims)
     return model.NodeFit("no-fit", node.name, reasons=explain.no_fit(prepared), steps=steps,
                          engine="c")
 
 
-def _compile(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim]
-             ) -> compiled.Problem | reference.ClaimError | None:
-    """The compiled problem for this question (None: the compiled core does not take it).
+_REFERENCE = "reference"  # the compiled core does not take these claims
+_BAKED = "baked"  # compile with the allocated state built in (see compiled.Problem)
+_EMPTY = model.AllocatedState()
 
-    A compiled problem is a pure function of the node, the slices, the classes, the
-    allocated state and the claims, all immutable: it is remembered under their
-    identities, so asking the same question again only runs the search.
+
+def _compile(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim]
+             ) -> tuple[compiled.Problem, array.array[int]] | reference.ClaimError | None:
+    """The compiled problem and state array for this question (None: the compiled core
+    does not take it).
+
+    A problem is compiled once per node and claim content, without allocated state, and
+    kept (`cache.NodeDevices.problems`); each call applies its allocated state to it. The
+    few questions whose state cannot be applied that way are compiled with the state
+    built in, and remembered under the identities of their (immutable) inputs.
     """
     entry = cache.for_slices(inventory.slices)
+    node_devices = entry.devices_for(node)
+    content = (id(inventory.classes), compiled.content_key(claims))
+    static = node_devices.problems.get(content)
+    if static is None:
+        static = _compile_static(node, inventory, claims)
+        node_devices.remember_problem(content, (inventory.classes, static))
+    else:
+        static = static[1]  # type: ignore[index]
+    if static == _REFERENCE:
+        return None
+    if isinstance(static, compiled.Problem):
+        state = static.state(inventory.allocated)
+        if state is not None:
+            return static, state
     key = (node.name, id(node), id(inventory.allocated), id(inventory.classes),
            *(id(c) for c in claims))
     found = entry.recall(key)
-    if found is not None:
-        return found if not isinstance(found, str) else None  # type: ignore[return-value]
-    outcome: compiled.Problem | reference.ClaimError | str
+    if found is None:
+        found = _compile_baked(node, inventory, claims)
+        entry.remember(key, (node, inventory.allocated, inventory.classes, *claims), found)
+    if isinstance(found, compiled.Problem):
+        state = found.state(inventory.allocated)
+        assert state is not None  # a baked problem takes the state it was compiled with
+        return found, state
+    return found if isinstance(found, reference.ClaimError) else None
+
+
+def _compile_static(node: model.Node, inventory: model.Inventory,
+                    claims: Sequence[model.Claim]) -> compiled.Problem | str:
+    empty = model.Inventory(inventory.slices, inventory.classes, _EMPTY)
     try:
-        outcome = compiled.Problem(reference.prepare(node, inventory, claims))
-    except reference.ClaimError as exc:
-        outcome = exc
+        return compiled.Problem(reference.prepare(node, empty, claims))
+    except reference.ClaimError:
+        return _BAKED  # maybe not an error in this state: prepare with it, every time
     except compiled.Unsupported:
-        outcome = "unsupported"
-    entry.remember(key, (node, inventory.allocated, inventory.classes, *claims), outcome)
-    return outcome if not isinstance(outcome, str) else None
+        return _REFERENCE
+
+
+def _compile_baked(node: model.Node, inventory: model.Inventory,
+                   claims: Sequence[model.Claim]) -> compiled.Problem | reference.ClaimError | str:
+    try:
+        return compiled.Problem(reference.prepare(node, inventory, claims), baked=True)
+    except reference.ClaimError as exc:
+        return exc
+    except compiled.Unsupported:
+        return _REFERENCE

@@ -4,7 +4,9 @@ A service (or a gang placement) asks many questions of one inventory whose slice
 change between questions while its allocated state does (pod by pod). Pools per node and
 selector results per device depend on the slices alone, so they are cached under the
 identity of the inventory's slices tuple. The entry holds that tuple, so its id cannot be
-reused while cached; a few entries are kept, least recently used first out.
+reused while cached; a few entries are kept, least recently used first out. Per node the
+entry also keeps the compiled core's problems by claim content (`NodeDevices.problems`):
+they too depend on the slices, the node and the claims, not on the allocated state.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from fitcore import model, pools, semantics, values
 
 _SIZE = 8
 _QUESTIONS = 256
+_PROBLEMS = 64  # compiled problems per node, by claim content
 
 
 _Pool = pools.Pool
@@ -30,9 +33,12 @@ class Entry:
 
     devices: dict[tuple[str, tuple[tuple[str, str], ...]], NodeDevices] = dataclasses.field(
         default_factory=dict)
+    # The same, by node object identity (the node is kept, so that its id stays unique).
+    by_node: dict[int, tuple[model.Node, NodeDevices]] = dataclasses.field(default_factory=dict)
 
-    # Compiled questions: (node, allocated state, classes, claims) by identity -> the
-    # objects (kept, so that ids stay unique) and what compiling them gave.
+    # Questions compiled with their allocated state built in (the few a kept problem
+    # cannot take, see fitcore.compiled): (node, allocated state, classes, claims) by
+    # identity -> the objects (kept, so that ids stay unique) and what compiling gave.
     compiled: collections.OrderedDict[tuple[object, ...], tuple[tuple[object, ...], object]] = (
         dataclasses.field(default_factory=collections.OrderedDict))
 
@@ -56,10 +62,16 @@ class Entry:
         return found
 
     def devices_for(self, node: model.Node) -> NodeDevices:
+        hit = self.by_node.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
         key = _node_key(node)
         found = self.devices.get(key)
         if found is None:
             found = self.devices[key] = NodeDevices(node, self.pools_for(node), self.selector)
+        if len(self.by_node) > 2 * len(self.devices) + 64:
+            self.by_node.clear()  # node objects come and go (a service re-reads them)
+        self.by_node[id(node)] = (node, found)
         return found
 
 
@@ -89,7 +101,19 @@ class NodeDevices:
                 self.index[ident] = len(self.devices)
                 self.devices.append((pool, device, ident))
                 self.slices.append(s)
+        self.usable_pools = [pool for pool in gathered if pool.usable]
         self._choices: dict[tuple[object, ...], _Choice] = {}
+        # The compiled core's per-node arrays and its problems by claim content
+        # (fitcore.compiled owns what is stored here).
+        self.arrays: object | None = None
+        self.problems: dict[object, object] = {}
+
+    def remember_problem(self, key: object, value: object) -> None:
+        """Keep a compiled problem (read `problems` directly: a plain dict, for speed; the
+        oldest is dropped first)."""
+        self.problems[key] = value
+        while len(self.problems) > _PROBLEMS:
+            del self.problems[next(iter(self.problems))]
 
     def candidates(self, exact: model.ExactRequest, device_class: model.DeviceClass,
                    label: str) -> list[Candidate]:

@@ -1,19 +1,29 @@
 """Facade over the compiled search (`fitcore._alloc`): flattens a prepared problem into
 integer arrays and calls in.
 
-What the arrays encode (see `_alloc.pxd` for the field-by-field layout):
-- devices of the node's usable pools, in allocator order;
-- per alternative (one way to satisfy a request), its candidate *classes*: devices that
-  are identical for this problem (same pool, counters, candidacy for every alternative,
-  value of every constrained attribute) are interchangeable, so the search picks a
-  multiset of classes instead of a set of devices — exact symmetry breaking;
-- counters as scaled integers (each counter's quantities share one exact scale);
-- constrained attribute values interned to integers (type-tagged, so "1" != 1).
+A question has three parts that change at different rates, and each is flattened once:
+- the node (`NodeArrays`, kept per node in `fitcore.cache`): its devices in allocator
+  order, their pools, the pools' shared counters and every device that consumes them;
+- the claims' content (`Problem`, kept per node and claim content): alternatives, their
+  candidate *classes* — devices identical for this problem (same pool, counters,
+  candidacy for every alternative, value of every constrained attribute) are
+  interchangeable, so the search picks a multiset of classes instead of a set of devices,
+  which is exact symmetry breaking — constraints and interned attribute values;
+- the allocated state (`Problem.state`, per call): devices in use, counters and capacity
+  left. A new pod from a known template, or a node whose allocations changed, costs only
+  this part and the search.
+
+What the arrays encode field by field is in `_alloc.pxd`. Counters are scaled integers
+(each counter's quantities share one exact scale); attribute values are interned to
+integers (type-tagged, so "1" != 1).
 
 Inputs the compiled core does not take are answered by the reference engine: requests
 with adminAccess; `All` requests under a claim constraint (upstream's answer then depends
 on its search order, which the reference follows); quantities too large to scale exactly
-into 62 bits.
+into 62 bits. A few allocated states cannot be applied to a problem compiled without them
+(a device of an `All` request already shared, a dedicated device with consumed capacity,
+a consumed amount finer than the compiled scale): those questions are compiled with the
+state built in (`Problem(prepared, baked=True)`).
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 
-from fitcore import cache, model, pools, reference, semantics, values
+from fitcore import cache, model, reference, semantics, values
 
 _LIMIT = 2**62
 
@@ -50,19 +60,118 @@ def _q(n: int = 0) -> array.array[int]:
     return array.array("q", [0] * n)
 
 
-class Problem:
-    """The flattened problem; attributes are the arrays `_alloc.search` reads."""
+def content_key(claims: Sequence[model.Claim]) -> tuple[object, ...]:
+    """What allocation reads of the claims: requests and constraints, not names. Two pods
+    made from one template ask the same question. Built of str, int and tuple only, so
+    that hashing and comparing it stays in C."""
+    key: list[tuple[object, ...]] = []
+    for c in claims:
+        requests: list[tuple[object, ...]] = []
+        for r in c.requests:
+            if r.exactly is not None:
+                requests.append((r.name, _exact_key(r.exactly)))
+            else:
+                requests.append((r.name, None, *[_exact_key(e) for e in r.first_available]))
+        constraints = [(k.requests, k.match_attribute, k.distinct_attribute)
+                       for k in c.constraints] if c.constraints else ()
+        key.append((*requests, tuple(constraints)))
+    return tuple(key)
 
-    def __init__(self, p: reference.Prepared) -> None:
+
+def _exact_key(e: model.ExactRequest) -> tuple[object, ...]:
+    capacity = tuple(sorted([(name, q.value.numerator, q.value.denominator)
+                             for name, q in e.capacity_requests.items()])
+                     ) if e.capacity_requests else None
+    tolerations = tuple([(t.key, t.operator, t.value, t.effect) for t in e.tolerations]
+                        ) if e.tolerations else ()
+    return (e.name, e.device_class, e.selectors, e.allocation_mode, e.count, e.admin_access,
+            tolerations, capacity)
+
+
+class NodeArrays:
+    """The node's devices and shared counters, flattened; no claims, no allocated state."""
+
+    def __init__(self, nd: cache.NodeDevices) -> None:
+        self.ids = [ident for _, _, ident in nd.devices]
+        self.multi = [device.allow_multiple_allocations for _, device, _ in nd.devices]
+        self.n_dev = len(nd.devices)
+        self.n_pools = len(nd.pool_ids)
+        self.dev_pool = array.array("q", [nd.pool_ids[(pool.driver, pool.name)]
+                                          for pool, _, _ in nd.devices])
+        self.dev_multi = array.array("q", [1 if m else 0 for m in self.multi])
+        # Counters of the usable pools; each counter's scale covers its total and what
+        # every device of the pool (here or on other nodes) consumes of it, so any
+        # allocated state subtracts exactly.
+        counter_ids: dict[tuple[int, str, str], int] = {}
+        totals: list[Fraction] = []
+        self.ctr_pool: list[int] = []
+        users: list[tuple[model.DeviceId, list[tuple[int, Fraction]]]] = []
+        for pool in nd.usable_pools:
+            if not pool.counter_sets:
+                continue
+            pi = nd.pool_ids[(pool.driver, pool.name)]
+            for set_name, counters in pool.counter_sets.items():
+                for counter, amount in counters.items():
+                    counter_ids[(pi, set_name, counter)] = len(totals)
+                    totals.append(amount.value)
+                    self.ctr_pool.append(pi)
+            for device in [d for _, d in pool.devices] + pool.other_devices:
+                uses = [(counter_ids[(pi, use.counter_set, counter)], q.value)
+                        for use in device.consumes_counters
+                        for counter, q in use.counters.items()]
+                if uses:
+                    users.append((model.DeviceId(pool.driver, pool.name, device.name), uses))
+        per_counter: list[list[Fraction]] = [[t] for t in totals]
+        for _, uses in users:
+            for cid, fraction in uses:
+                per_counter[cid].append(fraction)
+        scales = [_scale(vs) for vs in per_counter]
+        self.ctr_total = [_scaled(t, scales[i]) for i, t in enumerate(totals)]
+        #: Devices that consume counters, with their scaled consumption.
+        self.counter_users = [(ident, [(cid, _scaled(a, scales[cid])) for cid, a in uses])
+                              for ident, uses in users]
+        by_id = dict(self.counter_users)
+        dev_ctr_start = [0]
+        ctr_id: list[int] = []
+        ctr_amt: list[int] = []
+        #: Per device, its scaled consumption as a hashable value (for the classes).
+        self.uses: list[tuple[tuple[int, int], ...]] = []
+        for ident in self.ids:
+            mine = by_id.get(ident, [])
+            self.uses.append(tuple(mine))
+            ctr_id.extend(cid for cid, _ in mine)
+            ctr_amt.extend(amt for _, amt in mine)
+            dev_ctr_start.append(len(ctr_id))
+        self.dev_ctr_start = array.array("q", dev_ctr_start)
+        self.ctr_id = array.array("q", ctr_id)
+        self.ctr_amt = array.array("q", ctr_amt)
+
+    @classmethod
+    def of(cls, nd: cache.NodeDevices) -> NodeArrays:
+        if nd.arrays is None:
+            nd.arrays = cls(nd)
+        assert isinstance(nd.arrays, NodeArrays)
+        return nd.arrays
+
+
+class Problem:
+    """The flattened problem; attributes are the arrays `_alloc.search` reads.
+
+    Compiled from a `reference.prepare` of the claims. Unless `baked`, that prepare saw an
+    empty allocated state and the problem holds for any state `state()` accepts;
+    otherwise candidacy already excludes what the prepared state holds in use.
+    """
+
+    def __init__(self, p: reference.Prepared, *, baked: bool = False) -> None:
         self.prepared = p
+        self.baked = baked
         allocated = p.inventory.allocated
         claims = p.claims
-        # ---- devices (the node's devices and candidacy are cached across calls)
-        node_devices = cache.for_slices(p.inventory.slices).devices_for(p.node)
-        self.devices = node_devices.devices
-        index = node_devices.index
-        pool_ids = node_devices.pool_ids
-        n_dev = len(self.devices)
+        nd = cache.for_slices(p.inventory.slices).devices_for(p.node)
+        self.devices = nd.devices
+        node = self.node = NodeArrays.of(nd)
+        index = nd.index
+        n_dev = node.n_dev
         # ---- alternatives
         self.alts: list[tuple[int, reference.Alternative]] = []
         req_alt_start = [0]
@@ -80,31 +189,34 @@ class Problem:
         member = [[False] * n_dev for _ in range(n_alt)]
         self.takes: dict[tuple[int, int], dict[str, values.Quantity]] = {}
         all_lists: list[list[int] | None] = []
-        all_block: list[int] = []  # per device of an All list: in use or tainted
+        all_block: list[int] = []  # per device of an All list: tainted
+        #: Shared devices of All lists: a state that already uses one needs a baked problem.
+        self.all_shared: set[int] = set()
         for a, (_, alt) in enumerate(self.alts):
             if alt.all_devices is not None:
                 ids = []
                 for pool, device in alt.all_devices:
-                    ident = model.DeviceId(pool.driver, pool.name, device.name)
-                    d = index[ident]
+                    d = index[model.DeviceId(pool.driver, pool.name, device.name)]
                     take = semantics.capacity_take(alt.exact, device)
                     assert take is not None  # prepare() keeps only devices with capacity
-                    all_block.append(1 if ident in allocated.dedicated
-                                     or not semantics.taint_allows(device, alt.exact) else 0)
+                    all_block.append(0 if semantics.taint_allows(device, alt.exact) else 1)
                     self.takes[(a, d)] = take
                     ids.append(d)
                     member[a][d] = True
+                    if device.allow_multiple_allocations:
+                        self.all_shared.add(d)
                 all_lists.append(ids)
                 continue
             all_lists.append(None)
-            for d, take in node_devices.candidates(alt.exact, alt.device_class, alt.label):
+            for d, take in nd.candidates(alt.exact, alt.device_class, alt.label):
                 _, device, ident = self.devices[d]
-                if ident in allocated.dedicated:
-                    continue
-                used = allocated.consumed.get(ident)
-                if used and not device.allow_multiple_allocations and \
-                        not semantics.capacity_fits(device, take, used):
-                    continue
+                if baked:
+                    if ident in allocated.dedicated:
+                        continue
+                    used = allocated.consumed.get(ident)
+                    if used and not device.allow_multiple_allocations and \
+                            not semantics.capacity_fits(device, take, used):
+                        continue
                 self.takes[(a, d)] = take
                 member[a][d] = True
         # ---- constraints and interned attribute values
@@ -136,86 +248,44 @@ class Problem:
                 # breaks a constraint, but only if its search order gets there first:
                 # the reference follows that order, the class-based search cannot.
                 raise Unsupported("allocationMode All under a claim constraint")
-        # ---- counters
-        counter_ids: dict[tuple[int, str, str], int] = {}
-        avail_f: list[Fraction] = []
-        ctr_pool: list[int] = []
-        pool_bad = _q(len(pool_ids))
-        for pool in p.pools:
-            if not pool.usable or not pool.counter_sets:
-                continue
-            pi = pool_ids[(pool.driver, pool.name)]
-            for set_name, counters in pools.available_counters(pool, allocated).items():
-                for counter, amount in counters.items():
-                    counter_ids[(pi, set_name, counter)] = len(avail_f)
-                    avail_f.append(amount.value)
-                    ctr_pool.append(pi)
-                    if amount.value < 0:
-                        pool_bad[pi] = 1
-        per_counter: list[list[Fraction]] = [[v] for v in avail_f]
-        uses: list[list[tuple[int, Fraction]]] = []
-        for pool, device, _ in self.devices:
-            pi = pool_ids[(pool.driver, pool.name)]
-            mine = []
-            for consumption in device.consumes_counters:
-                for counter, amount in consumption.counters.items():
-                    cid = counter_ids[(pi, consumption.counter_set, counter)]
-                    mine.append((cid, amount.value))
-                    per_counter[cid].append(amount.value)
-            uses.append(mine)
-        scales = [_scale(vs) for vs in per_counter]
-        self.ctr_avail = array.array("q", [_scaled(v, scales[i]) for i, v in enumerate(avail_f)])
-        dev_ctr_start = [0]
-        ctr_id: list[int] = []
-        ctr_amt: list[int] = []
-        for mine in uses:
-            for cid, fraction in mine:
-                ctr_id.append(cid)
-                ctr_amt.append(_scaled(fraction, scales[cid]))
-            dev_ctr_start.append(len(ctr_id))
-        # ---- multi-allocatable devices: capacity left, takes per alternative
+        # ---- shared devices: capacity slots, takes per alternative
         dev_cap_start = [0]
-        cap_left: list[int] = []
-        cap_scale: list[tuple[int, list[str]]] = []
-        shared_before = _q(n_dev)
+        cap_total: list[int] = []
+        #: Per device: (capacity name, slot, scale) of its capacity slots.
+        self.cap_slots: list[list[tuple[str, int, int]]] = []
         take_off = array.array("q", [-1] * (n_alt * n_dev))
         take_vals: list[int] = []
         for d, (_, device, ident) in enumerate(self.devices):
             names = sorted(device.capacity) if device.allow_multiple_allocations else []
-            used = allocated.consumed.get(ident) or {}
-            if used:
-                shared_before[d] = 1
-            scale_by_name = {}
+            used = (allocated.consumed.get(ident) or {}) if baked else {}
+            slots = []
             for name in names:
                 amounts = [device.capacity[name].value.value]
                 amounts += [u.value for n, u in used.items() if n == name]
-                amounts += [t[name].value for (a, dd), t in self.takes.items() if dd == d]
-                scale_by_name[name] = _scale(amounts)
-                left = device.capacity[name].value.value - (used[name].value if name in used
-                                                             else 0)
-                cap_left.append(_scaled(left, scale_by_name[name]))
-            dev_cap_start.append(len(cap_left))
-            cap_scale.append((d, names))
-            if names:
-                for a in range(n_alt):
-                    take = self.takes.get((a, d))
-                    if take is None:
-                        continue
-                    take_off[a * n_dev + d] = len(take_vals)
-                    take_vals.extend(_scaled(take[n].value, scale_by_name[n]) for n in names)
+                amounts += [t[name].value for (_, dd), t in self.takes.items() if dd == d]
+                scale = _scale(amounts)
+                slots.append((name, len(cap_total), scale))
+                cap_total.append(_scaled(device.capacity[name].value.value, scale))
+            self.cap_slots.append(slots)
+            dev_cap_start.append(len(cap_total))
+            for a in range(n_alt) if names else ():
+                take = self.takes.get((a, d))
+                if take is None:
+                    continue
+                take_off[a * n_dev + d] = len(take_vals)
+                take_vals.extend(_scaled(take[name].value, scale) for name, _, scale in slots)
         # ---- equivalence classes
         signature_of: dict[tuple[object, ...], int] = {}
         dev_cls = _q(n_dev)
         members: list[list[int]] = []
         cls_multi: list[int] = []
-        for d, (pool, device, _) in enumerate(self.devices):
-            if device.allow_multiple_allocations:
+        for d in range(n_dev):
+            if node.multi[d]:
                 k = len(members)
                 members.append([d])
                 cls_multi.append(1)
             else:
-                sig = (pool_ids[(pool.driver, pool.name)], tuple(uses[d]),
-                       tuple(member[a][d] for a in range(n_alt)),
+                sig = (node.dev_pool[d], node.uses[d], tuple(member[a][d] for a in range(n_alt)),
                        tuple(con_val[j * n_dev + d] for j in range(n_con)))
                 k = signature_of.get(sig, -1)
                 if k < 0:
@@ -252,17 +322,12 @@ class Problem:
         self.alt_dev_start = array.array("q", alt_dev_start)
         self.alt_dev = array.array("q", alt_dev)
         self.dev_cls = dev_cls
-        self.dev_pool = array.array("q", [pool_ids[(pl.driver, pl.name)]
-                                          for pl, _, _ in self.devices])
-        self.dev_multi = array.array("q", [1 if dv.allow_multiple_allocations else 0
-                                           for _, dv, _ in self.devices])
-        self.dev_ctr_start = array.array("q", dev_ctr_start)
-        self.ctr_id = array.array("q", ctr_id)
-        self.ctr_amt = array.array("q", ctr_amt)
-        self.pool_bad = pool_bad
+        self.dev_pool = node.dev_pool
+        self.dev_multi = node.dev_multi
+        self.dev_ctr_start = node.dev_ctr_start
+        self.ctr_id = node.ctr_id
+        self.ctr_amt = node.ctr_amt
         self.dev_cap_start = array.array("q", dev_cap_start)
-        self.cap_left = array.array("q", cap_left)
-        self.shared_before = shared_before
         self.take_off = take_off
         self.take_vals = array.array("q", take_vals)
         cls_start = [0]
@@ -278,16 +343,32 @@ class Problem:
         self.con_cover = array.array("q", con_cover)
         self.con_val = array.array("q", con_val)
         self.n_classes = len(members)
+        self.n_counters = len(node.ctr_total)
+        self.n_cap = len(cap_total)
+        # The state of an empty cluster, laid out as STATE_FIELDS.
+        self.empty_state = array.array("q", [0] * (2 * n_dev))
+        self.empty_state.extend(node.ctr_total)
+        pool_bad = _q(node.n_pools)
+        for cid, total in enumerate(node.ctr_total):
+            if total < 0:
+                pool_bad[node.ctr_pool[cid]] = 1
+        self.empty_state.extend(pool_bad)
+        self.empty_state.extend(cap_total)
         self.packed, self.header = self._pack()
         self.native: object | None = None  # the bound `_alloc.Compiled`, made by fitcore.api
+        self._state_of: model.AllocatedState | None = None
+        self._state: array.array[int] | None = None
+        self._results: list[model.DeviceResult | None] = [None] * (n_alt * n_dev)
 
     #: The arrays `_alloc.search` reads, in the order of `_alloc.pxd`'s Problem pointers.
     FIELDS = ("claim_req_start", "req_alt_start", "alt_claim", "alt_mode", "alt_count",
               "alt_cls_start", "alt_cls", "alt_dev_start", "alt_dev", "alt_dev_block",
               "dev_cls", "dev_pool", "dev_multi", "dev_ctr_start", "ctr_id", "ctr_amt",
-              "ctr_avail", "pool_bad", "dev_cap_start", "cap_left", "shared_before",
-              "take_off", "take_vals", "cls_start", "cls_members", "cls_multi",
-              "con_claim_start", "con_match", "con_cover", "con_val")
+              "dev_cap_start", "take_off", "take_vals", "cls_start", "cls_members",
+              "cls_multi", "con_claim_start", "con_match", "con_cover", "con_val")
+    #: The per-call state array: dev_block[n_dev] shared_before[n_dev] ctr_avail[n_counters]
+    #: pool_bad[n_pools] cap_left[n_cap].
+    STATE_FIELDS = ("dev_block", "shared_before", "ctr_avail", "pool_bad", "cap_left")
 
     def _pack(self) -> tuple[array.array[int], array.array[int]]:
         """One contiguous buffer and a header of sizes and offsets, so that the compiled
@@ -299,19 +380,77 @@ class Problem:
             packed.extend(getattr(self, name))
         header = array.array("q", [
             len(self.claim_req_start) - 1, len(self.req_alt_start) - 1, len(self.alt_claim),
-            self.n_dev, self.n_values, self.n_classes, len(self.ctr_avail),
-            len(self.cap_left), *offsets])
+            self.n_dev, self.n_values, self.n_classes, self.n_counters, self.n_cap,
+            self.node.n_pools, *offsets])
         return packed, header
 
-    def results(self, res_alt: Sequence[int], res_dev: Sequence[int]
-                ) -> tuple[tuple[model.DeviceResult, ...], ...]:
+    def state(self, allocated: model.AllocatedState) -> array.array[int] | None:
+        """The per-call state array for `allocated`, or None when this problem cannot
+        take that state (compile one with it baked in). The last one is remembered."""
+        if allocated is self._state_of:
+            return self._state
+        state = self._state = self._make_state(allocated)
+        self._state_of = allocated
+        return state
+
+    def _make_state(self, allocated: model.AllocatedState) -> array.array[int] | None:
+        state = array.array("q", self.empty_state)
+        dedicated, shared, consumed = allocated.dedicated, allocated.shared, allocated.consumed
+        if not (dedicated or shared or consumed):
+            return state
+        node, n_dev = self.node, self.n_dev
+        for d, ident in enumerate(node.ids):
+            if ident in dedicated:
+                state[d] = 1
+            used = consumed.get(ident)
+            if not used:
+                continue
+            if not node.multi[d]:
+                if self.baked:
+                    continue
+                return None
+            if d in self.all_shared and not self.baked:
+                return None
+            state[n_dev + d] = 1
+            cap_base = 2 * n_dev + self.n_counters + node.n_pools
+            for name, slot, scale in self.cap_slots[d]:
+                quantity = used.get(name)
+                if quantity is None:
+                    continue
+                v = quantity.value  # a Fraction; scaled with ints, which is much faster
+                if scale % v.denominator:
+                    return None
+                state[cap_base + slot] -= v.numerator * (scale // v.denominator)
+        if node.counter_users:
+            ctr_base, pool_base = 2 * n_dev, 2 * n_dev + self.n_counters
+            for ident, uses in node.counter_users:
+                if ident in dedicated or ident in shared or ident in consumed:
+                    for cid, scaled in uses:
+                        state[ctr_base + cid] -= scaled
+            for cid in range(self.n_counters):
+                if state[ctr_base + cid] < 0:
+                    state[pool_base + node.ctr_pool[cid]] = 1
+        return state
+
+    def results(self, pairs: Sequence[int]) -> tuple[tuple[model.DeviceResult, ...], ...]:
+        """The search's (alternative a, device d) pairs, each a * n_dev + d and in claim
+        order, as results grouped per claim."""
+        made = self._results
+        out = [made[pair] or self._result(pair) for pair in pairs]
+        if len(self.prepared.claims) == 1:
+            return (tuple(out),)
         per_claim: list[list[model.DeviceResult]] = [[] for _ in self.prepared.claims]
-        for a, d in zip(res_alt, res_dev, strict=True):
-            ci, alt = self.alts[a]
-            _, device, ident = self.devices[d]
-            multi = device.allow_multiple_allocations
-            per_claim[ci].append(model.DeviceResult(
-                alt.result_name, ident, shared=multi,
-                consumed_capacity=self.takes[(a, d)] if multi else {}))
+        for pair, result in zip(pairs, out, strict=True):
+            per_claim[self.alts[pair // self.n_dev][0]].append(result)
         return tuple(tuple(r) for r in per_claim)
 
+    def _result(self, pair: int) -> model.DeviceResult:
+        # Results are immutable and depend on (alternative, device) alone: made once.
+        a, d = divmod(pair, self.n_dev)
+        _, alt = self.alts[a]
+        _, device, ident = self.devices[d]
+        multi = device.allow_multiple_allocations
+        result = self._results[pair] = model.DeviceResult(
+            alt.result_name, ident, shared=multi,
+            consumed_capacity=self.takes[(a, d)] if multi else {})
+        return result

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fitcore import api, kube, testing
+from fitcore import api, kube, model, testing
 from tests.fitcore.conftest import _check_allocation
 
 EXAMPLES = int(os.environ.get("FITCORE_PROPERTY_EXAMPLES", "10000"))
@@ -27,6 +27,16 @@ def run(case: dict, engine: str):
     inventory = kube.inventory(case["slices"], case["classes"], case["allocated"])
     claims = [kube.resource_claim(c) for c in case["claims"]]
     node = kube.node(case["node"])
+    if engine == "c":
+        # First ask the same question (fresh claim objects) on an empty cluster and with
+        # half of the allocations, on the same slices: the compiled problem is then kept
+        # and the case's own allocated state is applied to it, as when pods arrive one
+        # after another.
+        half = kube.inventory([], [], case["allocated"][: len(case["allocated"]) // 2])
+        for allocated in (model.AllocatedState(), half.allocated):
+            api.allocate(node, model.Inventory(inventory.slices, inventory.classes, allocated),
+                         [kube.resource_claim(c) for c in case["claims"]], engine=engine,
+                         budget=200_000)
     result = api.allocate(node, inventory, claims, engine=engine, budget=200_000)
     if result.fits:
         _check_allocation(inventory, claims, result)
