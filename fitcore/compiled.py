@@ -29,6 +29,7 @@ state built in (`Problem(prepared, baked=True)`).
 from __future__ import annotations
 
 import array
+import itertools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
@@ -50,10 +51,11 @@ def _scale(amounts: Sequence[Fraction]) -> int:
 
 
 def _scaled(amount: Fraction, scale: int) -> int:
-    v = amount * scale
+    """`amount * scale`, exactly; `scale` is a multiple of the amount's denominator."""
+    v = amount.numerator * (scale // amount.denominator)  # ints: far cheaper than Fraction
     if abs(v) >= _LIMIT:
         raise Unsupported("quantity too large for exact 62-bit arithmetic")
-    return int(v)
+    return v
 
 
 def _q(n: int = 0) -> array.array[int]:
@@ -94,6 +96,7 @@ class NodeArrays:
     def __init__(self, nd: cache.NodeDevices) -> None:
         self.ids = [ident for _, _, ident in nd.devices]
         self.multi = [device.allow_multiple_allocations for _, device, _ in nd.devices]
+        self.shared = [d for d, m in enumerate(self.multi) if m]  # allowMultipleAllocations
         self.n_dev = len(nd.devices)
         self.n_pools = len(nd.pool_ids)
         self.dev_pool = array.array("q", [nd.pool_ids[(pool.driver, pool.name)]
@@ -145,6 +148,18 @@ class NodeArrays:
         self.dev_ctr_start = array.array("q", dev_ctr_start)
         self.ctr_id = array.array("q", ctr_id)
         self.ctr_amt = array.array("q", ctr_amt)
+        self._devices = nd.devices
+        self._attribute_keys: dict[str, list[tuple[str, object] | None]] = {}
+
+    def attribute_keys(self, attribute: str) -> list[tuple[str, object] | None]:
+        """Per device, the comparable key of its value of `attribute` (None: it has none)."""
+        found = self._attribute_keys.get(attribute)
+        if found is None:
+            found = self._attribute_keys[attribute] = []
+            for pool, device, _ in self._devices:
+                value = semantics.lookup_attribute(pool.driver, device, attribute)
+                found.append(None if value is None else semantics.attribute_key(value))
+        return found
 
     @classmethod
     def of(cls, nd: cache.NodeDevices) -> NodeArrays:
@@ -232,13 +247,8 @@ class Problem:
                 for alt_ci, alt in self.alts:
                     con_cover.append(1 if alt_ci == ci and constraint.covers(
                         alt.request.name, alt.subrequest) else 0)
-                for pool, device, _ in self.devices:
-                    value = semantics.lookup_attribute(pool.driver, device, attribute)
-                    if value is None:
-                        con_val.append(-1)
-                    else:
-                        con_val.append(interned.setdefault(semantics.attribute_key(value),
-                                                           len(interned)))
+                con_val.extend(-1 if k is None else interned.setdefault(k, len(interned))
+                               for k in node.attribute_keys(attribute))
             con_claim_start.append(len(con_match))
         n_con = len(con_match)
         for j, cover in enumerate(con_cover):
@@ -249,44 +259,47 @@ class Problem:
                 # the reference follows that order, the class-based search cannot.
                 raise Unsupported("allocationMode All under a claim constraint")
         # ---- shared devices: capacity slots, takes per alternative
-        dev_cap_start = [0]
+        # Shared devices only; a dedicated device has no slots.
+        cap_count = [0] * n_dev
         cap_total: list[int] = []
         #: Per device: (capacity name, slot, scale) of its capacity slots.
-        self.cap_slots: list[list[tuple[str, int, int]]] = []
+        self.cap_slots: list[list[tuple[str, int, int]]] = [[] for _ in range(n_dev)]
         take_off = array.array("q", [-1] * (n_alt * n_dev))
         take_vals: list[int] = []
-        for d, (_, device, ident) in enumerate(self.devices):
-            names = sorted(device.capacity) if device.allow_multiple_allocations else []
+        for d in node.shared:
+            _, device, ident = self.devices[d]
             used = (allocated.consumed.get(ident) or {}) if baked else {}
-            slots = []
-            for name in names:
+            takes = [(a, self.takes[(a, d)]) for a in range(n_alt) if (a, d) in self.takes]
+            slots = self.cap_slots[d]
+            for name in sorted(device.capacity):
                 amounts = [device.capacity[name].value.value]
-                amounts += [u.value for n, u in used.items() if n == name]
-                amounts += [t[name].value for (_, dd), t in self.takes.items() if dd == d]
+                if name in used:
+                    amounts.append(used[name].value)
+                amounts += [take[name].value for _, take in takes]
                 scale = _scale(amounts)
                 slots.append((name, len(cap_total), scale))
                 cap_total.append(_scaled(device.capacity[name].value.value, scale))
-            self.cap_slots.append(slots)
-            dev_cap_start.append(len(cap_total))
-            for a in range(n_alt) if names else ():
-                take = self.takes.get((a, d))
-                if take is None:
-                    continue
+            cap_count[d] = len(slots)
+            for a, take in takes:
                 take_off[a * n_dev + d] = len(take_vals)
                 take_vals.extend(_scaled(take[name].value, scale) for name, _, scale in slots)
+        dev_cap_start = [0, *itertools.accumulate(cap_count)]
         # ---- equivalence classes
         signature_of: dict[tuple[object, ...], int] = {}
         dev_cls = _q(n_dev)
         members: list[list[int]] = []
         cls_multi: list[int] = []
+        # Per device: its candidacy for each alternative, its value for each constraint.
+        candidacy = list(zip(*member, strict=True)) if n_alt else [()] * n_dev
+        valued = list(zip(*[con_val[j * n_dev:(j + 1) * n_dev] for j in range(n_con)],
+                          strict=True)) if n_con else [()] * n_dev
         for d in range(n_dev):
             if node.multi[d]:
                 k = len(members)
                 members.append([d])
                 cls_multi.append(1)
             else:
-                sig = (node.dev_pool[d], node.uses[d], tuple(member[a][d] for a in range(n_alt)),
-                       tuple(con_val[j * n_dev + d] for j in range(n_con)))
+                sig = (node.dev_pool[d], node.uses[d], candidacy[d], valued[d])
                 k = signature_of.get(sig, -1)
                 if k < 0:
                     k = signature_of[sig] = len(members)
