@@ -92,18 +92,20 @@ def _compile(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
     entry = cache.for_slices(inventory.slices)
     node_devices = entry.devices_for(node)
     content = (id(inventory.classes), compiled.content_key(claims))
-    static = node_devices.problems.get(content)
-    if static is None:
-        static = _compile_static(node, inventory, claims)
-        node_devices.remember_problem(content, (inventory.classes, static))
-    else:
-        static = static[1]  # type: ignore[index]
+    kept = node_devices.problems.get(content)
+    if kept is None:
+        # The classes are kept with the problem: the key holds their id.
+        kept = node_devices.problems[content] = (
+            inventory.classes, _compile_static(node, inventory, claims))
+        node_devices.forget_old_problems()
+    static = kept[1]
     if static == _REFERENCE:
         return None
     if isinstance(static, compiled.Problem):
         state = static.state(inventory.allocated)
         if state is not None:
             return static, state
+    # _BAKED, or a state the kept problem cannot take: compile with the state built in.
     key = (node.name, id(node), id(inventory.allocated), id(inventory.classes),
            *(id(c) for c in claims))
     found = entry.recall(key)

@@ -106,12 +106,11 @@ class NodeDevices:
         # The compiled core's per-node arrays and its problems by claim content
         # (fitcore.compiled owns what is stored here).
         self.arrays: object | None = None
-        self.problems: dict[object, object] = {}
+        # key -> (what keeps the key's ids valid, outcome); a plain dict, read directly.
+        self.problems: dict[object, tuple[object, object]] = {}
 
-    def remember_problem(self, key: object, value: object) -> None:
-        """Keep a compiled problem (read `problems` directly: a plain dict, for speed; the
-        oldest is dropped first)."""
-        self.problems[key] = value
+    def forget_old_problems(self) -> None:
+        """Keep at most _PROBLEMS compiled problems, dropping the oldest first."""
         while len(self.problems) > _PROBLEMS:
             del self.problems[next(iter(self.problems))]
 
