@@ -95,9 +95,8 @@ def _compile(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
     kept = node_devices.problems.get(content)
     if kept is None:
         # The classes are kept with the problem: the key holds their id.
-        kept = node_devices.problems[content] = (
-            inventory.classes, _compile_static(node, inventory, claims))
-        node_devices.forget_old_problems()
+        kept = (inventory.classes, _compile_static(node, inventory, claims))
+        node_devices.keep_problem(content, kept)
     static = kept[1]
     if static == _REFERENCE:
         return None

@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 
 from fitcore import model, pools, semantics, values
 
 _SIZE = 8
 _QUESTIONS = 256
-_PROBLEMS = 64  # compiled problems per node, by claim content
+_CHOICES = 256  # candidate lists per node, by request content
+
+#: Compiled problems kept over all nodes (fitcore.compiled; about 10-35 KiB each, so the
+#: default bounds them near 50-140 MiB). FITCORE_KEPT_PROBLEMS changes it.
+KEPT_PROBLEMS = int(os.environ.get("FITCORE_KEPT_PROBLEMS", "4096"))
 
 
 _Pool = pools.Pool
@@ -109,10 +114,14 @@ class NodeDevices:
         # key -> (what keeps the key's ids valid, outcome); a plain dict, read directly.
         self.problems: dict[object, tuple[object, object]] = {}
 
-    def forget_old_problems(self) -> None:
-        """Keep at most _PROBLEMS compiled problems, dropping the oldest first."""
-        while len(self.problems) > _PROBLEMS:
-            del self.problems[next(iter(self.problems))]
+    def keep_problem(self, key: object, value: tuple[object, object]) -> None:
+        """Keep a compiled problem; over KEPT_PROBLEMS on all nodes, the oldest goes."""
+        self.problems[key] = value
+        _kept.append((self, key, value))
+        while len(_kept) > KEPT_PROBLEMS:
+            node_devices, old, kept = _kept.popleft()
+            if node_devices.problems.get(old) is kept:  # not since compiled again
+                del node_devices.problems[old]
 
     def candidates(self, exact: model.ExactRequest, device_class: model.DeviceClass,
                    label: str) -> list[Candidate]:
@@ -155,6 +164,8 @@ class NodeDevices:
                 continue  # a dedicated device must hold the whole request
             choice.candidates.append((d, take))
         self._choices[key] = choice
+        if len(self._choices) > _CHOICES:
+            del self._choices[next(iter(self._choices))]  # the oldest
         return choice
 
 
@@ -169,6 +180,7 @@ class _Choice:
 
 
 _entries: collections.OrderedDict[int, Entry] = collections.OrderedDict()
+_kept: collections.deque[tuple[NodeDevices, object, object]] = collections.deque()
 
 
 def for_slices(slices: tuple[model.ResourceSlice, ...]) -> Entry:
