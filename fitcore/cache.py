@@ -21,9 +21,11 @@ _SIZE = 8
 _QUESTIONS = 256
 _CHOICES = 256  # candidate lists per node, by request content
 
-#: Compiled problems kept over all nodes (fitcore.compiled; about 10-35 KiB each, so the
-#: default bounds them near 50-140 MiB). FITCORE_KEPT_PROBLEMS changes it.
-KEPT_PROBLEMS = int(os.environ.get("FITCORE_KEPT_PROBLEMS", "4096"))
+#: Compiled problems kept over all nodes (fitcore.compiled), oldest out first. One takes
+#: about 7-30 KiB, so the default bounds them near 120-480 MiB; it covers four claim
+#: templates on each of 4,096 nodes. Sweeps over more (node, template) pairs than this
+#: compile every question anew. FITCORE_KEPT_PROBLEMS changes it.
+KEPT_PROBLEMS = int(os.environ.get("FITCORE_KEPT_PROBLEMS", "16384"))
 
 
 _Pool = pools.Pool

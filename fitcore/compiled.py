@@ -321,40 +321,42 @@ class Problem:
             alt_dev_start.append(len(alt_dev))
         self.n_dev = n_dev
         self.n_values = max(len(interned), 1)
-        self.claim_req_start = array.array("q", claim_req_start)
-        self.req_alt_start = array.array("q", req_alt_start)
-        self.alt_claim = array.array("q", [ci for ci, _ in self.alts])
-        self.alt_mode = array.array("q", [1 if alt.all_devices is not None else 0
-                                          for _, alt in self.alts])
-        self.alt_count = array.array("q", [alt.needed if alt.all_devices is None
-                                           else len(all_lists[a] or ())
-                                           for a, (_, alt) in enumerate(self.alts)])
-        self.alt_dev_block = array.array("q", all_block)
-        self.alt_cls_start = array.array("q", alt_cls_start)
-        self.alt_cls = array.array("q", alt_cls)
-        self.alt_dev_start = array.array("q", alt_dev_start)
-        self.alt_dev = array.array("q", alt_dev)
-        self.dev_cls = dev_cls
-        self.dev_pool = node.dev_pool
-        self.dev_multi = node.dev_multi
-        self.dev_ctr_start = node.dev_ctr_start
-        self.ctr_id = node.ctr_id
-        self.ctr_amt = node.ctr_amt
-        self.dev_cap_start = array.array("q", dev_cap_start)
-        self.take_off = take_off
-        self.take_vals = array.array("q", take_vals)
         cls_start = [0]
         flat: list[int] = []
         for m in members:
             flat.extend(m)
             cls_start.append(len(flat))
-        self.cls_start = array.array("q", cls_start)
-        self.cls_members = array.array("q", flat)
-        self.cls_multi = array.array("q", cls_multi)
-        self.con_claim_start = array.array("q", con_claim_start)
-        self.con_match = array.array("q", con_match)
-        self.con_cover = array.array("q", con_cover)
-        self.con_val = array.array("q", con_val)
+        # The arrays are packed into one buffer and not kept apart (memory: problems are
+        # kept per node and claim content).
+        fields: dict[str, Sequence[int]] = {
+            "claim_req_start": claim_req_start,
+            "req_alt_start": req_alt_start,
+            "alt_claim": [ci for ci, _ in self.alts],
+            "alt_mode": [1 if alt.all_devices is not None else 0 for _, alt in self.alts],
+            "alt_count": [alt.needed if alt.all_devices is None else len(all_lists[a] or ())
+                          for a, (_, alt) in enumerate(self.alts)],
+            "alt_cls_start": alt_cls_start,
+            "alt_cls": alt_cls,
+            "alt_dev_start": alt_dev_start,
+            "alt_dev": alt_dev,
+            "alt_dev_block": all_block,
+            "dev_cls": dev_cls,
+            "dev_pool": node.dev_pool,
+            "dev_multi": node.dev_multi,
+            "dev_ctr_start": node.dev_ctr_start,
+            "ctr_id": node.ctr_id,
+            "ctr_amt": node.ctr_amt,
+            "dev_cap_start": dev_cap_start,
+            "take_off": take_off,
+            "take_vals": take_vals,
+            "cls_start": cls_start,
+            "cls_members": flat,
+            "cls_multi": cls_multi,
+            "con_claim_start": con_claim_start,
+            "con_match": con_match,
+            "con_cover": con_cover,
+            "con_val": con_val,
+        }
         self.n_classes = len(members)
         self.n_counters = len(node.ctr_total)
         self.n_cap = len(cap_total)
@@ -367,7 +369,7 @@ class Problem:
                 pool_bad[node.ctr_pool[cid]] = 1
         self.empty_state.extend(pool_bad)
         self.empty_state.extend(cap_total)
-        self.packed, self.header = self._pack()
+        self.packed, self.header = self._pack(fields)
         self.native: object | None = None  # the bound `_alloc.Compiled`, made by fitcore.api
         self._state_of: model.AllocatedState | None = None
         self._state: array.array[int] | None = None
@@ -383,18 +385,19 @@ class Problem:
     #: pool_bad[n_pools] cap_left[n_cap].
     STATE_FIELDS = ("dev_block", "shared_before", "ctr_avail", "pool_bad", "cap_left")
 
-    def _pack(self) -> tuple[array.array[int], array.array[int]]:
+    def _pack(self, fields: dict[str, Sequence[int]]
+              ) -> tuple[array.array[int], array.array[int]]:
         """One contiguous buffer and a header of sizes and offsets, so that the compiled
         search takes a single buffer per call instead of thirty."""
         packed: array.array[int] = array.array("q")
         offsets = []
         for name in self.FIELDS:
             offsets.append(len(packed))
-            packed.extend(getattr(self, name))
+            packed.extend(fields[name])
         header = array.array("q", [
-            len(self.claim_req_start) - 1, len(self.req_alt_start) - 1, len(self.alt_claim),
-            self.n_dev, self.n_values, self.n_classes, self.n_counters, self.n_cap,
-            self.node.n_pools, *offsets])
+            len(fields["claim_req_start"]) - 1, len(fields["req_alt_start"]) - 1,
+            len(self.alts), self.n_dev, self.n_values, self.n_classes, self.n_counters,
+            self.n_cap, self.node.n_pools, *offsets])
         return packed, header
 
     def state(self, allocated: model.AllocatedState) -> array.array[int] | None:
