@@ -179,7 +179,10 @@ Category = Literal["capacity", "configuration", "coordination"]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class GangResult:
-    """`fits`: `placements` holds every placed pod. `no-fit`: `reasons` says why, and
+    """`fits`: `placements` holds every placed pod, in the order its devices were found:
+    each pod's devices assume the pods before it hold theirs, so the allocation holds
+    when the pods are bound in this order (another order may lead kube-scheduler to other
+    devices). `no-fit`: `reasons` says why, and
     `category` is `configuration` when some pod set fits no node at all even alone, else
     `capacity`. `undecided`: the allocator's work budget ran out somewhere."""
 
@@ -749,9 +752,7 @@ def place(gang: Gang, snapshot: Snapshot, *, memo: Memo | None = None,
                 continue
             other = _attempt(gang, order, snapshot, memo, engine, budget)
             if not other.failed:
-                rank = {ps.name: i for i, ps in enumerate(gang.pod_sets)}
-                other.placements.sort(key=lambda p: (rank[p.pod_set], p.index))
-                attempt = other
+                attempt = other  # placements stay in the order their devices were found
                 break
     search = attempt.search
     stats = Stats(time.perf_counter() - started, len(snapshot.entries), snapshot.devices,
