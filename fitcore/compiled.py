@@ -170,7 +170,8 @@ class NodeArrays:
 
 
 class Problem:
-    """The flattened problem; attributes are the arrays `_alloc.search` reads.
+    """The flattened problem: `packed` and `header` are what `_alloc.Compiled` binds,
+    `state()` gives the per-call array `_alloc.search` takes with it.
 
     Compiled from a `reference.prepare` of the claims. Unless `baked`, that prepare saw an
     empty allocated state and the problem holds for any state `state()` accepts;
