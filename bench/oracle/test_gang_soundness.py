@@ -26,9 +26,7 @@ import pytest
 
 from bench.oracle import oracle as oracle_client
 from fitcore import api, gang, plan, workload
-from tests.gang import builders as gb
-from tests.gang.test_fuzz import scenario
-from tests.gang.test_plan import provisioned
+from tests.gang.test_fuzz import provision, scenario
 
 CASES = int(os.environ.get("FITGATE_SOUNDNESS_CASES", "1000"))
 ENGINE = "c" if api.compiled_available() else "py"
@@ -75,15 +73,7 @@ def placements_of(seed: int) -> tuple[list[dict[str, Any]], tuple[gang.Placement
         return objects, result.placements
     if result.verdict != "needs-capacity" or result.plan is None:
         return None
-    shapes = {s["metadata"]["name"]: s for s in objects if s["kind"] == "NodeShape"}
-    for i, group in enumerate(result.plan.shapes):
-        names = [f"real-{group.shape}-{i}-{k}" for k in range(group.count)]
-        batch = provisioned(shapes[group.shape], names, rack=group.domain or f"domain-{i}")
-        if group.domain is None:
-            for obj in batch:
-                if obj["kind"] == "Node":
-                    obj["metadata"]["labels"].pop(gb.RACK, None)
-        objects += batch
+    objects += provision(objects, result.plan)
     after = workload.load([(o, None) for o in objects])
     verified = plan.verify(after.gangs[0], gang.Snapshot(after.nodes, after.inventory,
                                                          after.used),

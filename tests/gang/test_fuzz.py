@@ -115,6 +115,22 @@ def scenario(seed: int) -> list[dict[str, Any]]:
     return objects
 
 
+def provision(objects: list[dict[str, Any]], p: plan.Plan) -> list[dict[str, Any]]:
+    """The Nodes and ResourceSlices of the nodes plan `p` asks for, made exactly as their
+    shapes (among `objects`) promise, under names of their own."""
+    shapes = {s["metadata"]["name"]: s for s in objects if s["kind"] == "NodeShape"}
+    new_objects: list[dict[str, Any]] = []
+    for i, group in enumerate(p.shapes):
+        names = [f"real-{group.shape}-{i}-{k}" for k in range(group.count)]
+        batch = provisioned(shapes[group.shape], names, rack=group.domain or f"real-domain-{i}")
+        if group.domain is None:  # no topology on the shape: no domain label either
+            for obj in batch:
+                if obj["kind"] == "Node":
+                    obj["metadata"]["labels"].pop(gb.RACK, None)
+        new_objects += batch
+    return new_objects
+
+
 def check(g: gang.Gang, snapshot: gang.Snapshot, used: dict[str, Any],
           placements: tuple[gang.Placement, ...]) -> None:
     shared = {pc.name for ps in g.pod_sets for pc in ps.claims if pc.shared}
@@ -166,18 +182,7 @@ def test_answers_hold_together(seed: int) -> None:
         return
     assert result.plan is not None
     # Provision exactly what the plan asks for, under other names, and verify.
-    shapes_by_name = {s["metadata"]["name"]: s for s in objects if s["kind"] == "NodeShape"}
-    new_objects: list[dict[str, Any]] = []
-    for i, group in enumerate(result.plan.shapes):
-        names = [f"real-{group.shape}-{i}-{k}" for k in range(group.count)]
-        batch = provisioned(shapes_by_name[group.shape], names,
-                            rack=group.domain or f"real-domain-{i}")
-        if group.domain is None:  # no topology on the shape: no domain label either
-            for obj in batch:
-                if obj["kind"] == "Node":
-                    obj["metadata"]["labels"].pop(gb.RACK, None)
-        new_objects += batch
-    after = workload.load([(o, None) for o in [*objects, *new_objects]])
+    after = workload.load([(o, None) for o in [*objects, *provision(objects, result.plan)]])
     after_snapshot = gang.Snapshot(after.nodes, after.inventory, after.used)
     verified = plan.verify(after.gangs[0], after_snapshot, result.plan, after.shapes,
                            engine=ENGINE)
