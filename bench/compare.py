@@ -49,8 +49,7 @@ from fitcore import (
 )
 from tests.fitcore import builders as b
 
-G, N = b.GPU, b.NIC
-ROOT = "resource.kubernetes.io/pcieRoot"
+G, ROOT = per_node.G, per_node.ROOT
 TIMEOUT_MS = 5_000
 
 
