@@ -1,0 +1,45 @@
+"""Every kind fitgate reads or writes, by the API version fitgate speaks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    kind: str
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+NODE = Kind("Node", "", "v1", "nodes", False)
+POD = Kind("Pod", "", "v1", "pods", True)
+POD_TEMPLATE = Kind("PodTemplate", "", "v1", "podtemplates", True)
+EVENT = Kind("Event", "events.k8s.io", "v1", "events", True)
+LEASE = Kind("Lease", "coordination.k8s.io", "v1", "leases", True)
+JOB = Kind("Job", "batch", "v1", "jobs", True)
+RESOURCE_SLICE = Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False)
+RESOURCE_CLAIM = Kind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True)
+RESOURCE_CLAIM_TEMPLATE = Kind("ResourceClaimTemplate", "resource.k8s.io", "v1",
+                               "resourceclaimtemplates", True)
+DEVICE_CLASS = Kind("DeviceClass", "resource.k8s.io", "v1", "deviceclasses", False)
+WORKLOAD = Kind("Workload", "kueue.x-k8s.io", "v1beta2", "workloads", True)
+ADMISSION_CHECK = Kind("AdmissionCheck", "kueue.x-k8s.io", "v1beta2", "admissionchecks", False)
+CLUSTER_QUEUE = Kind("ClusterQueue", "kueue.x-k8s.io", "v1beta2", "clusterqueues", False)
+LOCAL_QUEUE = Kind("LocalQueue", "kueue.x-k8s.io", "v1beta2", "localqueues", True)
+RESOURCE_FLAVOR = Kind("ResourceFlavor", "kueue.x-k8s.io", "v1beta2", "resourceflavors", False)
+PROVISIONING_REQUEST = Kind("ProvisioningRequest", "autoscaling.x-k8s.io", "v1",
+                            "provisioningrequests", True)
+NODE_SHAPE = Kind("NodeShape", "fitgate.io", "v1alpha1", "nodeshapes", False)
+FIT_POLICY = Kind("FitPolicy", "fitgate.io", "v1alpha1", "fitpolicies", False)
+
+ALL = (NODE, POD, POD_TEMPLATE, EVENT, LEASE, JOB, RESOURCE_SLICE, RESOURCE_CLAIM,
+       RESOURCE_CLAIM_TEMPLATE, DEVICE_CLASS, WORKLOAD, ADMISSION_CHECK, CLUSTER_QUEUE,
+       LOCAL_QUEUE, RESOURCE_FLAVOR, PROVISIONING_REQUEST, NODE_SHAPE, FIT_POLICY)
+BY_NAME = {k.kind: k for k in ALL}
