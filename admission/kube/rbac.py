@@ -1,0 +1,50 @@
+"""The API calls fitgate makes, declared once.
+
+Every `Client` implementation refuses a call that is not declared here (`check`), so a unit
+test that reaches an undeclared verb fails, and the Helm chart's RBAC is tested against
+this table: the chart grants exactly these verbs on these resources, nothing more.
+Watch-backed caches need list and watch; `apply` is a patch to the API server.
+"""
+
+from __future__ import annotations
+
+from admission.kube import kinds
+
+Verb = str  # get, list, watch, create, patch, update, delete
+
+#: (kind, subresource or "") -> verbs
+PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
+    (kinds.NODE, ""): frozenset({"get", "list", "watch"}),
+    (kinds.POD, ""): frozenset({"get", "list", "watch", "patch"}),
+    (kinds.POD_TEMPLATE, ""): frozenset({"get", "list", "watch", "create", "delete"}),
+    (kinds.EVENT, ""): frozenset({"create", "patch"}),
+    (kinds.LEASE, ""): frozenset({"get", "create", "update", "patch"}),
+    (kinds.JOB, ""): frozenset({"get", "list", "watch", "patch"}),
+    (kinds.RESOURCE_SLICE, ""): frozenset({"get", "list", "watch"}),
+    (kinds.RESOURCE_CLAIM, ""): frozenset({"get", "list", "watch"}),
+    (kinds.RESOURCE_CLAIM_TEMPLATE, ""): frozenset({"get", "list", "watch"}),
+    (kinds.DEVICE_CLASS, ""): frozenset({"get", "list", "watch"}),
+    (kinds.WORKLOAD, ""): frozenset({"get", "list", "watch"}),
+    (kinds.WORKLOAD, "status"): frozenset({"patch"}),
+    (kinds.ADMISSION_CHECK, ""): frozenset({"get", "list", "watch"}),
+    (kinds.ADMISSION_CHECK, "status"): frozenset({"patch"}),
+    (kinds.CLUSTER_QUEUE, ""): frozenset({"get", "list", "watch"}),
+    (kinds.LOCAL_QUEUE, ""): frozenset({"get", "list", "watch"}),
+    (kinds.RESOURCE_FLAVOR, ""): frozenset({"get", "list", "watch"}),
+    (kinds.PROVISIONING_REQUEST, ""): frozenset({"get", "list", "watch", "create", "delete"}),
+    (kinds.NODE_SHAPE, ""): frozenset({"get", "list", "watch"}),
+    (kinds.NODE_SHAPE, "status"): frozenset({"patch"}),
+    (kinds.FIT_POLICY, ""): frozenset({"get", "list", "watch"}),
+}
+
+
+class Undeclared(Exception):
+    """Code called the API in a way `PERMISSIONS` does not declare (and RBAC would refuse)."""
+
+
+def check(kind: kinds.Kind, verb: Verb, subresource: str | None = None) -> None:
+    allowed = PERMISSIONS.get((kind, subresource or ""), frozenset())
+    if verb not in allowed:
+        target = kind.plural + (f"/{subresource}" if subresource else "")
+        raise Undeclared(f"{verb} {kind.group or 'core'}/{target} is not declared in "
+                         "admission/kube/rbac.py (and the chart's RBAC would refuse it)")
