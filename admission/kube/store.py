@@ -57,9 +57,9 @@ class Store:
         """Make the store hold exactly `items` (after a list), telling subscribers of each
         difference as ADDED, MODIFIED or DELETED, so nothing is lost or told twice."""
         fresh = {key_of(o): o for o in items}
-        for key, old in list(self._objects.items()):
+        for key, gone in list(self._objects.items()):
             if key not in fresh:
-                self.apply(client.WatchEvent("DELETED", old))
+                self.apply(client.WatchEvent("DELETED", gone))
         for key, obj in fresh.items():
             old = self._objects.get(key)
             if old is None:
