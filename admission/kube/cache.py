@@ -70,7 +70,10 @@ class Backoff:
 
     def delay(self, failures: int) -> float:
         d = min(self.ceiling, self.base * (2 ** max(0, failures - 1)))
-        return d * (1 + self.jitter * random.random())
+        return float(d * (1 + self.jitter * random.random()))
+
+
+_Store = store.Store  # (the name `store` is a method of Informers)
 
 
 def _retryable(exc: errors.ApiError) -> bool:
@@ -169,10 +172,10 @@ class Informers:
                           for s in specs}
         self._tasks: list[asyncio.Task[None]] = []
 
-    def store(self, kind: kinds.Kind) -> store.Store:
+    def store(self, kind: kinds.Kind) -> _Store:
         return self.informers[kind.kind].store
 
-    def stores(self) -> dict[str, store.Store]:
+    def stores(self) -> dict[str, _Store]:
         return {k: i.store for k, i in self.informers.items()}
 
     def start(self) -> None:
