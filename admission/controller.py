@@ -182,7 +182,7 @@ class Queue:
                 task.add_done_callback(self._inflight.discard)
                 continue
             self._wake.clear()
-            waits = [asyncio.create_task(self._wake.wait())]
+            waits: list[asyncio.Task[object]] = [asyncio.create_task(self._wake.wait())]
             if self._heap:
                 waits.append(asyncio.create_task(self.clock.sleep(self._heap[0][0] - now)))
             try:
