@@ -60,9 +60,14 @@ QUEUE_DEPTH = prometheus_client.Gauge(
 
 
 class Controller(Protocol):
-    name: str
-    leader_only: bool
-    watches: tuple[kinds.Kind, ...]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def leader_only(self) -> bool: ...
+
+    @property
+    def watches(self) -> tuple[kinds.Kind, ...]: ...
 
     def keys(self, kind: kinds.Kind, event: client.WatchEvent, before: client.Obj | None
              ) -> Iterable[str]: ...

@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from admission import clock as clock_
-from admission import controller
+from admission import controller, serve
 from admission.kube import client, kinds, store
 
 CONTROLLER_NAME = "fitgate.io/topology-fit"
@@ -116,3 +116,9 @@ class AdmissionCheckReconciler:
         log.info("admissioncheck.active", check=name, status=want["status"],
                  reason=want["reason"], message=want["message"])
         return None
+
+
+def component(ctx: serve.Context) -> serve.Component:
+    """For `admission.components`: the AdmissionCheck reconciler (leader only)."""
+    return serve.Component(controllers=[
+        AdmissionCheckReconciler(ctx.api, ctx.informers.store, clock=ctx.clock)])

@@ -92,7 +92,7 @@ class Informer:
         self.problem: str | None = None  # why it is not current (None: all is well)
         self.unserved = False
         self.lists = 0  # how many times it listed (1 + relists): for tests and metrics
-        self._backoff = backoff
+        self.backoff = backoff
         self._sleep = sleep
         self._rv = ""
         self._log = log.bind(kind=spec.kind.kind)
@@ -113,8 +113,8 @@ class Informer:
             except errors.ApiError as exc:
                 failures += 1
                 self._fail(exc)
-                await self._sleep(self._backoff.ceiling if self.unserved
-                                  else self._backoff.delay(failures))
+                await self._sleep(self.backoff.ceiling if self.unserved
+                                  else self.backoff.delay(failures))
 
     def _fail(self, exc: errors.ApiError) -> None:
         unserved = exc.status == 404
@@ -160,7 +160,7 @@ class Informer:
                 failures += 1
                 self.problem = f"watch of {self.spec.kind.plural} interrupted: {exc}"
                 self._log.info("informer.reconnect", error=str(exc), failures=failures)
-                await self._sleep(self._backoff.delay(failures))
+                await self._sleep(self.backoff.delay(failures))
 
 
 class Informers:
