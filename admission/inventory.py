@@ -68,6 +68,28 @@ def _label(kind: kinds.Kind, key: Key) -> str:
     return f"{kind.kind} {key[0]}/{key[1]}" if key[0] else f"{kind.kind} {key[1]}"
 
 
+Handler = Callable[[client.WatchEvent, "client.Obj | None"], None]
+
+
+def _node_fields(o: client.Obj) -> tuple[Any, ...]:
+    """What `fitcore.kube.node` reads (heartbeats change none of it)."""
+    meta, status = o.get("metadata") or {}, o.get("status") or {}
+    return (meta.get("labels"), o.get("spec"), status.get("allocatable"))
+
+
+def _pod_fields(o: client.Obj) -> tuple[Any, ...]:
+    """What `fitcore.workload.pod_usage` reads."""
+    return (o.get("spec"), (o.get("status") or {}).get("phase"))
+
+
+def _same(event: client.WatchEvent, before: client.Obj | None,
+          fields: Callable[[client.Obj], tuple[Any, ...]]) -> bool:
+    """A MODIFIED event that changed none of the fields the parser reads (the object was
+    parsed before, with the same outcome)."""
+    return (event.type == "MODIFIED" and before is not None
+            and fields(event.object) == fields(before))
+
+
 @dataclasses.dataclass
 class _Dirty:
     slices: bool = True
@@ -96,7 +118,7 @@ class ClusterInventory:
         self._slice_tuple: tuple[model.ResourceSlice, ...] = ()
         self._allocated = model.AllocatedState()
         self._snapshot: gang.Snapshot | None = None
-        handlers: dict[str, Callable[[client.WatchEvent], None]] = {
+        handlers: dict[str, Handler] = {
             kinds.NODE.kind: self._on_node, kinds.RESOURCE_SLICE.kind: self._on_slice,
             kinds.DEVICE_CLASS.kind: self._on_class,
             kinds.RESOURCE_CLAIM.kind: self._on_claim, kinds.POD.kind: self._on_pod,
@@ -106,16 +128,16 @@ class ClusterInventory:
             s = store_of(kind)
             handler = handlers[kind.kind]
             for obj in s.list():
-                handler(client.WatchEvent("ADDED", obj))
+                handler(client.WatchEvent("ADDED", obj), None)
             s.subscribe(self._timed(handler))
 
     # ------------------------------------------------------------------ events
 
     @staticmethod
-    def _timed(handler: Callable[[client.WatchEvent], None]) -> store.Subscriber:
+    def _timed(handler: Handler) -> store.Subscriber:
         def on_event(event: client.WatchEvent, before: client.Obj | None) -> None:
             started = time.perf_counter()
-            handler(event)
+            handler(event, before)
             EVENT_SECONDS.observe(time.perf_counter() - started)
         return on_event
 
@@ -140,24 +162,26 @@ class ClusterInventory:
         self._dirty.snapshot = True
         self.generation += 1
 
-    def _on_node(self, event: client.WatchEvent) -> None:
+    def _on_node(self, event: client.WatchEvent, before: client.Obj | None) -> None:
+        if _same(event, before, _node_fields):  # a heartbeat: nothing fitcore reads
+            return
         (_, name), parsed, gone = self._parse(kinds.NODE, event, kube.node)
         if self._put(self._nodes, name, parsed, gone):
             self._changed()
 
-    def _on_slice(self, event: client.WatchEvent) -> None:
+    def _on_slice(self, event: client.WatchEvent, before: client.Obj | None) -> None:
         (_, name), parsed, gone = self._parse(kinds.RESOURCE_SLICE, event, kube.resource_slice)
         if self._put(self._slices, name, parsed, gone):
             self._dirty.slices = True
             self._changed()
 
-    def _on_class(self, event: client.WatchEvent) -> None:
+    def _on_class(self, event: client.WatchEvent, before: client.Obj | None) -> None:
         (_, name), parsed, gone = self._parse(kinds.DEVICE_CLASS, event, kube.device_class)
         if self._put(self._classes, name, parsed, gone):
             self._dirty.slices = True  # the Inventory object is rebuilt with its classes
             self._changed()
 
-    def _on_claim(self, event: client.WatchEvent) -> None:
+    def _on_claim(self, event: client.WatchEvent, before: client.Obj | None) -> None:
         key, parsed, gone = self._parse(kinds.RESOURCE_CLAIM, event,
                                         lambda o: tuple(kube.allocated_devices(o)))
         self._ref(self._refs.claims, event, key)
@@ -165,10 +189,12 @@ class ClusterInventory:
             self._dirty.claims = True
             self._changed()
 
-    def _on_template(self, event: client.WatchEvent) -> None:
+    def _on_template(self, event: client.WatchEvent, before: client.Obj | None) -> None:
         self._ref(self._refs.templates, event, _key(event.object))
 
-    def _on_pod(self, event: client.WatchEvent) -> None:
+    def _on_pod(self, event: client.WatchEvent, before: client.Obj | None) -> None:
+        if _same(event, before, _pod_fields):  # a status update: same node, phase, spec
+            return
         key, parsed, gone = self._parse(kinds.POD, event, workload.pod_usage)
         old = self._pods.get(key)
         new = None if gone else parsed
@@ -182,7 +208,7 @@ class ClusterInventory:
             self._add_usage(new[0], new[1], 1)
         self._changed()
 
-    def _on_shape(self, event: client.WatchEvent) -> None:
+    def _on_shape(self, event: client.WatchEvent, before: client.Obj | None) -> None:
         (_, name), parsed, gone = self._parse(kinds.NODE_SHAPE, event, workload.node_shape)
         if self._put(self._shapes, name, parsed, gone):
             self.generation += 1
