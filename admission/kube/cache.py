@@ -48,14 +48,16 @@ class Spec:
     optional: bool = False  # not served: reported, but readiness does not wait for it
 
 
-#: The kinds `fitgate serve` caches. ProvisioningRequests and FitPolicies are optional: a
-#: cluster without the autoscaler's or fitgate's policy CRD still runs the rest.
+#: The kinds `fitgate serve` caches. ProvisioningRequests, NodeShapes and FitPolicies are
+#: optional: a cluster without the autoscaler's CRD, or without fitgate's own CRDs (no
+#: shapes: decisions on existing nodes only; no policies), still runs the rest.
 SERVE = (
     Spec(kinds.NODE), Spec(kinds.POD), Spec(kinds.RESOURCE_SLICE), Spec(kinds.RESOURCE_CLAIM),
     Spec(kinds.RESOURCE_CLAIM_TEMPLATE), Spec(kinds.DEVICE_CLASS), Spec(kinds.WORKLOAD),
     Spec(kinds.ADMISSION_CHECK), Spec(kinds.CLUSTER_QUEUE), Spec(kinds.LOCAL_QUEUE),
     Spec(kinds.RESOURCE_FLAVOR), Spec(kinds.PROVISIONING_REQUEST, optional=True),
-    Spec(kinds.POD_TEMPLATE, label_selector=POD_TEMPLATE_SELECTOR), Spec(kinds.NODE_SHAPE),
+    Spec(kinds.POD_TEMPLATE, label_selector=POD_TEMPLATE_SELECTOR),
+    Spec(kinds.NODE_SHAPE, optional=True),
     Spec(kinds.FIT_POLICY, optional=True), Spec(kinds.JOB),
 )
 
