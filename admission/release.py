@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -221,7 +221,17 @@ def key_of(pod: Mapping[str, Any]) -> store.Key | None:
 
 
 class ReleaseController:
-    """Reconciles (namespace, workload uid): writes `decide`'s actions to the pods."""
+    """Reconciles `namespace/<workload uid>`: writes `decide`'s actions to the pods."""
+
+    # The controller runtime's interface (admission.controller).
+    name = "release"
+    leader_only = True
+    watches = (kinds.POD,)
+
+    def keys(self, kind: kinds.Kind, event: client.WatchEvent, before: client.Obj | None
+             ) -> Iterable[str]:
+        key = key_of(event.object)
+        return [f"{key[0]}/{key[1]}"] if key else []
 
     def __init__(self, api: client.Client, pods: store.Store) -> None:
         self.api = api
@@ -238,8 +248,8 @@ class ReleaseController:
             log.warning("unreadable placements; releasing unpinned", uid=uid, error=str(exc))
             return None
 
-    async def reconcile(self, key: store.Key) -> float | None:
-        namespace, uid = key
+    async def reconcile(self, key: str) -> float | None:
+        namespace, _, uid = key.rpartition("/")
         pods = [p for p in self.pods.list(namespace) if workload_uid(p) == uid]
         if not any(_gate_index(p) is not None for p in pods):
             return None

@@ -37,7 +37,8 @@ CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
 CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"
 
 # ---- labels and annotations on the ProvisioningRequests and PodTemplates fitgate creates
-MANAGED_LABEL = "fitgate.io/managed-by"  # value: "fitgate"
+#: value "fitgate"; `fitgate serve` caches only the PodTemplates carrying it.
+MANAGED_LABEL = "app.kubernetes.io/managed-by"
 WORKLOAD_UID_LABEL = "fitgate.io/workload-uid"
 WORKLOAD_NAME_LABEL = "fitgate.io/workload-name"  # the name, or a hashed cut when > 63
 CHECK_LABEL = "fitgate.io/check"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
+from admission import clock as clock_
 from admission.check import constants as c
 from admission.check import predicates
 from admission.kube import client, errors, kinds
@@ -16,7 +17,7 @@ class Recorder:
     """Writes an Event regarding an object; a failure to write one is logged by the
     caller's retry, never fatal to the decision."""
 
-    def __init__(self, api: client.Client, clock: Callable[[], datetime.datetime],
+    def __init__(self, api: client.Client, clock: clock_.Clock,
                  instance: str = "fitgate") -> None:
         self.api = api
         self.clock = clock
@@ -29,7 +30,7 @@ class Recorder:
             "apiVersion": kinds.EVENT.api_version, "kind": "Event",
             "metadata": {"generateName": f"{meta.get('name', 'fitgate')}.",
                          "namespace": meta.get("namespace") or "default"},
-            "eventTime": self.clock().astimezone(datetime.UTC).strftime(
+            "eventTime": self.clock.now().astimezone(datetime.UTC).strftime(
                 "%Y-%m-%dT%H:%M:%S.%fZ"),
             "reportingController": c.CONTROLLER_NAME,
             "reportingInstance": self.instance,

@@ -38,15 +38,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import structlog
 
-from admission import gangs, metrics, provisioning
+from admission import clock as clock_
+from admission import controller, gangs, metrics, provisioning, release, serve
 from admission.check import constants as c
 from admission.check import events, podsetupdates, predicates
 from admission.check.predicates import Verdict
@@ -66,10 +66,10 @@ VerifyResult = plan.VerifyResult
 class Inventory(Protocol):
     """The fitcore inventory the process keeps current (`admission.inventory`)."""
 
-    def plan(self, gang_: gang.Gang, shapes: Sequence[str] | None = None,
+    def plan(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
              node_filter: Any = None) -> PlanResult: ...
 
-    def verify(self, gang_: gang.Gang, plan_: Plan, node_filter: Any = None
+    def verify(self, gang_: gang.Gang, plan_: Plan, *, node_filter: Any = None
                ) -> VerifyResult: ...
 
 
@@ -111,13 +111,6 @@ class Stores:
             node_shapes=by_kind[kinds.NODE_SHAPE], claims=by_kind.get(kinds.RESOURCE_CLAIM))
 
 
-Clock = Callable[[], datetime.datetime]
-
-
-def system_clock() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
@@ -137,22 +130,53 @@ class NodeReadiness:
 
 class WorkloadReconciler:
     def __init__(self, api: client.Client, stores: Stores, inventory: Inventory, *,
-                 clock: Clock = system_clock, settings: Settings | None = None,
+                 clock: clock_.Clock | None = None, settings: Settings | None = None,
                  recorder: events.Recorder | None = None) -> None:
         self.api = api
         self.stores = stores
         self.inventory = inventory
-        self.clock = clock
+        self.clock = clock or clock_.SystemClock()
         self.settings = settings or Settings()
-        self.recorder = recorder or events.Recorder(api, clock)
+        self.recorder = recorder or events.Recorder(api, self.clock)
         self._finished: set[str] = set()  # uids whose placements were deleted
 
     # ------------------------------------------------------------------ pipeline
 
-    async def reconcile(self, key: store.Key) -> float | None:
+    # The controller runtime's interface (admission.controller).
+    name = "workload"
+    leader_only = True
+    watches = (kinds.WORKLOAD, kinds.ADMISSION_CHECK, kinds.PROVISIONING_REQUEST,
+               kinds.NODE, kinds.RESOURCE_SLICE)
+
+    def keys(self, kind: kinds.Kind, event: client.WatchEvent, before: client.Obj | None
+             ) -> Iterable[str]:
+        """The Workloads an event concerns."""
+        obj = event.object
+        if kind == kinds.WORKLOAD:
+            names = predicates.ours(self.stores.admission_checks.list())
+            if event.type == "DELETED" or predicates.entries(obj, names) or (
+                    before is not None and predicates.entries(before, names)):
+                return [controller.key_of(obj)]
+            return []
+        if kind == kinds.ADMISSION_CHECK:
+            if not predicates.ours([obj]):
+                return []
+            check = _meta(obj).get("name")
+            return [controller.key_of(wl) for wl in self.stores.workloads.list()
+                    if any(e.get("name") == check
+                           for e in (wl.get("status") or {}).get("admissionChecks") or [])]
+        if kind in (kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE):
+            key = workload_of_request(obj)
+            return [f"{key[0]}/{key[1]}"] if key else []
+        # A Node or ResourceSlice: the Workloads waiting for provisioned nodes.
+        return [f"{ns}/{name}" for ns, name in waiting_for_nodes(
+            self.stores.workloads, self.stores.provisioning_requests)]
+
+    async def reconcile(self, key: str) -> float | None:
         """Bring one Workload's fitgate checks up to date; returns seconds until the key
         should be looked at again (None: when something changes)."""
-        namespace, name = key
+        ns, name = controller.split(key)
+        namespace = ns or ""
         wl = self.stores.workloads.get(name, namespace)
         if wl is None:
             await self.sync_cleanup(namespace, name, keep_uid=None)
@@ -406,8 +430,8 @@ class WorkloadReconciler:
                           cond: Mapping[str, Any] | None) -> float | None:
         name = _meta(request)["name"]
         ready = self.readiness(request, planned)
-        since = predicates.parse_time((cond or {}).get("lastTransitionTime")) or self.clock()
-        waited = (self.clock() - since).total_seconds()
+        since = predicates.parse_time((cond or {}).get("lastTransitionTime")) or self.clock.now()
+        waited = (self.clock.now() - since).total_seconds()
         if not ready.complete and waited < self.settings.node_wait_seconds:
             text = (f"ProvisioningRequest {name} is provisioned; waiting for the new nodes: "
                     + "; ".join(ready.waiting))
@@ -472,7 +496,7 @@ class WorkloadReconciler:
         since = predicates.parse_time(cond.get("lastTransitionTime"))
         if since is None:
             return
-        seconds = max(0.0, (self.clock() - since).total_seconds())
+        seconds = max(0.0, (self.clock.now() - since).total_seconds())
         ready = ready or self.readiness(request, planned)
         for shape_name, nodes in ready.new_nodes.items():
             idle = [n for n in nodes if n not in used]
@@ -497,7 +521,7 @@ class WorkloadReconciler:
             patch = {"status": {"verification": {
                 "mismatchCount": (have if isinstance(have, int) else 0) + len(mine),
                 "lastMismatch": {
-                    "time": predicates.timestamp(self.clock()),
+                    "time": predicates.timestamp(self.clock.now()),
                     "workload": f"{meta.get('namespace')}/{meta.get('name')}",
                     "provisioningRequest": request,
                     "nodes": ready.new_nodes.get(shape_name, []),
@@ -524,7 +548,7 @@ class WorkloadReconciler:
         reserved = predicates.condition(wl, c.QUOTA_RESERVED)
         since = predicates.parse_time((reserved or {}).get("lastTransitionTime"))
         if since is not None:
-            metrics.QUOTA_TO_READY.observe(max(0.0, (self.clock() - since).total_seconds()))
+            metrics.QUOTA_TO_READY.observe(max(0.0, (self.clock.now() - since).total_seconds()))
         return wait
 
     async def sync_placements(self, wl: client.Obj, placements: Sequence[gang.Placement]
@@ -561,7 +585,7 @@ class WorkloadReconciler:
         if not predicates.may_write(wl, verdict.state):
             log.info("not writing while evicted or finished", state=verdict.state)
             return None
-        desired = predicates.desired_entry(entry, verdict, self.clock())
+        desired = predicates.desired_entry(entry, verdict, self.clock.now())
         if not predicates.changed(entry, desired):
             return None
         meta = _meta(wl)
@@ -675,4 +699,18 @@ def waiting_for_nodes(workloads: store.Store, requests: store.Store) -> list[sto
     return out
 
 
-Reconcile = Callable[[store.Key], Awaitable["float | None"]]
+Reconcile = Callable[[str], Awaitable["float | None"]]
+
+
+def component(ctx: serve.Context) -> serve.Component:
+    """For `admission.components`: the Workload reconciler and the pod release controller
+    (both leader only)."""
+    settings = Settings(node_wait_seconds=int(ctx.config.provisioning_wait))
+    stores = Stores.of({k: ctx.informers.store(k) for k in (
+        kinds.WORKLOAD, kinds.ADMISSION_CHECK, kinds.RESOURCE_FLAVOR,
+        kinds.RESOURCE_CLAIM_TEMPLATE, kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE,
+        kinds.NODE, kinds.RESOURCE_SLICE, kinds.NODE_SHAPE, kinds.RESOURCE_CLAIM)})
+    return serve.Component(controllers=[
+        WorkloadReconciler(ctx.api, stores, ctx.inventory, clock=ctx.clock,
+                           settings=settings),
+        release.ReleaseController(ctx.api, ctx.informers.store(kinds.POD))])

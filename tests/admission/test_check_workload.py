@@ -356,7 +356,7 @@ async def test_eviction_between_decision_and_write_fails_the_write(world: w.Worl
     wl["status"]["conditions"].append({"type": "Evicted", "status": "True", "reason": "x",
                                        "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"})
     world.api.seed(kinds.WORKLOAD, wl)
-    assert await r.reconcile(("default", "train")) == 1.0
+    assert await r.reconcile("default/train") == 1.0
     world.refresh()
     assert world.entry()["state"] == "Pending"
 
@@ -438,8 +438,8 @@ async def test_undecided_within_the_budget_is_a_message_not_a_hang(world: w.Worl
 
     world.seed(*w.base(), *w.node("n1"), w.admitted(w.workers(2)))
 
-    class Undecided(w.FitInventory):
-        def plan(self, gang_, shapes=None, node_filter=None):  # type: ignore[no-untyped-def]
+    class Undecided(w.Recorded):
+        def plan(self, gang_, *, shapes=None, node_filter=None):  # type: ignore[no-untyped-def]
             return plan.PlanResult("undecided", reasons=("work budget of 1 steps exceeded",))
 
     r = world.reconciler()
@@ -449,3 +449,38 @@ async def test_undecided_within_the_budget_is_a_message_not_a_hang(world: w.Worl
     assert e["state"] == "Retry"
     assert e["message"].startswith("configuration: fitgate could not decide within its work "
                                    "budget")
+
+
+# --------------------------------------------------- wiring into the runtime
+
+
+async def test_keys_map_events_to_the_workloads_they_concern(world: w.World) -> None:
+    from admission.kube import client
+
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)),
+               w.admitted(w.workers(2), name="other", checks=("someone-else",)))
+    r = world.reconciler()
+    await world.reconcile(r)
+    ev = client.WatchEvent
+    assert list(r.keys(kinds.WORKLOAD, ev("MODIFIED", world.workload()), None)) == [
+        "default/train"]
+    assert list(r.keys(kinds.WORKLOAD, ev("MODIFIED", world.workload("other")), None)) == []
+    assert list(r.keys(kinds.WORKLOAD, ev("DELETED", world.workload("other")), None)) == [
+        "default/other"]
+    (pr,) = world.requests()
+    assert list(r.keys(kinds.PROVISIONING_REQUEST, ev("MODIFIED", pr), None)) == [
+        "default/train"]
+    node = w.node("h100-a", created=w.NEW, shape="h100")[0]
+    assert list(r.keys(kinds.NODE, ev("ADDED", node), None)) == []
+    world.set_request_condition("train-fitgate-1", c.PROVISIONED)
+    assert list(r.keys(kinds.NODE, ev("ADDED", node), None)) == ["default/train"]
+    assert list(r.keys(kinds.ADMISSION_CHECK, ev("MODIFIED", w.admission_check()), None)) \
+        == ["default/train"]
+
+
+def test_serve_runs_the_workload_and_release_controllers() -> None:
+    from admission import components, config, serve
+
+    svc = serve.Service(config.Config(leader_election=False), w.fake.FakeClient(),
+                        factories=components.factories())
+    assert {"workload", "release", "admissioncheck"} <= set(svc.runtime.queues)

@@ -155,7 +155,7 @@ async def test_controller_releases_a_node_in_fitcores_order_as_pods_bind() -> No
     for _ in range(6):  # the scheduler binds whatever is released, one round at a time
         pods.replace(api.objects(kinds.POD))
         assert release.key_of(pods.list()[0]) == ("default", UID)
-        await ctl.reconcile(("default", UID))
+        await ctl.reconcile(f"default/{UID}")
         for p in api.objects(kinds.POD):
             name = p["metadata"]["name"]
             if name in ungated() and not p["spec"].get("nodeName"):

@@ -1,50 +1,59 @@
 """A small world for check tests: the FakeClient, stores refreshed from it (as watches
-would), a fake clock, and a fitcore inventory over the stores (what
-`admission.inventory.ClusterInventory` does in the process, rebuilt per call here)."""
+would), a fake clock, and the process's `admission.inventory.ClusterInventory`, kept
+current by the stores' events."""
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from admission import inventory
 from admission.check import constants as c
 from admission.check import workload as wlr
 from admission.kube import fake, kinds, store
-from fitcore import gang, plan, workload
+from fitcore import gang, plan
 from tests.gang import builders as gb
 
 EPOCH = datetime.datetime(2026, 1, 1, 0, 0, 30, tzinfo=datetime.UTC)
 OLD = "2025-12-01T00:00:00Z"  # nodes that were there before any request
 NEW = "2026-01-01T00:05:00Z"  # nodes the autoscaler added (requests are created at 00:00)
 SHAPE_LABEL = "node.example.com/shape"
-_INVENTORY_KINDS = (kinds.DEVICE_CLASS, kinds.NODE, kinds.RESOURCE_SLICE,
-                    kinds.RESOURCE_CLAIM, kinds.POD, kinds.NODE_SHAPE)
 
 
-class FitInventory:
-    """plan/verify over the stores with today's fitcore."""
+class Recorded:
+    """The process's `inventory.ClusterInventory` over the world's stores, recording
+    which decisions were asked."""
 
     def __init__(self, stores: dict[kinds.Kind, store.Store]) -> None:
-        self.stores = stores
+        self.inner = inventory.ClusterInventory(lambda k: stores[k])
         self.calls: list[str] = []
 
-    def _bundle(self) -> workload.Bundle:
-        docs = [(o, None) for k in _INVENTORY_KINDS for o in self.stores[k].list()]
-        return workload.load(docs)
-
-    def plan(self, gang_: gang.Gang, shapes: Sequence[str] | None = None,
+    def plan(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
              node_filter: Any = None) -> plan.PlanResult:
         self.calls.append("plan")
-        b = self._bundle()
-        return plan.plan(gang_, gang.Snapshot(b.nodes, b.inventory, b.used), b.shapes)
+        return self.inner.plan(gang_, shapes=shapes, node_filter=node_filter)
 
-    def verify(self, gang_: gang.Gang, plan_: plan.Plan, node_filter: Any = None
+    def verify(self, gang_: gang.Gang, plan_: plan.Plan, *, node_filter: Any = None
                ) -> plan.VerifyResult:
         self.calls.append("verify")
-        b = self._bundle()
-        return plan.verify(gang_, gang.Snapshot(b.nodes, b.inventory, b.used), plan_,
-                           b.shapes)
+        return self.inner.verify(gang_, plan_, node_filter=node_filter)
+
+
+class Clock:
+    """Wall time the test sets (`world.now = ...`)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def now(self) -> datetime.datetime:
+        return self.world.now
+
+    def monotonic(self) -> float:
+        return (self.world.now - EPOCH).total_seconds()
+
+    async def sleep(self, seconds: float) -> None:
+        raise AssertionError("the reconciler never sleeps: it returns a requeue")
 
 
 class World:
@@ -52,10 +61,8 @@ class World:
         self.api = fake.FakeClient()
         self.stores = {k: store.Store(k) for k in kinds.ALL}
         self.now = EPOCH
-        self.inventory = FitInventory(self.stores)
-
-    def clock(self) -> datetime.datetime:
-        return self.now
+        self.inventory = Recorded(self.stores)
+        self.clock = Clock(self)
 
     def advance(self, seconds: float) -> None:
         self.now += datetime.timedelta(seconds=seconds)
@@ -76,7 +83,7 @@ class World:
     async def reconcile(self, r: wlr.WorkloadReconciler | None = None, name: str = "train",
                         namespace: str = "default") -> float | None:
         self.refresh()
-        wait = await (r or self.reconciler()).reconcile((namespace, name))
+        wait = await (r or self.reconciler()).reconcile(f"{namespace}/{name}")
         self.refresh()
         return wait
 
