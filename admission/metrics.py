@@ -9,8 +9,9 @@ The HTTP endpoint that serves the default registry is `fitgate serve`'s.
   coordination or none).
 - `fitgate_quota_to_ready_seconds`: from the Workload's QuotaReserved transition to fitgate
   marking its check Ready.
-- `fitgate_provisioning_requests_total{outcome}`: requests created, provisioned, failed,
-  booking-expired, capacity-revoked, verified (the new nodes fit), misfit, deleted.
+- `fitgate_provisioning_requests_total{outcome}`: requests created; verified (the new
+  nodes fit), misfit or undecided after provisioning; failed, booking-expired,
+  capacity-revoked; deleted.
 - `fitgate_verification_mismatches_total{shape}`: differences found between a new node and
   what its shape promised.
 - `fitgate_unused_node_seconds_total{shape}`: node-seconds provisioned for a gang and not

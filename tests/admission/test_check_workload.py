@@ -28,6 +28,8 @@ def metric(name: str, **labels: str) -> float:
 async def test_fits_existing_nodes_is_ready_with_pins_and_no_request(world: w.World) -> None:
     world.seed(*w.base(), *w.node("n1"), w.admitted())
     before = metric("fitgate_decisions_total", verdict="Ready", category="none")
+    waited = metric("fitgate_quota_to_ready_seconds_count")
+    planned = metric("fitgate_decision_seconds_count", operation="plan")
     assert await world.reconcile() is None
     e = world.entry()
     assert e["state"] == "Ready"
@@ -46,6 +48,8 @@ async def test_fits_existing_nodes_is_ready_with_pins_and_no_request(world: w.Wo
         {"podSet": "workers", "index": 1, "node": "n1"}]
     assert cm["metadata"]["ownerReferences"][0]["uid"] == uid
     assert metric("fitgate_decisions_total", verdict="Ready", category="none") == before + 1
+    assert metric("fitgate_quota_to_ready_seconds_count") == waited + 1
+    assert metric("fitgate_decision_seconds_count", operation="plan") == planned + 1
     # Our entry only, as fitgate's field manager, on the status subresource.
     call = world.api.verbs("patch", kinds.WORKLOAD)[-1]
     assert call.subresource == "status"
