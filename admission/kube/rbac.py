@@ -15,6 +15,8 @@ Verb = str  # get, list, watch, create, patch, update, delete
 #: (kind, subresource or "") -> verbs
 PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.NODE, ""): frozenset({"get", "list", "watch"}),
+    # FitPolicy subjects select namespaces by label (webhook, gate).
+    (kinds.NAMESPACE, ""): frozenset({"get", "list", "watch"}),
     (kinds.POD, ""): frozenset({"get", "list", "watch", "patch"}),
     (kinds.POD_TEMPLATE, ""): frozenset({"get", "list", "watch", "create", "delete"}),
     (kinds.EVENT, ""): frozenset({"create", "patch"}),
