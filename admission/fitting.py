@@ -22,10 +22,12 @@ and ResourceClaims of its namespace.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from admission import policy
 from admission.kube import client, kinds, store
 from fitcore import errors, gang, kube, model, plan, shapes, values, workload
 
@@ -190,6 +192,40 @@ class StoreEngine:
             offered = [s for name, s in sorted(self._shapes.items())
                        if shapes is None or name in shapes]
             return plan.plan(gang_, snap, offered)
+
+
+# ----------------------------------------------------------------------- verdicts
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What the validating hook concluded about a gang."""
+
+    refuse: bool  # the gang can never fit as configured
+    violation: bool  # ... but would fit without its FitPolicy
+    messages: tuple[str, ...] = ()
+    result: plan.PlanResult | None = None
+
+
+def decide(engine: Engine, gang_: Any, scope: policy.Scope) -> Verdict:
+    """Whether a gang can never fit as configured (runs in the engine's thread)."""
+    result = engine.plan(gang_, shapes=scope.shapes, node_filter=scope.node_filter)
+    if result.verdict != "unsatisfiable":
+        return Verdict(False, False, result=result)
+    if scope.restricted:
+        free = engine.plan(gang_)
+        if free.verdict in ("fits", "needs-capacity"):
+            return Verdict(True, True, (f"allowed to it: {scope.description}",
+                                        *reasons(result)), result)
+    if result.category == "configuration":
+        return Verdict(True, False, reasons(result), result)
+    return Verdict(False, False, result=result)
+
+
+def reasons(result: plan.PlanResult) -> tuple[str, ...]:
+    """fitcore's reasons, the ones naming a claim and what a node offers first."""
+    specific = [r for r in result.reasons if "ResourceClaim" in r or "offers" in r]
+    return (*specific, *(r for r in result.reasons if r not in specific))
 
 
 if TYPE_CHECKING:  # StoreEngine implements Engine (checked by mypy)

@@ -34,53 +34,26 @@ PLACEMENT_LABEL = "fitgate.io/placement"
 PLACEMENT_GATE = "fitgate.io/placement"
 
 
-@dataclasses.dataclass(frozen=True)
-class JobKind:
-    """A Kueue-managed job kind, by group/version/kind and its resource (plural)."""
-
-    group: str
-    version: str
-    kind: str
-    plural: str
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def as_kind(self) -> kinds.Kind:
-        """The registry's Kind when fitgate declares calls on it, else a namespaced Kind
-        built from this (an undeclared one: the client refuses calls on it)."""
-        have = kinds.BY_NAME.get(self.kind)
-        if have is not None and have.group == self.group:
-            return have
-        return kinds.Kind(self.kind, self.group, self.version, self.plural, True)
-
-    @classmethod
-    def parse(cls, text: str) -> JobKind:
-        """`group/version/Kind/plural`, `version/Kind/plural` for the core group."""
-        parts = text.split("/")
-        if len(parts) == 3:
-            parts = ["", *parts]
-        if len(parts) != 4 or not all(parts[1:]):
-            raise ValueError(f"job kind {text!r}: expected group/version/Kind/plural")
-        return cls(*parts)
+def job_kind(text: str) -> kinds.Kind:
+    """A job kind by `group/version/Kind` (`version/Kind` for the core group), among the
+    kinds fitgate declares API calls on (the gate must be able to patch what the webhook
+    gates)."""
+    parts = text.split("/")
+    if len(parts) == 2:
+        parts = ["", *parts]
+    if len(parts) != 3 or not all(parts[1:]):
+        raise ValueError(f"job kind {text!r}: expected group/version/Kind")
+    for k in kinds.JOB_KINDS:
+        if (k.group, k.version, k.kind) == tuple(parts):
+            return k
+    known = ", ".join(f"{k.api_version}/{k.kind}" for k in kinds.JOB_KINDS)
+    raise ValueError(f"job kind {text!r}: fitgate declares no API calls on it "
+                     f"(admission/kube/rbac.py); known: {known}")
 
 
-#: The job kinds Kueue integrates with whose Workloads fitgate gates by default.
-DEFAULT_JOB_KINDS: tuple[JobKind, ...] = (
-    JobKind("batch", "v1", "Job", "jobs"),
-    JobKind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
-    JobKind("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs"),
-    JobKind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
-    JobKind("kubeflow.org", "v1", "TFJob", "tfjobs"),
-    JobKind("kubeflow.org", "v1", "XGBoostJob", "xgboostjobs"),
-    JobKind("kubeflow.org", "v1", "PaddleJob", "paddlejobs"),
-    JobKind("kubeflow.org", "v1", "JAXJob", "jaxjobs"),
-    JobKind("kubeflow.org", "v2beta1", "MPIJob", "mpijobs"),
-    JobKind("ray.io", "v1", "RayJob", "rayjobs"),
-    JobKind("ray.io", "v1", "RayCluster", "rayclusters"),
-    JobKind("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"),
-)
+#: The Kueue job kinds whose Workloads fitgate gates (the webhook configuration's rules
+#: choose which of them the API server sends).
+DEFAULT_JOB_KINDS: tuple[kinds.Kind, ...] = kinds.JOB_KINDS
 
 
 # ------------------------------------------------------------------- the annotation
@@ -252,7 +225,8 @@ class Queues:
         return self.resolve(namespace, name) if name else None
 
 
-def owner(obj: Mapping[str, Any], job_kinds: Sequence[JobKind]) -> tuple[JobKind, str] | None:
+def owner(obj: Mapping[str, Any], job_kinds: Sequence[kinds.Kind]
+          ) -> tuple[kinds.Kind, str] | None:
     """The controlling owner of a Workload among the job kinds: (kind, name)."""
     meta = obj.get("metadata")
     refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None

@@ -22,6 +22,8 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.EVENT, ""): frozenset({"create", "patch"}),
     (kinds.LEASE, ""): frozenset({"get", "create", "update", "patch"}),
     (kinds.JOB, ""): frozenset({"get", "list", "watch", "patch"}),
+    # The gate removes its entry from the owning job's admission-gated-by annotation.
+    **{(k, ""): frozenset({"get", "patch"}) for k in kinds.JOB_KINDS if k is not kinds.JOB},
     (kinds.RESOURCE_SLICE, ""): frozenset({"get", "list", "watch"}),
     (kinds.RESOURCE_CLAIM, ""): frozenset({"get", "list", "watch"}),
     (kinds.RESOURCE_CLAIM_TEMPLATE, ""): frozenset({"get", "list", "watch"}),

@@ -41,7 +41,6 @@ import structlog
 from admission import fitting, gating, policy
 from admission.kube import kinds, store
 from admission.webhook import models
-from fitcore import plan
 
 log = structlog.get_logger("fitgate.webhook")
 Hook = Literal["mutate-jobs", "validate-jobs", "mutate-pods"]
@@ -53,23 +52,13 @@ _MAX_WARNING_CHARS = 480
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    job_kinds: tuple[gating.JobKind, ...] = gating.DEFAULT_JOB_KINDS
+    job_kinds: tuple[kinds.Kind, ...] = gating.DEFAULT_JOB_KINDS
     gate: str = gating.GATE
     controller: str = gating.CONTROLLER_NAME
     #: Seconds one review may take; keep it below the webhook's timeoutSeconds.
     budget_seconds: float = 2.0
     #: Decisions remembered (per namespace, job spec, scope and cluster state).
     cache_size: int = 4096
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    """What the validating hook concluded about a gang."""
-
-    refuse: bool  # the gang can never fit as configured
-    violation: bool  # ... but would fit without its FitPolicy
-    messages: tuple[str, ...] = ()
-    result: plan.PlanResult | None = None
 
 
 class Hooks:
@@ -97,9 +86,9 @@ class Hooks:
         for kind in (*fitting.INVENTORY_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE,
                      kinds.FIT_POLICY, kinds.NAMESPACE):
             self._store(kind).subscribe(self._changed)
-        self._cache: collections.OrderedDict[tuple[Any, ...], Verdict] = \
+        self._cache: collections.OrderedDict[tuple[Any, ...], fitting.Verdict] = \
             collections.OrderedDict()
-        self._inflight: dict[tuple[Any, ...], asyncio.Future[Verdict]] = {}
+        self._inflight: dict[tuple[Any, ...], asyncio.Future[fitting.Verdict]] = {}
 
     def _store(self, kind: kinds.Kind) -> store.Store:
         s = self.stores.get(kind)
@@ -142,7 +131,7 @@ class Hooks:
                     ms=round((time.perf_counter() - started) * 1e3, 3))
         return response
 
-    def _job_kind(self, request: models.AdmissionRequest) -> gating.JobKind | None:
+    def _job_kind(self, request: models.AdmissionRequest) -> kinds.Kind | None:
         return self._kinds.get((request.kind.group, request.kind.kind))
 
     def _queue(self, request: models.AdmissionRequest) -> gating.Queue | None:
@@ -215,7 +204,7 @@ class Hooks:
                             cluster_queue_labels=queue.cluster_queue_labels)
 
     async def _decide(self, gang_: Any, obj: Mapping[str, Any], scope: policy.Scope
-                      ) -> Verdict:
+                      ) -> fitting.Verdict:
         digest = hashlib.sha256(json.dumps(obj.get("spec"), sort_keys=True, default=str)
                                 .encode()).hexdigest()
         key = (gang_.namespace, obj.get("kind"), digest, scope.key, self._version)
@@ -227,12 +216,12 @@ class Hooks:
         if pending is None:
             loop = asyncio.get_running_loop()
             pending = asyncio.ensure_future(loop.run_in_executor(
-                self._executor, decide, self.engine, gang_, scope))
+                self._executor, fitting.decide, self.engine, gang_, scope))
             self._inflight[key] = pending
             pending.add_done_callback(lambda f: self._settle(key, f))
         return await asyncio.shield(pending)
 
-    def _settle(self, key: tuple[Any, ...], fut: asyncio.Future[Verdict]) -> None:
+    def _settle(self, key: tuple[Any, ...], fut: asyncio.Future[fitting.Verdict]) -> None:
         self._inflight.pop(key, None)
         if fut.cancelled() or fut.exception() is not None:
             return
@@ -248,27 +237,6 @@ def gating_name(obj: Mapping[str, Any]) -> str:
             if isinstance(meta.get(k), str) and meta[k]:
                 return str(meta[k])
     return "<unnamed>"
-
-
-def decide(engine: fitting.Engine, gang_: Any, scope: policy.Scope) -> Verdict:
-    """Whether a gang can never fit as configured (runs in the engine's thread)."""
-    result = engine.plan(gang_, shapes=scope.shapes, node_filter=scope.node_filter)
-    if result.verdict != "unsatisfiable":
-        return Verdict(False, False, result=result)
-    if scope.restricted:
-        free = engine.plan(gang_)
-        if free.verdict in ("fits", "needs-capacity"):
-            return Verdict(True, True, (f"allowed to it: {scope.description}",
-                                        *_reasons(result)), result)
-    if result.category == "configuration":
-        return Verdict(True, False, _reasons(result), result)
-    return Verdict(False, False, result=result)
-
-
-def _reasons(result: plan.PlanResult) -> tuple[str, ...]:
-    """fitcore's reasons, the ones naming a claim and what a node offers first."""
-    specific = [r for r in result.reasons if "ResourceClaim" in r or "offers" in r]
-    return (*specific, *(r for r in result.reasons if r not in specific))
 
 
 def _short(lines: Sequence[str]) -> list[str]:

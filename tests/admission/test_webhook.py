@@ -110,15 +110,17 @@ async def test_mutate_reads_v1beta1_cluster_queues_and_other_job_kinds() -> None
 
 
 async def test_job_kinds_are_configurable_by_gvk() -> None:
-    only_rayjob = review.Config(job_kinds=(gating.JobKind.parse("ray.io/v1/RayJob/rayjobs"),))
+    only_rayjob = review.Config(job_kinds=(gating.job_kind("ray.io/v1/RayJob"),))
     h = hooks(ab.queued("topo-fit"), config=only_rayjob)
     assert (await h.review("mutate-jobs", request(ab.job()))).patch == []
     ray = {"metadata": {"name": "r", "namespace": ab.NS, "labels": {gating.QUEUE_LABEL: "q"}}}
     response = await h.review("mutate-jobs", request(ray, group="ray.io", kind="RayJob",
                                                      resource="rayjobs"))
     assert response.patch != []
-    with pytest.raises(ValueError, match="group/version/Kind/plural"):
-        gating.JobKind.parse("RayJob")
+    with pytest.raises(ValueError, match="group/version/Kind"):
+        gating.job_kind("RayJob")
+    with pytest.raises(ValueError, match="declares no API calls"):
+        gating.job_kind("example.com/v1/MyJob")
 
 
 def test_remove_gate_patch_removes_only_ours() -> None:
