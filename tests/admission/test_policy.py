@@ -136,3 +136,110 @@ def test_a_policy_limiting_nodes_keeps_the_gang_off_the_others() -> None:
     result = engine.plan(gang_, node_filter=only_gpu_1.node_filter)
     assert result.verdict == "fits"
     assert {p.node for p in result.placements} == {"gpu-1"}
+
+
+# --------------------------------------------------------------------------- the CRDs
+
+import pathlib  # noqa: E402
+
+import yaml  # noqa: E402
+
+from fitcore import workload  # noqa: E402
+from tests.admission import crd  # noqa: E402
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "shapes"
+
+
+@pytest.mark.parametrize("name", ["nodeshapes.fitgate.io", "fitpolicies.fitgate.io"])
+def test_crds_serve_v1alpha1_cluster_scoped_with_status_and_printer_columns(name: str) -> None:
+    c = crd.load(name)
+    assert c["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert c["spec"]["group"] == "fitgate.io" and c["spec"]["scope"] == "Cluster"
+    [version] = c["spec"]["versions"]
+    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert version["subresources"] == {"status": {}}
+    columns = version["additionalPrinterColumns"]
+    assert len(columns) >= 3
+    for col in columns:
+        assert col["jsonPath"] == ".metadata.creationTimestamp" or crd.has_path(
+            crd.schema(c), col["jsonPath"]), col
+
+
+def _shapes() -> list[dict[str, Any]]:
+    return [d for p in sorted(EXAMPLES.glob("*.yaml")) for d in yaml.safe_load_all(
+        p.read_text()) if d]
+
+
+def test_the_example_node_shapes_are_valid_node_shapes() -> None:
+    s = crd.schema(crd.load("nodeshapes.fitgate.io"))
+    shapes = [*_shapes(), gb.shape("builder-made", max_nodes=4)]
+    assert len(shapes) >= 3
+    for obj in shapes:
+        assert crd.check(s, obj) == [], obj["metadata"]["name"]
+
+
+def test_a_node_shape_needs_no_pool_bookkeeping() -> None:
+    s = crd.schema(crd.load("nodeshapes.fitgate.io"))
+    for obj in _shapes():
+        written = yaml.safe_load(yaml.safe_dump(obj))
+        for sl in written["spec"]["resourceSlices"]:
+            sl["pool"] = {"name": sl["pool"]["name"]}  # no generation, no resourceSliceCount
+        assert crd.check(s, written) == []
+        stored = crd.defaulted(s, written)
+        assert stored["spec"]["resourceSlices"][0]["pool"] == {
+            "name": written["spec"]["resourceSlices"][0]["pool"]["name"], "generation": 0,
+            "resourceSliceCount": 1}
+        assert workload.node_shape(stored) == workload.node_shape(obj)
+    minimal = {"apiVersion": "fitgate.io/v1alpha1", "kind": "NodeShape",
+               "metadata": {"name": "a100"},
+               "spec": {"nodeLabels": {"pool": "a100"}, "allocatable": {"cpu": "32"},
+                        "resourceSlices": [{"driver": "gpu.example.com", "devices": [
+                            {"name": "gpu-0", "attributes": {"model": {"string": "A100"}}}]}]}}
+    assert crd.check(s, minimal) == []
+    parsed = workload.node_shape(crd.defaulted(s, minimal))
+    assert parsed.price == 0 and len(parsed.slices[0].devices) == 1
+
+
+def test_node_shape_schema_refuses_what_fitcore_refuses() -> None:
+    s = crd.schema(crd.load("nodeshapes.fitgate.io"))
+    bad = gb.shape("bad")
+    bad["spec"]["price"] = "-1"
+    bad["spec"]["topology"]["nodesPerDomain"] = 0
+    bad["spec"]["taints"] = [{"key": "k", "effect": "Sometimes"}]
+    bad["spec"]["nodeLabel"] = {"typo": "pruned"}
+    problems = crd.check(s, bad)
+    assert ".spec.nodeLabel: unknown field (pruned)" in problems
+    assert any(".spec.price" in p for p in problems)
+    assert any(".spec.topology.nodesPerDomain" in p for p in problems)
+    assert any(".spec.taints[0].effect" in p for p in problems)
+
+
+POLICY_EXAMPLE = """
+apiVersion: fitgate.io/v1alpha1
+kind: FitPolicy
+metadata: {name: team-a}
+spec:
+  subjects:
+    namespaces: [team-a]
+    namespaceSelector: {matchLabels: {tier: research}}
+    clusterQueueSelector:
+      matchExpressions: [{key: team, operator: In, values: [a]}]
+  nodes: {matchLabels: {pool: shared}}
+  nodeShapes: {names: [h100-rail], selector: {matchLabels: {tier: standard}}}
+  reserved: {nodes: {matchLabels: {pool: team-a}}, nodeShapes: [h100-reserved]}
+  enforcement: deny
+"""
+
+
+def test_fit_policy_schema_accepts_what_the_controller_reads() -> None:
+    s = crd.schema(crd.load("fitpolicies.fitgate.io"))
+    obj = yaml.safe_load(POLICY_EXAMPLE)
+    assert crd.check(s, obj) == []
+    parsed = policy.parse(obj)
+    assert parsed.enforcement == "deny" and parsed.reserved_shapes == {"h100-reserved"}
+    bare = crd.defaulted(s, {"metadata": {"name": "x"}, "spec": {}})
+    assert bare["spec"]["enforcement"] == "warn"
+    assert policy.parse(bare).subjects.everyone
+    wrong = yaml.safe_load(POLICY_EXAMPLE)
+    wrong["spec"]["enforcement"] = "block"
+    assert any("enforcement" in p for p in crd.check(s, wrong))
