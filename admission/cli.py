@@ -13,6 +13,7 @@ object and the field.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import pathlib
@@ -23,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from admission import config
 from fitcore import errors, gang, plan, workload
 
 EXIT_BAD_INPUT = 2
@@ -266,12 +268,33 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--workload", required=True, metavar="PATH",
                         help="one Workload or Job, with its ResourceClaimTemplates")
     verify.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    serve = sub.add_parser("serve", help="run the admission check controller (in a cluster, "
+                                          "or locally with a kubeconfig)")
+    serve.add_argument("--config", metavar="FILE", help="YAML file of configuration fields")
+    for field, info in config.Config.model_fields.items():
+        serve.add_argument(config.flag(field), dest=f"cfg_{field}", metavar="VALUE",
+                           help=f"{info.description or field.replace('_', ' ')} "
+                                f"(env {config.env_var(field)})")
     sub.add_parser("version", help="print the version")
     return parser
 
 
+def run_serve(args: argparse.Namespace) -> int:
+    from admission import serve
+
+    try:
+        cfg = config.load(args.config, flags={f: getattr(args, f"cfg_{f}")
+                                              for f in config.FIELDS})
+    except config.ConfigError as exc:
+        print(f"fitgate serve: bad configuration:\n{exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return asyncio.run(serve.serve(cfg))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return run_serve(args)
     if args.command == "version":
         try:
             version = metadata.version("fitgate")

@@ -52,3 +52,18 @@ def check(kind: kinds.Kind, verb: Verb, subresource: str | None = None) -> None:
         target = kind.plural + (f"/{subresource}" if subresource else "")
         raise Undeclared(f"{verb} {kind.group or 'core'}/{target} is not declared in "
                          "admission/kube/rbac.py (and the chart's RBAC would refuse it)")
+
+
+def cluster_role(name: str = "fitgate") -> dict[str, object]:
+    """The ClusterRole granting exactly `PERMISSIONS` (one rule per API group and
+    resource; subresources as `resource/subresource`), for the e2e ServiceAccount and for
+    comparing the Helm chart's RBAC against."""
+    rules = []
+    for (kind, sub), verbs in sorted(PERMISSIONS.items(),
+                                     key=lambda kv: (kv[0][0].group, kv[0][0].plural,
+                                                     kv[0][1])):
+        rules.append({"apiGroups": [kind.group],
+                      "resources": [kind.plural + (f"/{sub}" if sub else "")],
+                      "verbs": sorted(verbs)})
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name}, "rules": rules}

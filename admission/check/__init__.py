@@ -1,0 +1,2 @@
+"""The AdmissionCheck controllers: the Workload reconciler and the AdmissionCheck `Active`
+reconciler (`admissioncheck`)."""
