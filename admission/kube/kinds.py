@@ -22,6 +22,7 @@ NODE = Kind("Node", "", "v1", "nodes", False)
 NAMESPACE = Kind("Namespace", "", "v1", "namespaces", False)
 POD = Kind("Pod", "", "v1", "pods", True)
 POD_TEMPLATE = Kind("PodTemplate", "", "v1", "podtemplates", True)
+CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", True)
 EVENT = Kind("Event", "events.k8s.io", "v1", "events", True)
 LEASE = Kind("Lease", "coordination.k8s.io", "v1", "leases", True)
 JOB = Kind("Job", "batch", "v1", "jobs", True)
@@ -51,7 +52,8 @@ PROVISIONING_REQUEST = Kind("ProvisioningRequest", "autoscaling.x-k8s.io", "v1",
 NODE_SHAPE = Kind("NodeShape", "fitgate.io", "v1alpha1", "nodeshapes", False)
 FIT_POLICY = Kind("FitPolicy", "fitgate.io", "v1alpha1", "fitpolicies", False)
 
-ALL = (NODE, NAMESPACE, POD, POD_TEMPLATE, EVENT, LEASE, *JOB_KINDS, RESOURCE_SLICE,
-       RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, DEVICE_CLASS, WORKLOAD, ADMISSION_CHECK,
-       CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_FLAVOR, PROVISIONING_REQUEST, NODE_SHAPE, FIT_POLICY)
+ALL = (NODE, NAMESPACE, POD, POD_TEMPLATE, CONFIG_MAP, EVENT, LEASE, *JOB_KINDS,
+       RESOURCE_SLICE, RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, DEVICE_CLASS, WORKLOAD,
+       ADMISSION_CHECK, CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_FLAVOR, PROVISIONING_REQUEST,
+       NODE_SHAPE, FIT_POLICY)
 BY_NAME = {k.kind: k for k in ALL}

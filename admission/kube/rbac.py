@@ -19,6 +19,8 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.NAMESPACE, ""): frozenset({"get", "list", "watch"}),
     (kinds.POD, ""): frozenset({"get", "list", "watch", "patch"}),
     (kinds.POD_TEMPLATE, ""): frozenset({"get", "list", "watch", "create", "delete"}),
+    # The placements of an admitted gang (admission.release), one per Workload uid.
+    (kinds.CONFIG_MAP, ""): frozenset({"get", "create", "patch", "delete"}),
     (kinds.EVENT, ""): frozenset({"create", "patch"}),
     (kinds.LEASE, ""): frozenset({"get", "create", "update", "patch"}),
     (kinds.JOB, ""): frozenset({"get", "list", "watch", "patch"}),
