@@ -18,14 +18,13 @@ on the existing nodes or on new nodes of the NodeShapes, within what its FitPoli
   `fitgate.io/explanation` annotation (what `fitgate explain` reads) and records an Event
   on the Workload and on the job, both only when the verdict changed.
 
-Re-evaluation: `watch(enqueue)` subscribes to the stores; a Workload change enqueues that
-Workload, and a change of Nodes, ResourceSlices, DeviceClasses, NodeShapes or FitPolicies
-enqueues every Workload the gate holds. A gang held for capacity (every pod fits
-somewhere, but not all within the shapes' limits) is also re-checked after
-`capacity_recheck` seconds, since running work may finish.
-
-`reconcile(key)` has the controller runtime's signature: it returns seconds after which to
-look again, or None.
+It is a controller of the reconcile runtime (`admission.controller`): leader-only, keys
+`namespace/name` of Workloads. Re-evaluation: a Workload event yields that Workload when
+it is gated by us; a change of Nodes, ResourceSlices, DeviceClasses, NodeShapes,
+FitPolicies, Namespaces or ResourceClaimTemplates yields every Workload the gate holds. A
+gang held for capacity (every pod fits somewhere, but not all within the shapes' limits)
+is also re-checked after `capacity_recheck` seconds, since running work may finish.
+`reconcile(key)` returns seconds after which to look again, or None.
 """
 
 from __future__ import annotations
@@ -35,23 +34,19 @@ import concurrent.futures
 import dataclasses
 import datetime
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import structlog
 
-from admission import fitting, gating, policy
+from admission import clock as clock_
+from admission import controller, fitting, gating, policy
 from admission.kube import client, errors, kinds, store
 from fitcore import gang
 
 log = structlog.get_logger("fitgate.gate")
-Clock = Callable[[], datetime.datetime]
 _EVENT_NOTE_CHARS = 1024  # events.k8s.io/v1 note limit
 _MAX_REASONS = 20
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,12 +85,21 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
             == {k: v for k, v in b.items() if k != "evaluatedAt"})
 
 
+#: The stores whose changes may change a held gang's verdict.
+INVENTORY = (kinds.NODE, kinds.RESOURCE_SLICE, kinds.DEVICE_CLASS, kinds.NODE_SHAPE,
+             kinds.FIT_POLICY, kinds.NAMESPACE, kinds.RESOURCE_CLAIM_TEMPLATE)
+
+
 class GateController:
     """See the module docstring."""
 
+    name = "gate"
+    leader_only = True
+    watches: tuple[kinds.Kind, ...] = (kinds.WORKLOAD, *INVENTORY)
+
     def __init__(self, api: client.Client, stores: Mapping[kinds.Kind, store.Store],
                  engine: fitting.Engine, *, config: GateConfig | None = None,
-                 clock: Clock = _now) -> None:
+                 clock: clock_.Clock | None = None) -> None:
         self.api = api
         self.stores = dict(stores)
         for kind in (kinds.WORKLOAD, kinds.LOCAL_QUEUE, kinds.CLUSTER_QUEUE,
@@ -104,7 +108,7 @@ class GateController:
             self.stores.setdefault(kind, store.Store(kind))
         self.engine = engine
         self.config = config or GateConfig()
-        self.clock = clock
+        self.clock = clock or clock_.SystemClock()
         self.queues = gating.Queues(self.stores[kinds.LOCAL_QUEUE],
                                     self.stores[kinds.CLUSTER_QUEUE],
                                     self.stores[kinds.ADMISSION_CHECK],
@@ -112,37 +116,30 @@ class GateController:
         self.policies = policy.Policies(self.stores[kinds.FIT_POLICY])
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="fitgate-gate-engine")
-        self.held: set[store.Key] = set()
+        self.held: set[str] = set()  # keys of the Workloads the gate holds
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ triggers
 
-    def watch(self, enqueue: Callable[[store.Key], None]) -> None:
-        """Enqueue Workloads whose verdict may have changed (see the module docstring)."""
-        def on_workload(event: client.WatchEvent, _before: client.Obj | None) -> None:
-            key = store.key_of(event.object)
+    def keys(self, kind: kinds.Kind, event: client.WatchEvent, before: client.Obj | None
+             ) -> Iterable[str]:
+        """The Workloads whose verdict an event may change (see the module docstring)."""
+        if kind == kinds.WORKLOAD:
+            key = controller.key_of(event.object)
             if event.type == "DELETED":
                 self.held.discard(key)
             elif gating.gated_by_us(event.object, self.config.gate):
-                enqueue(key)
-
-        def on_inventory(_event: client.WatchEvent, _before: client.Obj | None) -> None:
-            for key in sorted(self.held):
-                enqueue(key)
-
-        self.stores[kinds.WORKLOAD].subscribe(on_workload)
-        for kind in (kinds.NODE, kinds.RESOURCE_SLICE, kinds.DEVICE_CLASS, kinds.NODE_SHAPE,
-                     kinds.FIT_POLICY, kinds.RESOURCE_CLAIM_TEMPLATE):
-            s = self.stores.get(kind)
-            if s is not None:
-                s.subscribe(on_inventory)
+                yield key
+            return
+        yield from sorted(self.held)
 
     # ----------------------------------------------------------------- reconcile
 
-    async def reconcile(self, key: store.Key) -> float | None:
-        namespace, name = key
+    async def reconcile(self, key: str) -> float | None:
+        ns, name = controller.split(key)
+        namespace = ns or ""
         wl = self.stores[kinds.WORKLOAD].get(name, namespace)
         if wl is None or not gating.gated_by_us(wl, self.config.gate):
             self.held.discard(key)
@@ -194,9 +191,9 @@ class GateController:
 
     # -------------------------------------------------------------------- writes
 
-    async def sync_ungate(self, key: store.Key, job_kind: kinds.Kind, job_name: str,
+    async def sync_ungate(self, key: str, job_kind: kinds.Kind, job_name: str,
                           wl: client.Obj, why: str | None) -> float | None:
-        namespace = key[0]
+        namespace, _ = controller.split(key)
         self.held.discard(key)
         try:
             job = await self.api.get(job_kind, job_name, namespace)
@@ -217,21 +214,22 @@ class GateController:
             if exc.status in (409, 422):  # the annotation changed under us: read again
                 return self.config.conflict_retry
             raise
-        log.info("ungated", workload=f"{namespace}/{key[1]}", job=job_name)
+        log.info("ungated", workload=key, job=job_name)
         await self._event(wl, kinds.WORKLOAD, "Normal", "GateCleared",
                           why or "fitgate: the gang can fit; removed fitgate.io/topology-fit "
                                  f"from {job_kind.kind} {job_name}")
         return None
 
-    async def sync_held(self, key: store.Key, job_kind: kinds.Kind, job_name: str,
+    async def sync_held(self, key: str, job_kind: kinds.Kind, job_name: str,
                         wl: client.Obj, verdict: fitting.Verdict, scope: policy.Scope
                         ) -> float | None:
-        namespace, name = key
+        ns, name = controller.split(key)
+        namespace = ns or ""
         self.held.add(key)
         result = verdict.result
         recheck = (self.config.capacity_recheck
                    if result is not None and result.category == "capacity" else None)
-        want = explanation(verdict, scope, name, self.clock())
+        want = explanation(verdict, scope, name, self.clock.now())
         try:
             job = await self.api.get(job_kind, job_name, namespace)
         except errors.NotFound:
@@ -264,7 +262,7 @@ class GateController:
                 "no node and no NodeShape can host it" if want["category"] == "configuration"
                 else "the whole gang does not fit within the NodeShapes' limits")
         note = f"fitgate holds this gang before quota: {lead}: " + "; ".join(want["reasons"])
-        log.info("held", workload=f"{namespace}/{name}", category=want["category"],
+        log.info("held", workload=key, category=want["category"],
                  violation=verdict.violation)
         await self._event(wl, kinds.WORKLOAD, "Warning", "GateHeld", note)
         await self._event(job, job_kind, "Warning", "GateHeld", note)
@@ -273,7 +271,7 @@ class GateController:
     async def _event(self, obj: client.Obj, kind: kinds.Kind, type_: str, reason: str,
                      note: str) -> None:
         meta = obj.get("metadata") or {}
-        now = self.clock()
+        now = self.clock.now()
         event = {
             "apiVersion": "events.k8s.io/v1", "kind": "Event",
             "metadata": {"generateName": f"{meta.get('name', 'fitgate')}.",

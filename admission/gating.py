@@ -19,19 +19,17 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from admission.check import constants
 from admission.kube import kinds, store
 
 #: The gate's name, and the AdmissionCheck controllerName fitgate serves.
 GATE = "fitgate.io/topology-fit"
-CONTROLLER_NAME = "fitgate.io/topology-fit"
+CONTROLLER_NAME = constants.CONTROLLER_NAME
 GATED_BY = "kueue.x-k8s.io/admission-gated-by"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
 #: On the owning Job: the gate's last verdict, JSON, read by `fitgate explain`.
 EXPLANATION = "fitgate.io/explanation"
-#: Pods with this label get the scheduling gate of the same name at CREATE.
-PLACEMENT_LABEL = "fitgate.io/placement"
-PLACEMENT_GATE = "fitgate.io/placement"
 
 
 def job_kind(text: str) -> kinds.Kind:
@@ -246,17 +244,3 @@ def owner(obj: Mapping[str, Any], job_kinds: Sequence[kinds.Kind]
         fallback = fallback or (jk, name)
     return fallback
 
-
-def placement_gate_patch(pod: Mapping[str, Any], gate: str = PLACEMENT_GATE
-                         ) -> list[dict[str, Any]]:
-    """JSONPatch operations that add the scheduling gate `gate` to a pod (none when it is
-    there). The release controller removes it when the gang's placement is ready."""
-    spec = pod.get("spec")
-    if not isinstance(spec, Mapping):
-        return []
-    have = spec.get("schedulingGates")
-    if not isinstance(have, list):
-        return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": gate}]}]
-    if any(isinstance(g, Mapping) and g.get("name") == gate for g in have):
-        return []
-    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": gate}}]

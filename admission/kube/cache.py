@@ -57,6 +57,8 @@ SERVE = (
     Spec(kinds.RESOURCE_FLAVOR), Spec(kinds.PROVISIONING_REQUEST, optional=True),
     Spec(kinds.POD_TEMPLATE, label_selector=POD_TEMPLATE_SELECTOR), Spec(kinds.NODE_SHAPE),
     Spec(kinds.FIT_POLICY, optional=True), Spec(kinds.JOB),
+    # FitPolicy subjects select namespaces by label (the webhook and the gate).
+    Spec(kinds.NAMESPACE),
 )
 
 

@@ -13,8 +13,9 @@ Three hooks:
   FitPolicy forbids), answer with warnings, or a denial when a FitPolicy for the
   namespace or ClusterQueue says `enforcement: deny`. The message names the pod set, the
   claim, the constraint and the most any node or shape offers (fitcore's reasons).
-- `mutate-pods` (CREATE of Pods labelled `fitgate.io/placement`): add the scheduling gate
-  of that name.
+- `mutate-pods` (CREATE of Pods): `release.gate_patch`, which adds the scheduling gate
+  `fitgate.io/placement` to the pods of an admitted gang (labelled by the check's
+  podSetUpdates) so the release controller binds them in fitcore's order.
 
 Availability first: the AdmissionCheck is the enforcement point. A request the engine
 cannot read, a store not yet filled, or a decision that takes longer than the budget (set
@@ -38,7 +39,7 @@ from typing import Any, Literal
 
 import structlog
 
-from admission import fitting, gating, policy
+from admission import fitting, gating, policy, release
 from admission.kube import kinds, store
 from admission.webhook import models
 
@@ -67,7 +68,7 @@ class Hooks:
     ResourceClaimTemplate, ResourceClaim and what the engine reads)."""
 
     def __init__(self, stores: Mapping[kinds.Kind, store.Store], engine: fitting.Engine, *,
-                 config: Config | None = None, pod_gate: PodGate = gating.placement_gate_patch,
+                 config: Config | None = None, pod_gate: PodGate = release.gate_patch,
                  ready: Callable[[], bool] = lambda: True) -> None:
         self.config = config or Config()
         self.stores = stores
@@ -158,7 +159,7 @@ class Hooks:
     async def mutate_pod(self, request: models.AdmissionRequest) -> models.AdmissionResponse:
         obj = request.object
         if (request.operation != "CREATE" or obj is None or request.kind.kind != "Pod"
-                or request.kind.group or gating.PLACEMENT_LABEL not in gating.labels_of(obj)):
+                or request.kind.group):
             return models.allow(request)
         return models.allow(request, patch=self.pod_gate(obj))
 

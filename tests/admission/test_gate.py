@@ -8,8 +8,8 @@ import datetime
 import json
 from typing import Any
 
-from admission import fitting, gate, gating
-from admission.kube import client, errors, fake, kinds, store
+from admission import clock, fitting, gate, gating
+from admission.kube import client, errors, fake, kinds
 from tests.admission import builders as ab
 from tests.gang import builders as gb
 
@@ -30,10 +30,17 @@ class World:
                                 gb.template("gpus", gpus=template_gpus, namespace=ab.NS),
                                 self.workload, *objects)
         self.gate = gate.GateController(self.api, self.stores,
-                                        fitting.StoreEngine(self.stores), clock=lambda: NOW)
-        self.key: store.Key = (ab.NS, self.workload["metadata"]["name"])
-        self.enqueued: list[store.Key] = []
-        self.gate.watch(self.enqueued.append)
+                                        fitting.StoreEngine(self.stores),
+                                        clock=clock.FakeClock(NOW))
+        self.key = f"{ab.NS}/{self.workload['metadata']['name']}"
+        self.enqueued: list[str] = []
+        for kind in self.gate.watches:  # as the reconcile runtime does
+            self.stores[kind].subscribe(self._offer(kind))
+
+    def _offer(self, kind: kinds.Kind) -> Any:
+        def on_event(event: client.WatchEvent, before: client.Obj | None) -> None:
+            self.enqueued.extend(self.gate.keys(kind, event, before))
+        return on_event
 
     def job_annotations(self) -> dict[str, str]:
         job = self.api.find(kinds.JOB, "train", ab.NS)

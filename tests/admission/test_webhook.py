@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from admission import fitting, gating
+from admission.check import constants
 from admission.kube import kinds
 from admission.webhook import models, review
 from fitcore import gang, plan
@@ -142,18 +143,20 @@ async def test_pods_with_the_placement_label_get_the_scheduling_gate() -> None:
     h = hooks()
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "p", "namespace": ab.NS,
-                        "labels": {gating.PLACEMENT_LABEL: "wl-1"}},
+                        "labels": {constants.PLACEMENT_LABEL: "wl-1"}},
            "spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/topology"}],
                     "containers": [{"name": "c"}]}}
     kw = {"group": "", "kind": "Pod", "resource": "pods"}
     response = await h.review("mutate-pods", request(pod, **kw))
     assert patched(response, pod)["spec"]["schedulingGates"] == [
-        {"name": "kueue.x-k8s.io/topology"}, {"name": gating.PLACEMENT_GATE}]
+        {"name": "kueue.x-k8s.io/topology"}, {"name": constants.SCHEDULING_GATE}]
     unlabelled = {**pod, "metadata": {"name": "p", "namespace": ab.NS}}
     assert (await h.review("mutate-pods", request(unlabelled, **kw))).patch == []
     bare = {**pod, "spec": {"containers": []}}
     assert patched(await h.review("mutate-pods", request(bare, **kw)), bare)["spec"][
-        "schedulingGates"] == [{"name": gating.PLACEMENT_GATE}]
+        "schedulingGates"] == [{"name": constants.SCHEDULING_GATE}]
+    bound = {**bare, "spec": {"nodeName": "gpu-0", "containers": []}}
+    assert (await h.review("mutate-pods", request(bound, **kw))).patch == []
 
 
 # ---------------------------------------------------------------------- validate-jobs
