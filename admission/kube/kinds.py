@@ -38,8 +38,17 @@ PROVISIONING_REQUEST = Kind("ProvisioningRequest", "autoscaling.x-k8s.io", "v1",
                             "provisioningrequests", True)
 NODE_SHAPE = Kind("NodeShape", "fitgate.io", "v1alpha1", "nodeshapes", False)
 FIT_POLICY = Kind("FitPolicy", "fitgate.io", "v1alpha1", "fitpolicies", False)
+# Self-managed serving certificate (chart value certificates.mode=self-managed).
+SECRET = Kind("Secret", "", "v1", "secrets", True)
+MUTATING_WEBHOOK_CONFIGURATION = Kind("MutatingWebhookConfiguration",
+                                      "admissionregistration.k8s.io", "v1",
+                                      "mutatingwebhookconfigurations", False)
+VALIDATING_WEBHOOK_CONFIGURATION = Kind("ValidatingWebhookConfiguration",
+                                        "admissionregistration.k8s.io", "v1",
+                                        "validatingwebhookconfigurations", False)
 
 ALL = (NODE, POD, POD_TEMPLATE, EVENT, LEASE, JOB, RESOURCE_SLICE, RESOURCE_CLAIM,
        RESOURCE_CLAIM_TEMPLATE, DEVICE_CLASS, WORKLOAD, ADMISSION_CHECK, CLUSTER_QUEUE,
-       LOCAL_QUEUE, RESOURCE_FLAVOR, PROVISIONING_REQUEST, NODE_SHAPE, FIT_POLICY)
+       LOCAL_QUEUE, RESOURCE_FLAVOR, PROVISIONING_REQUEST, NODE_SHAPE, FIT_POLICY, SECRET,
+       MUTATING_WEBHOOK_CONFIGURATION, VALIDATING_WEBHOOK_CONFIGURATION)
 BY_NAME = {k.kind: k for k in ALL}
