@@ -6,6 +6,10 @@ keeps a CA and a serving certificate signed by it in one Secret of its own names
 into the `caBundle` of its two webhook configurations. The Deployment mounts the Secret;
 the kubelet refreshes the files after a rotation and the webhook server reloads them.
 
+Every replica also writes the pair into its `cert_dir` (an emptyDir in the chart), so the
+webhook server has its files as soon as the Secret exists instead of waiting for the
+kubelet to project a Secret created after the pod started.
+
 `ensure` is one pass of that, safe to run on every replica at once: a create that loses
 the race reads the winner's Secret (AlreadyExists), an update names the resourceVersion
 it read (Conflict: read again). It re-issues
@@ -16,16 +20,21 @@ it read (Conflict: read again). It re-issues
   in `ca.crt` (and so in the caBundle) until it expires, so a replica that still serves the
   old certificate is trusted while the kubelet catches up.
 
-The RBAC this needs is `rbac.SELF_MANAGED_CERTS`, each object by name.
+The RBAC this needs is `rbac.SELF_MANAGED_CERTS`, each object by name. The chart passes
+the names as `FITGATE_CERT_*` environment variables (`from_env`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import datetime
-from collections.abc import Callable, Sequence
+import os
+import pathlib
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cryptography import x509
@@ -60,6 +69,7 @@ class CertConfig:
     validating_webhook: str
     validity: datetime.timedelta = datetime.timedelta(days=365)
     renew_before: datetime.timedelta = datetime.timedelta(days=30)
+    cert_dir: str | None = None  # where this replica's webhook server reads tls.crt/tls.key
 
     @property
     def dns_names(self) -> tuple[str, ...]:
@@ -99,6 +109,81 @@ class Outcome:
     reasons: tuple[str, ...]  # why the certificate was issued or re-issued
     ca_bundle_patched: tuple[str, ...]  # "<kind>/<name>" of the patched configurations
     missing: tuple[str, ...]  # webhook configurations that do not exist (yet)
+    files_written: bool = False  # this replica's cert_dir got a new pair
+
+
+class CertConfigError(Exception):
+    """The self-managed certificate settings are incomplete or malformed."""
+
+
+#: The environment variables the chart sets in self-managed mode.
+ENV = {"secret_name": "FITGATE_CERT_SECRET", "service_name": "FITGATE_WEBHOOK_SERVICE",
+       "mutating_webhook": "FITGATE_MUTATING_WEBHOOK_CONFIGURATION",
+       "validating_webhook": "FITGATE_VALIDATING_WEBHOOK_CONFIGURATION"}
+
+
+def from_env(env: Mapping[str, str], namespace: str, cert_dir: str | None
+             ) -> CertConfig | None:
+    """The settings the chart passes when `FITGATE_CERT_MODE=self-managed`; None when
+    fitgate does not manage its certificate (cert-manager, or a local process)."""
+    mode = env.get("FITGATE_CERT_MODE", "")
+    if mode in ("", "cert-manager", "external"):
+        return None
+    if mode != "self-managed":
+        raise CertConfigError(f"FITGATE_CERT_MODE={mode!r}: expected self-managed, "
+                              "cert-manager or external")
+    missing = [var for var in ENV.values() if not env.get(var)]
+    if missing:
+        raise CertConfigError("FITGATE_CERT_MODE=self-managed needs " + ", ".join(missing))
+    days: dict[str, datetime.timedelta] = {}
+    for field, var, default in (("validity", "FITGATE_CERT_VALIDITY_DAYS", 365),
+                                ("renew_before", "FITGATE_CERT_RENEW_BEFORE_DAYS", 30)):
+        raw = env.get(var, str(default))
+        try:
+            days[field] = datetime.timedelta(days=int(raw))
+        except ValueError:
+            raise CertConfigError(f"{var}={raw!r}: expected a whole number of days") from None
+        if days[field].days < 1:
+            raise CertConfigError(f"{var}={raw!r}: must be at least 1")
+    if days["renew_before"] >= days["validity"]:
+        raise CertConfigError("FITGATE_CERT_RENEW_BEFORE_DAYS must be less than "
+                              "FITGATE_CERT_VALIDITY_DAYS")
+    return CertConfig(namespace=namespace, secret_name=env[ENV["secret_name"]],
+                      service_name=env[ENV["service_name"]],
+                      mutating_webhook=env[ENV["mutating_webhook"]],
+                      validating_webhook=env[ENV["validating_webhook"]],
+                      validity=days["validity"], renew_before=days["renew_before"],
+                      cert_dir=cert_dir)
+
+
+def write_files(bundle: Bundle, cert_dir: str) -> bool:
+    """Write tls.crt and tls.key (and ca.crt) into `cert_dir` when they differ; each file
+    is replaced atomically (a reader sees the old or the new file, never half of one).
+    The key goes first: the webhook server reloads when either file changes, and a
+    certificate is never paired with a key it does not belong to for longer than the
+    gap between the two renames. True when something changed."""
+    directory = pathlib.Path(cert_dir)
+    changed = False
+    for name, data in (("tls.key", bundle.key), ("tls.crt", bundle.cert),
+                       ("ca.crt", bundle.ca_cert)):
+        path = directory / name
+        try:
+            if path.read_bytes() == data:
+                continue
+        except FileNotFoundError:
+            pass
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o600 if name == "tls.key" else 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        changed = True
+    return changed
 
 
 # ---------------------------------------------------------------------- issuing
@@ -316,10 +401,12 @@ async def _sync_ca_bundle(api: client.Client, kind: kinds.Kind, name: str, ca_bu
 
 
 async def ensure(api: client.Client, config: CertConfig, clock: Clock = utcnow) -> Outcome:
-    """One pass: the Secret holds a good certificate and both webhook configurations
-    trust its CA. Raises the client's errors on an API outage (the caller retries)."""
+    """One pass: the Secret holds a good certificate, this replica's `cert_dir` holds it,
+    and both webhook configurations trust its CA. Raises the client's errors on an API
+    outage (the caller retries). Run it once before the webhook server starts."""
     now = clock()
     bundle, secret_state, reasons = await _sync_secret(api, config, now)
+    written = write_files(bundle, config.cert_dir) if config.cert_dir else False
     ca_bundle = base64.b64encode(bundle.ca_cert).decode()
     patched: list[str] = []
     missing: list[str] = []
@@ -330,7 +417,7 @@ async def ensure(api: client.Client, config: CertConfig, clock: Clock = utcnow) 
             missing.append(f"{kind.kind}/{name}")
         elif done:
             patched.append(f"{kind.kind}/{name}")
-    return Outcome(secret_state, reasons, tuple(patched), tuple(missing))
+    return Outcome(secret_state, reasons, tuple(patched), tuple(missing), written)
 
 
 async def run(api: client.Client, config: CertConfig, *, interval_s: float = 3600.0,
@@ -342,7 +429,7 @@ async def run(api: client.Client, config: CertConfig, *, interval_s: float = 360
     while True:
         try:
             outcome = await ensure(api, config, clock)
-        except (errors.ApiError, RuntimeError) as exc:
+        except (errors.ApiError, RuntimeError, OSError) as exc:
             if on_error is not None:
                 on_error(exc)
             await asyncio.sleep(retry_s)

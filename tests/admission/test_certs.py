@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import datetime
 import ssl
 
@@ -233,3 +234,58 @@ async def test_run_retries_after_an_outage() -> None:
     task.cancel()
     assert isinstance(seen[0], errors.ApiError)
     assert isinstance(seen[1], certs.Outcome) and seen[1].secret == "created"
+
+
+async def test_every_replica_writes_the_pair_into_its_cert_dir(tmp_path) -> None:
+    c = _cluster()
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    out = await certs.ensure(c, dataclasses.replace(CONFIG, cert_dir=str(first)), _clock(T0))
+    assert out.files_written
+    again = await certs.ensure(c, dataclasses.replace(CONFIG, cert_dir=str(first)),
+                               _clock(T0))
+    assert not again.files_written  # unchanged files are not rewritten (no reload)
+    other = await certs.ensure(c, dataclasses.replace(CONFIG, cert_dir=str(second)),
+                               _clock(T0))
+    assert other.secret == "unchanged" and other.files_written
+    bundle = _secret(c)
+    for d in (first, second):
+        assert (d / "tls.crt").read_bytes() == bundle.cert
+        assert (d / "tls.key").read_bytes() == bundle.key
+        assert (d / "tls.key").stat().st_mode & 0o077 == 0
+        assert sorted(p.name for p in d.iterdir()) == ["ca.crt", "tls.crt", "tls.key"]
+    rotated = await certs.ensure(c, dataclasses.replace(CONFIG, cert_dir=str(first)),
+                                 _clock(T0 + datetime.timedelta(days=340)))
+    assert rotated.files_written and (first / "tls.crt").read_bytes() == _secret(c).cert
+
+
+CHART_ENV = {"FITGATE_CERT_MODE": "self-managed", "FITGATE_CERT_SECRET": "fg-webhook-tls",
+             "FITGATE_WEBHOOK_SERVICE": "fg", "FITGATE_MUTATING_WEBHOOK_CONFIGURATION": "fg",
+             "FITGATE_VALIDATING_WEBHOOK_CONFIGURATION": "fg",
+             "FITGATE_CERT_VALIDITY_DAYS": "90", "FITGATE_CERT_RENEW_BEFORE_DAYS": "10"}
+
+
+def test_settings_from_the_charts_environment() -> None:
+    cfg = certs.from_env(CHART_ENV, "ns", "/etc/fitgate/tls")
+    assert cfg == certs.CertConfig(namespace="ns", secret_name="fg-webhook-tls",
+                                   service_name="fg", mutating_webhook="fg",
+                                   validating_webhook="fg",
+                                   validity=datetime.timedelta(days=90),
+                                   renew_before=datetime.timedelta(days=10),
+                                   cert_dir="/etc/fitgate/tls")
+    assert cfg.dns_names == ("fg.ns.svc", "fg.ns.svc.cluster.local")
+    assert certs.from_env({}, "ns", None) is None
+    assert certs.from_env({"FITGATE_CERT_MODE": "cert-manager"}, "ns", None) is None
+
+
+@pytest.mark.parametrize("change, complaint", [
+    ({"FITGATE_CERT_MODE": "vault"}, "FITGATE_CERT_MODE='vault'"),
+    ({"FITGATE_CERT_SECRET": ""}, "needs FITGATE_CERT_SECRET"),
+    ({"FITGATE_CERT_VALIDITY_DAYS": "ninety"}, "whole number of days"),
+    ({"FITGATE_CERT_RENEW_BEFORE_DAYS": "90"}, "must be less than"),
+    ({"FITGATE_CERT_RENEW_BEFORE_DAYS": "0"}, "at least 1"),
+], ids=["mode", "missing-secret", "not-a-number", "renew-after-expiry", "zero"])
+def test_bad_settings_are_named(change: dict, complaint: str) -> None:
+    with pytest.raises(certs.CertConfigError, match=complaint.replace("(", r"\(")):
+        certs.from_env({**CHART_ENV, **change}, "ns", None)
