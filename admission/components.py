@@ -20,6 +20,6 @@ if TYPE_CHECKING:
 
 
 def factories() -> list[serve.Factory]:
-    from admission.check import admissioncheck
+    from admission.check import admissioncheck, workload
 
-    return [admissioncheck.component]
+    return [admissioncheck.component, workload.component]

@@ -59,6 +59,8 @@ SERVE = (
     Spec(kinds.POD_TEMPLATE, label_selector=POD_TEMPLATE_SELECTOR),
     Spec(kinds.NODE_SHAPE, optional=True),
     Spec(kinds.FIT_POLICY, optional=True), Spec(kinds.JOB),
+    # FitPolicy subjects select namespaces by label (the webhook and the gate).
+    Spec(kinds.NAMESPACE),
 )
 
 
