@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export FITGATE_CACHE ?= $(HOME)/.cache/fitgate
 
-.PHONY: demo test setup lint unit clean
+.PHONY: demo test setup lint unit helm-bin chart-rbac clean
 
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard fitcore/*.pyx fitcore/*.pxd)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,8 +28,17 @@ lint: setup
 	$(VENV)/bin/mypy fitcore admission e2e
 	$(VENV)/bin/lint-imports
 
-unit: setup
+## The helm binary the chart tests (tests/chart) render with: built from Go modules and
+## cached like the local control plane's binaries (warm: nothing to do).
+helm-bin: setup
+	$(PY) -c 'from e2e.cluster.local import build; build.ensure(["helm"])'
+
+unit: setup helm-bin
 	$(PY) -m pytest tests -q
+
+## Regenerate the chart's RBAC rules from admission/kube/rbac.py (a unit test checks it).
+chart-rbac: setup
+	$(PY) -m admission.kube.rbac > charts/fitgate/files/rbac.yaml
 
 # Sub-makefiles append their suites to TEST_TARGETS (e2e/e2e.mk, bench/bench.mk).
 TEST_TARGETS := lint unit

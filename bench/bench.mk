@@ -15,6 +15,8 @@ TEST_TARGETS += oracle-test
 ##   make bench-alloc     compiled core vs reference on per-node layouts
 ##   make bench-gang      64-pod gang decisions over 100 / 1,000 / 5,000 nodes
 ##   make bench-compare   fitcore vs the upstream allocator (writes bench/results/compare.json)
+##   make bench-serve     serve's inventory with 5,000 cached nodes: memory, per-event
+##                        update time, event to decision (not part of `make test`)
 bench-alloc: setup
 	$(PY) -m bench.alloc
 
@@ -24,6 +26,9 @@ bench-gang: setup
 bench-compare: setup oracle
 	$(PY) -m bench.compare
 
+bench-serve: setup
+	$(PY) -m bench.serve
+
 bench: bench-alloc bench-gang bench-compare
 
-.PHONY: bench-alloc bench-gang bench-compare bench
+.PHONY: bench-alloc bench-gang bench-compare bench-serve bench
