@@ -20,8 +20,12 @@ a re-list or re-parse of the world. A `node_filter` (FitPolicy: which nodes a ga
 use) builds a filtered snapshot the same way, reusing the full snapshot's entries.
 
 Decisions run fitcore with its work budget (`budget`, allocator steps): past it, the
-verdict is `undecided` with a reason, never an unbounded search. They run on the calling
-thread (fitcore's index structures are not shared across threads).
+verdict is `undecided` with a reason, never an unbounded search. The service calls the
+`*_async` forms, which run on one decision thread, so a long decision never stalls the
+event loop (health checks, Lease renewals, watches), and answer `undecided` after
+`timeout` seconds. Events only update the per-object pieces on the loop's thread; what a
+snapshot is built from is copied there and handed over, and all snapshot building and
+decisions are serialized on the decision side.
 
 When fitcore gains its own incremental `Inventory` (branch fitcore-scale), this class
 delegates to it behind the same methods.
@@ -29,7 +33,10 @@ delegates to it behind the same methods.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -90,6 +97,15 @@ def _same(event: client.WatchEvent, before: client.Obj | None,
             and fields(event.object) == fields(before))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Inputs:
+    """What one snapshot is built from (copied on the event loop's thread)."""
+
+    nodes: list[model.Node]
+    inventory: model.Inventory
+    used: dict[str, dict[str, values.Quantity]]
+
+
 @dataclasses.dataclass
 class _Dirty:
     slices: bool = True
@@ -101,9 +117,16 @@ class ClusterInventory:
     """See the module docstring. `store_of`: the cache's stores (`Informers.store`)."""
 
     def __init__(self, store_of: StoreOf, *, budget: int = api.DEFAULT_BUDGET,
-                 engine: api.Engine = "auto") -> None:
+                 timeout: float = 30.0, engine: api.Engine = "auto") -> None:
         self.budget = budget
+        self.timeout = timeout
         self.engine: api.Engine = engine
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="fitgate-decide")
+        self._decide_lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._pending: _Inputs | None = None
+        self._snapshot_used: dict[str, dict[str, values.Quantity]] = {}
         self.generation = 0  # bumped on every change that matters to decisions
         self._nodes: dict[str, model.Node] = {}
         self._slices: dict[str, model.ResourceSlice] = {}
@@ -250,11 +273,12 @@ class ClusterInventory:
 
     # ------------------------------------------------------------------ snapshot
 
-    def snapshot(self) -> gang.Snapshot:
-        """The placement snapshot of the current inventory (rebuilt only after changes)."""
-        if self._snapshot is not None and not self._dirty.snapshot:
-            return self._snapshot
-        started = time.perf_counter()
+    def _take(self) -> None:
+        """Event-loop side: when something changed, copy what the next snapshot is built
+        from (the per-object dicts keep changing under the loop's events) and leave it
+        pending for the decision thread."""
+        if not self._dirty.snapshot and self._snapshot is not None:
+            return
         if self._dirty.slices:
             self._slice_tuple = tuple(self._slices[n] for n in sorted(self._slices))
             self._dirty.slices = False
@@ -264,43 +288,132 @@ class ClusterInventory:
                 results.extend(devices)
             self._allocated = model.AllocatedState.from_results(results)
             self._dirty.claims = False
-        inv = model.Inventory(self._slice_tuple, dict(self._classes), self._allocated)
-        self._snapshot = gang.Snapshot(list(self._nodes.values()), inv, self._used,
-                                       previous=self._snapshot)
+        inputs = _Inputs(list(self._nodes.values()),
+                         model.Inventory(self._slice_tuple, dict(self._classes),
+                                         self._allocated),
+                         {n: dict(u) for n, u in self._used.items()})
+        with self._pending_lock:
+            self._pending = inputs
         self._dirty.snapshot = False
-        SNAPSHOT_SECONDS.observe(time.perf_counter() - started)
+
+    def _built(self) -> gang.Snapshot:
+        """Decision side (holding `_decide_lock`): the snapshot of the latest inputs,
+        rebuilt from the previous snapshot (unchanged nodes keep their entries)."""
+        with self._pending_lock:
+            inputs, self._pending = self._pending, None
+        if inputs is not None or self._snapshot is None:
+            inputs = inputs or _Inputs([], model.Inventory(), {})
+            started = time.perf_counter()
+            self._snapshot = gang.Snapshot(inputs.nodes, inputs.inventory, inputs.used,
+                                           previous=self._snapshot)
+            self._snapshot_used = inputs.used
+            SNAPSHOT_SECONDS.observe(time.perf_counter() - started)
         return self._snapshot
 
+    def snapshot(self) -> gang.Snapshot:
+        """The placement snapshot of the current inventory (rebuilt only after changes).
+        Call from the event loop's thread."""
+        self._take()
+        with self._decide_lock:
+            return self._built()
+
     def _snapshot_for(self, node_filter: NodeFilter | None) -> gang.Snapshot:
-        full = self.snapshot()
+        full = self._built()
         if node_filter is None:
             return full
         kept = [e.node for e in full.entries if node_filter(e.node)]
-        return gang.Snapshot(kept, full.inventory, self._used, previous=full)
+        return gang.Snapshot(kept, full.inventory, self._snapshot_used, previous=full)
 
     # ------------------------------------------------------------------ decisions
+    # Each decision has a synchronous form (runs on the caller's thread: tests, tools) and
+    # an asynchronous one for the service, which runs it on the inventory's one decision
+    # thread, so the event loop keeps serving health checks, the Lease and the watches
+    # while fitcore works. Both are serialized by one lock: fitcore's snapshot structures
+    # are never touched by two threads at once.
+
+    def _fit(self, gang_: gang.Gang, node_filter: NodeFilter | None) -> PlanResult:
+        with self._decide_lock:
+            return plan.plan(gang_, self._snapshot_for(node_filter), [], engine=self.engine,
+                             budget=self.budget)
+
+    def _plan(self, gang_: gang.Gang, allowed: list[NodeShape],
+              node_filter: NodeFilter | None) -> PlanResult:
+        with self._decide_lock:
+            return plan.plan(gang_, self._snapshot_for(node_filter), allowed,
+                             engine=self.engine, budget=self.budget)
+
+    def _verify(self, gang_: gang.Gang, plan_: Plan, all_shapes: list[NodeShape],
+                node_filter: NodeFilter | None) -> VerifyResult:
+        with self._decide_lock:
+            return plan.verify(gang_, self._snapshot_for(node_filter), plan_, all_shapes,
+                               engine=self.engine, budget=self.budget)
+
+    def _allowed(self, shapes: Iterable[str] | None) -> list[NodeShape]:
+        return self.shapes() if shapes is None else [
+            self._shapes[n] for n in sorted(set(shapes)) if n in self._shapes]
 
     def fit(self, gang_: gang.Gang, *, node_filter: NodeFilter | None = None
             ) -> PlanResult:
         """Does the gang fit the existing nodes now (no new nodes considered)?"""
-        return plan.plan(gang_, self._snapshot_for(node_filter), [], engine=self.engine,
-                         budget=self.budget)
+        self._take()
+        return self._fit(gang_, node_filter)
 
     def plan(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
              node_filter: NodeFilter | None = None) -> PlanResult:
         """Fit on existing nodes, or the cheapest new nodes of the allowed NodeShapes
         (`shapes`: names; None = all) that make the gang fit."""
-        allowed = self.shapes() if shapes is None else [
-            self._shapes[n] for n in sorted(set(shapes)) if n in self._shapes]
-        return plan.plan(gang_, self._snapshot_for(node_filter), allowed, engine=self.engine,
-                         budget=self.budget)
+        self._take()
+        return self._plan(gang_, self._allowed(shapes), node_filter)
 
     def verify(self, gang_: gang.Gang, plan_: Plan, *,
                node_filter: NodeFilter | None = None) -> VerifyResult:
         """After provisioning: does the gang fit the real inventory, and how do the new
         nodes differ from what their shapes promised?"""
-        return plan.verify(gang_, self._snapshot_for(node_filter), plan_, self.shapes(),
-                           engine=self.engine, budget=self.budget)
+        self._take()
+        return self._verify(gang_, plan_, self.shapes(), node_filter)
+
+    async def _off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        self._take()
+        loop = asyncio.get_running_loop()
+        return await asyncio.wait_for(loop.run_in_executor(self._executor, fn, *args),
+                                      self.timeout)
+
+    def _too_long(self) -> str:
+        return (f"the decision took longer than {self.timeout:g} s (fitgate's "
+                "decision_timeout); it is tried again later")
+
+    async def fit_async(self, gang_: gang.Gang, *, node_filter: NodeFilter | None = None
+                        ) -> PlanResult:
+        """`fit` on the decision thread; past `timeout` seconds, `undecided`."""
+        try:
+            result: PlanResult = await self._off_loop(self._fit, gang_, node_filter)
+        except TimeoutError:
+            return plan.PlanResult("undecided", reasons=(self._too_long(),))
+        return result
+
+    async def plan_async(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
+                         node_filter: NodeFilter | None = None) -> PlanResult:
+        """`plan` on the decision thread; past `timeout` seconds, `undecided`."""
+        try:
+            result: PlanResult = await self._off_loop(self._plan, gang_,
+                                                      self._allowed(shapes), node_filter)
+        except TimeoutError:
+            return plan.PlanResult("undecided", reasons=(self._too_long(),))
+        return result
+
+    async def verify_async(self, gang_: gang.Gang, plan_: Plan, *,
+                           node_filter: NodeFilter | None = None) -> VerifyResult:
+        """`verify` on the decision thread; past `timeout` seconds, `undecided`."""
+        try:
+            result: VerifyResult = await self._off_loop(self._verify, gang_, plan_,
+                                                        self.shapes(), node_filter)
+        except TimeoutError:
+            return plan.VerifyResult("undecided", reasons=(self._too_long(),))
+        return result
+
+    def close(self) -> None:
+        """Stop the decision thread (a decision still running finishes on its own)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ reading
 

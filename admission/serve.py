@@ -122,7 +122,8 @@ class Service:
         self.clock = clock or clock_.SystemClock()
         self.informers = cache.Informers(api, specs)
         self.inventory = inventory.ClusterInventory(self.informers.store,
-                                                    budget=cfg.decision_budget)
+                                                    budget=cfg.decision_budget,
+                                                    timeout=cfg.decision_timeout)
         self.runtime = controller.Runtime(self.informers.store, clock=self.clock,
                                           workers=cfg.workers)
         self.elector = lease.Elector(
@@ -173,6 +174,7 @@ class Service:
                 with contextlib.suppress(Exception):
                     await s.stop()
             await self.informers.stop()
+            self.inventory.close()
             await runner.cleanup()
             log.info("serve.stopped")
 

@@ -163,3 +163,22 @@ def test_budget_exhaustion_is_a_verdict() -> None:
     _stores, inv = _cluster(4)
     inv.budget = 1
     assert inv.fit(_gang(inv, 8)).verdict == "undecided"
+
+
+async def test_async_decisions_run_off_the_loop_and_time_out_as_undecided() -> None:
+    stores, inv = _cluster(2)
+    try:
+        assert (await inv.fit_async(_gang(inv, 4))).verdict == "fits"
+        stores.put(gb.shape("rail", price=12))
+        planned = await inv.plan_async(_gang(inv, 5))
+        assert planned.verdict == "needs-capacity" and planned.plan is not None
+        assert (await inv.verify_async(_gang(inv, 5), planned.plan)).verdict == "misfit"
+        inv.timeout = 1e-6
+        slow = await inv.plan_async(_gang(inv, 6))
+        assert slow.verdict == "undecided"
+        assert "longer than" in slow.reasons[0]
+        inv.timeout = 30
+        # The late decision finishes on its own; the next one waits for it, then answers.
+        assert (await inv.fit_async(_gang(inv, 4))).verdict == "fits"
+    finally:
+        inv.close()
