@@ -173,10 +173,13 @@ async def test_async_decisions_run_off_the_loop_and_time_out_as_undecided() -> N
         planned = await inv.plan_async(_gang(inv, 5))
         assert planned.verdict == "needs-capacity" and planned.plan is not None
         assert (await inv.verify_async(_gang(inv, 5), planned.plan)).verdict == "misfit"
-        inv.timeout = 1e-6
-        slow = await inv.plan_async(_gang(inv, 6))
+        # A decision that cannot finish in time (here: an earlier one still holds the
+        # decision lock) ends as undecided, with the reason.
+        inv.timeout = 0.05
+        with inv._decide_lock:
+            slow = await inv.plan_async(_gang(inv, 6))
         assert slow.verdict == "undecided"
-        assert "longer than" in slow.reasons[0]
+        assert "longer than 0.05 s" in slow.reasons[0]
         inv.timeout = 30
         # The late decision finishes on its own; the next one waits for it, then answers.
         assert (await inv.fit_async(_gang(inv, 4))).verdict == "fits"
