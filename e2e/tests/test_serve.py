@@ -18,20 +18,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import pathlib
-import signal
-import subprocess
+import socket
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from admission.kube import client, errors, kinds, rbac
-from e2e import harness, kube
+from e2e import harness, kube, runner
+from e2e.cluster.local import cluster
 
 pytestmark = [pytest.mark.e2e]
 
@@ -39,98 +37,69 @@ CONTROLLER = "fitgate.io/topology-fit"
 KUEUE = "kueue.x-k8s.io/v1beta2"
 
 
-async def _service_account_kubeconfig(e2e: harness.Harness, admin: pathlib.Path,
-                                      out: pathlib.Path) -> str:
-    """A ServiceAccount bound to `rbac.cluster_role()`, and a kubeconfig holding its
-    token (TokenRequest API). Returns the ClusterRole's name (cluster-scoped: the caller
-    deletes it)."""
+Created = list[tuple[str, str, str]]  # (apiVersion, kind, name) of cluster-scoped objects
+
+
+@pytest.fixture
+async def created(e2e: harness.Harness) -> AsyncIterator[Created]:
+    """Cluster-scoped objects a test made, deleted after it."""
+    objects: Created = []
+    yield objects
+    for api_version, kind, name in reversed(objects):
+        await e2e.kube.delete(api_version, kind, name)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _bind_service_account(e2e: harness.Harness, local_cluster: cluster.LocalCluster,
+                                created: Created) -> pathlib.Path:
+    """A ServiceAccount bound to `rbac.cluster_role()`; returns a kubeconfig holding its
+    token (the harness's `token_for`)."""
     ns = e2e.namespace
     name = f"fitgate-{ns}"
     await e2e.kube.create({"apiVersion": "v1", "kind": "ServiceAccount",
                            "metadata": {"name": "fitgate", "namespace": ns}})
-    await e2e.kube.apply(rbac.cluster_role(name))
-    await e2e.kube.apply({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": "fitgate", "namespace": ns}]})
-    token = await e2e.kube.request(
-        "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/fitgate/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-         "spec": {"expirationSeconds": 3600}})
-    cfg = yaml.safe_load(admin.read_text())
-    ctx_name = cfg["current-context"]
-    ctx = next(c for c in cfg["contexts"] if c["name"] == ctx_name)["context"]
-    cluster = next(c for c in cfg["clusters"] if c["name"] == ctx["cluster"])
-    out.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fitgate",
-        "clusters": [cluster],
-        "users": [{"name": "fitgate", "user": {"token": token["status"]["token"]}}],
-        "contexts": [{"name": "fitgate", "context": {"cluster": cluster["name"],
-                                                     "user": "fitgate"}}]}))
-    return name
+    for obj in (rbac.cluster_role(name), {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": "fitgate", "namespace": ns}]}):
+        created.append((str(obj["apiVersion"]), str(obj["kind"]), name))
+        await e2e.kube.apply(obj)
+    return local_cluster.token_for("fitgate", ns).kubeconfig
 
 
-class Serve:
-    """One `fitgate serve` process; its JSON log lines go to a file."""
-
-    def __init__(self, kubeconfig: pathlib.Path, namespace: str, identity: str,
-                 log: pathlib.Path) -> None:
-        self.log = log
-        self.identity = identity
-        argv = [sys.executable, "-m", "admission.cli", "serve",
-                "--kubeconfig", str(kubeconfig), "--namespace", namespace,
-                "--lease-name", "fitgate", "--identity", identity,
-                "--health-address", "127.0.0.1", "--health-port", "0",
-                "--lease-duration", "15", "--renew-deadline", "10", "--retry-period", "1"]
-        self._out = log.open("w")
-        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-    def lines(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-        return out
-
-    async def port(self) -> int:
-        async def bound() -> int | None:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"fitgate serve exited {self.proc.returncode}:\n"
-                                     + self.log.read_text()[-4000:])
-            return next((r["port"] for r in self.lines() if r.get("event") == "serve.health"),
-                        None)
-        return await kube.wait_for(bound, 30, "the health port in the logs")
-
-    async def readyz(self) -> tuple[int, dict[str, Any]]:
-        port = await self.port()
-        async with aiohttp.ClientSession() as s, \
-                s.get(f"http://127.0.0.1:{port}/readyz") as r:
-            return r.status, json.loads(await r.text())
-
-    def terminate(self, timeout: float = 20) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-                raise AssertionError("fitgate serve did not stop within "
-                                     f"{timeout}s of SIGTERM") from None
-        self._out.close()
-        return self.proc.returncode
+async def _serve(e2e: harness.Harness, kubeconfig: pathlib.Path, identity: str
+                 ) -> tuple[runner.LocalProcess, int]:
+    """`fitgate serve` as a process of this test; returns once /readyz answers 200."""
+    port = _free_port()
+    argv = [sys.executable, "-m", "admission.cli", "serve",
+            "--kubeconfig", str(kubeconfig), "--namespace", e2e.namespace,
+            "--lease-name", "fitgate", "--identity", identity,
+            "--health-address", "127.0.0.1", "--health-port", str(port),
+            "--lease-duration", "15", "--renew-deadline", "10", "--retry-period", "1"]
+    proc = await e2e.start_process(f"fitgate-serve-{identity}", argv,
+                                   env={"PYTHONUNBUFFERED": "1"},
+                                   ready_url=f"http://127.0.0.1:{port}/readyz", timeout=90)
+    return proc, port
 
 
-@contextlib.asynccontextmanager
-async def serving(*args: Any) -> AsyncIterator[Serve]:
-    proc = Serve(*args)
-    try:
-        yield proc
-    finally:
-        proc.terminate()
+def _lines(proc: runner.LocalProcess) -> list[dict[str, Any]]:
+    out = []
+    for line in proc.log_text().splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+async def _readyz(port: int) -> tuple[int, dict[str, Any]]:
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/readyz") as r:
+        return r.status, json.loads(await r.text())
 
 
 async def _lease_holder(e2e: harness.Harness) -> str | None:
@@ -141,72 +110,58 @@ async def _lease_holder(e2e: harness.Harness) -> str | None:
 
 @pytest.mark.timeout(240)
 async def test_serve_syncs_activates_the_check_and_hands_the_lease_over(
-        e2e: harness.Harness, kubeconfig: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    role = await _service_account_kubeconfig(e2e, kubeconfig, tmp_path / "sa.kubeconfig")
+        e2e: harness.Harness, local_cluster: cluster.LocalCluster, created: Created
+) -> None:
+    kubeconfig = await _bind_service_account(e2e, local_cluster, created)
+    check, bad = f"fit-{e2e.namespace}", f"bad-{e2e.namespace}"
+    for name, params in ((check, None), (bad, {"apiGroup": "fitgate.io",
+                                                "kind": "FitPolicy", "name": "missing"})):
+        spec: dict[str, Any] = {"controllerName": CONTROLLER}
+        if params:
+            spec["parameters"] = params
+        created.append((KUEUE, "AdmissionCheck", name))
+        await e2e.kube.apply({"apiVersion": KUEUE, "kind": "AdmissionCheck",
+                              "metadata": {"name": name}, "spec": spec})
 
     async def held_by(who: str) -> bool:
         return await _lease_holder(e2e) == who
 
-    check, bad = f"fit-{e2e.namespace}", f"bad-{e2e.namespace}"
-    try:
-        await e2e.kube.apply({"apiVersion": KUEUE, "kind": "AdmissionCheck",
-                              "metadata": {"name": check},
-                              "spec": {"controllerName": CONTROLLER}})
-        await e2e.kube.apply({"apiVersion": KUEUE, "kind": "AdmissionCheck",
-                              "metadata": {"name": bad},
-                              "spec": {"controllerName": CONTROLLER, "parameters": {
-                                  "apiGroup": "fitgate.io", "kind": "FitPolicy",
-                                  "name": "missing"}}})
-        first = Serve(tmp_path / "sa.kubeconfig", e2e.namespace, "replica-1",
-                      tmp_path / "serve-1.log")
-        try:
-            async def ready() -> dict[str, Any] | None:
-                status, body = await first.readyz()
-                return body if status == 200 else None
-            body = await e2e.wait_for(ready, 90, "/readyz 200")
-            informers = body["informers"]
-            for kind in ("Node", "Pod", "ResourceSlice", "Workload", "AdmissionCheck",
-                         "ClusterQueue", "ProvisioningRequest", "Job"):
-                assert informers[kind] == "synced", informers
-            # fitgate's own CRDs are not installed here: reported, not fatal.
-            assert "not served" in informers["NodeShape"]
+    # Informers sync, /readyz turns 200 (start_process waited for it).
+    first, port = await _serve(e2e, kubeconfig, "replica-1")
+    status, body = await _readyz(port)
+    assert status == 200, body
+    informers = body["informers"]
+    for kind in ("Node", "Pod", "ResourceSlice", "Workload", "AdmissionCheck",
+                 "ClusterQueue", "ProvisioningRequest", "Job"):
+        assert informers[kind] == "synced", informers
+    # fitgate's own CRDs are not installed by the local cluster: reported, not fatal.
+    assert "not served" in informers["NodeShape"]
 
-            async def active(name: str) -> dict[str, Any] | None:
-                ac = await e2e.kube.get(KUEUE, "AdmissionCheck", name)
-                cond = kube.condition(ac, "Active")
-                return cond if cond and cond.get("reason") != "" else None
-            ok = await e2e.wait_for(lambda: active(check), 60, "Active on the check")
-            assert (ok["status"], ok["reason"]) == ("True", "Active")
-            refused = await e2e.wait_for(lambda: active(bad), 30, "Active on the bad check")
-            assert (refused["status"], refused["reason"]) == ("False", "BadParametersRef")
-            assert "FitPolicy 'missing'" in refused["message"]
-            ac = await e2e.kube.get(KUEUE, "AdmissionCheck", check)
-            assert ac is not None
-            managers = {m["manager"] for m in ac["metadata"].get("managedFields", [])
-                        if m.get("subresource") == "status"}
-            assert "fitgate" in managers
+    async def active(name: str) -> dict[str, Any] | None:
+        return kube.condition(await e2e.kube.get(KUEUE, "AdmissionCheck", name), "Active")
+    ok = await e2e.wait_for(lambda: active(check), 60, "Active on the check")
+    assert (ok["status"], ok["reason"]) == ("True", "Active")
+    refused = await e2e.wait_for(lambda: active(bad), 30, "Active on the bad check")
+    assert (refused["status"], refused["reason"]) == ("False", "BadParametersRef")
+    assert "FitPolicy 'missing'" in refused["message"]
+    ac = await e2e.kube.get(KUEUE, "AdmissionCheck", check)
+    assert ac is not None
+    assert "fitgate" in {m["manager"] for m in ac["metadata"].get("managedFields", [])
+                         if m.get("subresource") == "status"}
+    await e2e.wait_for(lambda: held_by("replica-1"), 30, "the Lease held")
 
-            await e2e.wait_for(lambda: held_by("replica-1"), 30, "the Lease held")
-        finally:
-            rc = first.terminate()
-        assert rc == 0, first.log.read_text()[-4000:]
-        assert await _lease_holder(e2e) == "", "SIGTERM must release the Lease"
-        events = [r.get("event") for r in first.lines()]
-        assert "lease.released" in events and "serve.stopped" in events
+    # SIGTERM: exit 0, Lease released.
+    assert await first.stop() == 0, first.log_tail()
+    assert await _lease_holder(e2e) == "", "SIGTERM must release the Lease"
+    events = [r.get("event") for r in _lines(first)]
+    assert "lease.released" in events and "serve.stopped" in events
 
-        # A restarted process takes the released Lease at once (no lease_duration wait).
-        async with serving(tmp_path / "sa.kubeconfig", e2e.namespace, "replica-2",
-                           tmp_path / "serve-2.log") as second:
-            await e2e.wait_for(lambda: held_by("replica-2"), 20, "the Lease re-acquired")
-            assert (await second.readyz())[0] == 200
-        assert second.proc.returncode == 0
-        assert not [r for r in first.lines() + second.lines()
-                    if r.get("level") == "error"]
-    finally:
-        for name in (check, bad):
-            await e2e.kube.delete(KUEUE, "AdmissionCheck", name)
-        await e2e.kube.delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", role)
-        await e2e.kube.delete("rbac.authorization.k8s.io/v1", "ClusterRole", role)
+    # A restarted process takes the released Lease at once (no lease_duration wait).
+    second, port = await _serve(e2e, kubeconfig, "replica-2")
+    await e2e.wait_for(lambda: held_by("replica-2"), 20, "the Lease re-acquired")
+    assert (await _readyz(port))[0] == 200
+    assert await second.stop() == 0, second.log_tail()
+    assert not [r for r in _lines(first) + _lines(second) if r.get("level") == "error"]
 
 
 @pytest.mark.timeout(120)
