@@ -1,0 +1,213 @@
+"""Node classes by what a gang can observe.
+
+`gang.Snapshot` puts two nodes in one class when their node-local slices are identical
+(device names, every attribute, the same devices allocated). Real clusters defeat that:
+every GPU publishes its own `uuid` and `pciBusID`, and every node has its own pattern of
+devices in use, so each node is a class of its own. A gang's claims see far less. This
+module computes, for one gang, a coarser class key per node that still answers every
+question the gang can ask alike:
+
+- **Attributes.** Only attributes that some selector of the gang (its DeviceClasses'
+  and its requests') or some constraint could read are kept in a device's key. Which
+  attributes a CEL expression reads is found from its text (`reads`): every attribute
+  access must be a literal `device.attributes["domain"].id` / `["id"]`; an expression that
+  touches the attribute maps in any other way (comprehensions, `size`, a computed key,
+  a map bound to a variable) reads every attribute. Capacities, counters, taints,
+  allowMultipleAllocations, binding conditions and the driver always stay in the key.
+- **Devices as a multiset.** Device names are not observable, and a complete search's
+  verdict does not depend on device order, so a pool without shared counters is keyed
+  by the multiset of (device key, allocated state). Pools with counters keep their
+  allocator order. Gangs with an `All` request keep every pool in order (upstream's
+  answer to `All` under a constraint depends on its search order).
+- **Constraint values up to renaming.** An attribute that only constraints read
+  (`matchAttribute`, `distinctAttribute`: the typical `pcieRoot`) is compared for
+  equality only, so its values may be renamed consistently: devices are grouped by
+  value, groups are ranked by their content, and the rank replaces the value. A node
+  with GPUs 3 and 11 in use and one with 5 and 9 in use (8 per root) are then one class.
+- **Free resources as far as the requests tell them apart.** A resource that one pod set
+  requests is kept as how many of its pods it holds (capped at the pod count); one that
+  several pod sets request is kept exactly, capped at what the whole gang requests.
+
+`NodeView.order` lists the node's devices in canonical order. Two nodes of one class
+have the same canonical sequence pool by pool, so zipping their orders maps the devices
+of an allocation found on the class representative onto equivalent devices of the other
+node (`gang._Search.pool_map`).
+
+Exactness: for every node of a class, the number of pods of a pod set it holds, and the
+reason it holds no more, are the representative's; the devices a pod gets on a node are
+equivalent to, not necessarily the same as, those kube-scheduler's own pass would pick
+there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from fitcore import gang, model, reads
+
+PoolKey = tuple[str, str]
+
+def _bare(name: str) -> str:
+    return name.rpartition("/")[2]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeviceView:
+    """Which attributes of a device a gang can observe."""
+
+    read: frozenset[str] | None  # attribute ids kept (None: all)
+    relabel: str | None  # attribute id compared for equality only (constraints)
+    ordered: bool  # keep device order in every pool
+
+
+def device_view(g: gang.Gang, classes: Mapping[str, model.DeviceClass]) -> DeviceView:
+    """What the gang's claims can see of a device."""
+    read: set[str] | None = set()
+    constrained: set[str] = set()
+    ordered = False
+    for ps in g.pod_sets:
+        for pc in ps.claims:
+            for r in pc.claim.requests:
+                for alt in r.alternatives:
+                    if alt.allocation_mode == "All" or alt.admin_access:
+                        ordered = True
+                    dc = classes.get(alt.device_class)
+                    expressions = (*(dc.selectors if dc else ()), *alt.selectors)
+                    for e in expressions:
+                        got = reads.attributes(e)
+                        if got is None or read is None:
+                            read = None
+                        else:
+                            read |= got
+            for k in pc.claim.constraints:
+                name = k.match_attribute or k.distinct_attribute
+                if name:
+                    constrained.add(_bare(name))
+    relabel = None
+    if read is not None:
+        only = constrained - read
+        if len(only) == 1:
+            relabel = next(iter(only))
+        read |= constrained - {relabel} if relabel else constrained
+    return DeviceView(frozenset(read) if read is not None else None, relabel, ordered)
+
+
+def free_view(g: gang.Gang) -> tuple[tuple[str, Fraction, int, bool], ...]:
+    """Per requested resource: (name, per-pod request or the gang's total, cap, exact?).
+    A resource one pod set asks for is kept as pods it holds; others exactly, capped."""
+    per: dict[str, list[tuple[Fraction, int]]] = {}
+    for ps in g.pod_sets:
+        reqs = {k: q.value for k, q in ps.requests.items()}
+        reqs["pods"] = reqs.get("pods", Fraction(0)) + 1
+        for k, v in reqs.items():
+            if v > 0:
+                per.setdefault(k, []).append((v, ps.count))
+    out = []
+    for k, asks in sorted(per.items()):
+        if len(asks) == 1:
+            out.append((k, asks[0][0], asks[0][1], False))
+        else:
+            out.append((k, sum((v * n for v, n in asks), Fraction(0)), 0, True))
+    return tuple(out)
+
+
+class Projection:
+    """One gang's view of nodes; keeps device keys by device identity (the device is
+    kept alive with its key, so that ids stay unique) and interns class keys."""
+
+    def __init__(self, view: DeviceView, free: tuple[tuple[str, Fraction, int, bool], ...],
+                 interner: dict[Any, int], device_keys: dict[int, tuple[model.Device, int]]
+                 ) -> None:
+        self.view = view
+        self.free = free
+        self._intern = interner
+        self._device_keys = device_keys
+
+    def _device_key(self, driver: str, d: model.Device) -> int:
+        hit = self._device_keys.get(id(d))
+        if hit is not None and hit[0] is d:
+            return hit[1]
+        read, relabel = self.view.read, self.view.relabel
+        attrs = tuple(sorted(
+            (name, repr(value)) for name, value in d.attributes.items()
+            if (read is None and _bare(name) != relabel) or (
+                read is not None and _bare(name) in read)))
+        key = ("dev", driver, attrs, tuple(sorted(d.capacity.items())),
+               tuple((c.counter_set, tuple(sorted(c.counters.items())))
+                     for c in d.consumes_counters),
+               d.taints, d.allow_multiple_allocations, d.binding_conditions, d.binds_to_node)
+        k = self._intern.setdefault(key, len(self._intern))
+        self._device_keys[id(d)] = (d, k)
+        return k
+
+    def _relabel_value(self, d: model.Device) -> str | None:
+        if self.view.relabel is None:
+            return None
+        for name, value in d.attributes.items():
+            if _bare(name) == self.view.relabel:
+                return f"{name}={value!r}"
+        return None
+
+    def node_key(self, e: gang._NodeEntry,
+                 allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]
+                 ) -> tuple[int, tuple[model.DeviceId, ...]]:
+        """The node's class under this projection and its devices in canonical order."""
+        by_pool: dict[PoolKey, list[model.ResourceSlice]] = {}
+        for s in e.local_slices:
+            by_pool.setdefault((s.driver, s.pool), []).append(s)
+        pools: list[tuple[PoolKey, bool, tuple[Any, ...], list[tuple[Any, ...]]]] = []
+        groups: dict[str | None, list[tuple[int, int, Any]]] = {}
+        for pi, pk in enumerate(e.local_pools):
+            slices = by_pool[pk]
+            state: dict[str, Any] = {}
+            for t in allocated.get(pk, ()):
+                state[t[1]] = (*state.get(t[1], ()), t[0], *t[2:])
+            names = [d.name for s in slices for d in s.devices]
+            counters = tuple(sorted((c.name, tuple(sorted(c.counters.items())))
+                                    for s in slices for c in s.shared_counters))
+            info = (pk[0], tuple((s.generation, s.resource_slice_count, len(s.devices))
+                                 for s in slices), counters, len(set(names)) == len(names))
+            ordered = self.view.ordered or bool(counters) or any(
+                d.consumes_counters for s in slices for d in s.devices)
+            devices = []
+            for s in slices:
+                for d in s.devices:
+                    item = (self._device_key(pk[0], d), state.get(d.name, ()),
+                            self._relabel_value(d), d.name)
+                    devices.append(item)
+                    groups.setdefault(item[2], []).append((pi, item[0], item[1]))
+            pools.append((pk, ordered, info, devices))
+        rank: dict[str | None, int] = {None: -1}
+        if self.view.relabel is not None:
+            content = sorted((tuple(sorted(v)), repr(k)) for k, v in groups.items()
+                             if k is not None)
+            by_content = {}
+            for k, v in groups.items():
+                if k is not None:
+                    by_content[k] = tuple(sorted(v))
+            ranked = sorted((c, label) for label, c in by_content.items())
+            for i, (_, label) in enumerate(ranked):
+                rank[label] = i
+            del content
+        key_parts: list[Any] = []
+        order: list[model.DeviceId] = []
+        for pk, ordered, info, devices in pools:
+            items = [(k, st, rank[lbl], name) for k, st, lbl, name in devices]
+            if not ordered:
+                items.sort(key=lambda x: (x[0], repr(x[1]), x[2], x[3]))
+            key_parts.append((info, tuple((k, st, r) for k, st, r, _ in items)))
+            order.extend(model.DeviceId(pk[0], pk[1], name) for _, _, _, name in items)
+        free: list[tuple[str, object]] = []
+        for name, amount, cap, exact in self.free:
+            have = e.free.get(name)
+            if have is None:
+                free.append((name, None))
+            elif exact:
+                free.append((name, min(have, amount)))
+            else:
+                free.append((name, min(int(have // amount), cap) if have > 0 else 0))
+        key = ("node", tuple(key_parts), e.node.taints, e.node.unschedulable, tuple(free))
+        return self._intern.setdefault(key, len(self._intern)), tuple(order)
