@@ -93,7 +93,8 @@ class Inventory:
         self._shapes: dict[str, node_shapes.NodeShape] = {}
         self._store = cache.Store(size=4096, kept_problems=kept_problems)
         self._keys: dict[Any, int] = {}
-        self._device_keys: dict[int, tuple[model.Device, int]] = {}
+        # Device keys per view (what gangs can see of devices), by device identity.
+        self._device_keys: dict[projection.DeviceView, dict[int, tuple[model.Device, int]]] = {}
         self._entries: dict[str, gang._NodeEntry] = {}
         self._dirty: set[str] = set()
         self._dirty_pools: set[PoolKey] = set()
@@ -309,8 +310,8 @@ class Inventory:
                 state.memo = gang.Memo()
             return state
         view = projection.device_view(g, self._classes)
-        proj = projection.Projection(view, projection.free_view(g), self._keys,
-                                     self._device_keys)
+        proj = projection.Projection(g, self._classes, self._store.selector, self._keys,
+                                     self._device_keys.setdefault(view, {}))
         state = self._gangs[content] = _GangState(g, gang.Memo(), proj, {})
         while len(self._gangs) > GANGS:
             self._gangs.popitem(last=False)

@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from fitcore import gang, model, reads
+from fitcore import gang, model, reads, semantics
 
 PoolKey = tuple[str, str]
 
@@ -116,15 +116,64 @@ def free_view(g: gang.Gang) -> tuple[tuple[str, Fraction, int, bool], ...]:
 
 class Projection:
     """One gang's view of nodes; keeps device keys by device identity (the device is
-    kept alive with its key, so that ids stay unique) and interns class keys."""
+    kept alive with its key, so that ids stay unique) and interns class keys.
 
-    def __init__(self, view: DeviceView, free: tuple[tuple[str, Fraction, int, bool], ...],
-                 interner: dict[Any, int], device_keys: dict[int, tuple[model.Device, int]]
-                 ) -> None:
-        self.view = view
-        self.free = free
+    A device that no request alternative of the gang could ever take (its class's or
+    request's selectors are false, a taint is not tolerated, the capacity request does
+    not fit it) is left out of the key of a pool without shared counters, with its
+    allocated state: nothing the gang does can touch it. Candidacy is a function of the
+    device key (which holds everything a selector can read), so it is found once per
+    distinct device content."""
+
+    def __init__(self, g: gang.Gang, classes: Mapping[str, model.DeviceClass],
+                 selector: semantics.Selector, interner: dict[Any, int],
+                 device_keys: dict[int, tuple[model.Device, int]]) -> None:
+        self.view = device_view(g, classes)
+        self.free = free_view(g)
         self._intern = interner
         self._device_keys = device_keys
+        self._intern = interner
+        self._device_keys = device_keys
+        self._selector = selector
+        self._alternatives = [(alt, classes.get(alt.device_class))
+                              for ps in g.pod_sets for pc in ps.claims
+                              for r in pc.claim.requests for alt in r.alternatives]
+        self._relevant: dict[int, bool] = {}
+        # Devices one pod of the only pod set takes for itself at least (0: unbounded).
+        self._per_pod = 0
+        if len(g.pod_sets) == 1:
+            per_pod = 0
+            for pc in g.pod_sets[0].claims:
+                if pc.shared:
+                    continue
+                for r in pc.claim.requests:
+                    counts = [a.count if a.allocation_mode == "ExactCount" and
+                              not a.admin_access else 0 for a in r.alternatives]
+                    per_pod += min(counts, default=0)
+            self._per_pod = per_pod
+
+    def _candidate(self, k: int, driver: str, d: model.Device) -> bool:
+        """Whether some alternative of the gang could take this device (or its
+        selectors fail on it, which the allocator reports)."""
+        found = self._relevant.get(k)
+        if found is not None:
+            return found
+        found = False
+        for alt, dc in self._alternatives:
+            if dc is None:
+                found = True  # a missing class: the allocator's error, on every node
+                break
+            try:
+                if not semantics.device_selectable(self._selector, dc, alt, "", driver, d):
+                    continue
+            except semantics.SelectionError:
+                found = True
+                break
+            if semantics.taint_allows(d, alt) and semantics.capacity_take(alt, d) is not None:
+                found = True
+                break
+        self._relevant[k] = found
+        return found
 
     def _device_key(self, driver: str, d: model.Device) -> int:
         hit = self._device_keys.get(id(d))
@@ -144,12 +193,12 @@ class Projection:
         return k
 
     def _relabel_value(self, d: model.Device) -> str | None:
+        """The device's values of the renamed attribute (under any domain), or None."""
         if self.view.relabel is None:
             return None
-        for name, value in d.attributes.items():
-            if _bare(name) == self.view.relabel:
-                return f"{name}={value!r}"
-        return None
+        found = sorted(f"{name}={value!r}" for name, value in d.attributes.items()
+                       if _bare(name) == self.view.relabel)
+        return "\n".join(found) if found else None
 
     def node_key(self, e: gang._NodeEntry,
                  allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]
@@ -160,6 +209,7 @@ class Projection:
             by_pool.setdefault((s.driver, s.pool), []).append(s)
         pools: list[tuple[PoolKey, bool, tuple[Any, ...], list[tuple[Any, ...]]]] = []
         groups: dict[str | None, list[tuple[int, int, Any]]] = {}
+        candidates, unbounded = 0, False
         for pi, pk in enumerate(e.local_pools):
             slices = by_pool[pk]
             state: dict[str, Any] = {}
@@ -172,26 +222,37 @@ class Projection:
                                  for s in slices), counters, len(set(names)) == len(names))
             ordered = self.view.ordered or bool(counters) or any(
                 d.consumes_counters for s in slices for d in s.devices)
+            keyed = [(self._device_key(pk[0], d), d) for s in slices for d in s.devices]
+            wanted = [self._candidate(k, pk[0], d) for k, d in keyed]
+            if ordered and not self.view.ordered:
+                # Devices sharing a counter set with a candidate are observable through
+                # the counters; the rest of the pool is not.
+                shared_sets = {c.counter_set for (_, d), w in zip(keyed, wanted, strict=True)
+                               if w for c in d.consumes_counters}
+                keep = [w or any(c.counter_set in shared_sets for c in d.consumes_counters)
+                        for (_, d), w in zip(keyed, wanted, strict=True)]
+                info = (*info[:2], tuple(c for c in counters if c[0] in shared_sets), info[3])
+            else:
+                keep = [True if ordered else w for w in wanted]
             devices = []
-            for s in slices:
-                for d in s.devices:
-                    item = (self._device_key(pk[0], d), state.get(d.name, ()),
-                            self._relabel_value(d), d.name)
-                    devices.append(item)
-                    groups.setdefault(item[2], []).append((pi, item[0], item[1]))
+            for (k, d), w, kept in zip(keyed, wanted, keep, strict=True):
+                if not kept:
+                    continue  # nothing the gang does can touch it
+                if w and d.allow_multiple_allocations:
+                    unbounded = True
+                elif w:
+                    candidates += 1
+                item = (k, state.get(d.name, ()), self._relabel_value(d), d.name)
+                devices.append(item)
+                groups.setdefault(item[2], []).append((pi, item[0], item[1]))
             pools.append((pk, ordered, info, devices))
+        # Values of the renamed attribute by rank of their group's content.
         rank: dict[str | None, int] = {None: -1}
         if self.view.relabel is not None:
-            content = sorted((tuple(sorted(v)), repr(k)) for k, v in groups.items()
-                             if k is not None)
-            by_content = {}
-            for k, v in groups.items():
-                if k is not None:
-                    by_content[k] = tuple(sorted(v))
-            ranked = sorted((c, label) for label, c in by_content.items())
+            ranked = sorted((tuple(sorted((pi, dk, repr(st)) for pi, dk, st in members)), label)
+                            for label, members in groups.items() if label is not None)
             for i, (_, label) in enumerate(ranked):
                 rank[label] = i
-            del content
         key_parts: list[Any] = []
         order: list[model.DeviceId] = []
         for pk, ordered, info, devices in pools:
@@ -200,6 +261,9 @@ class Projection:
                 items.sort(key=lambda x: (x[0], repr(x[1]), x[2], x[3]))
             key_parts.append((info, tuple((k, st, r) for k, st, r, _ in items)))
             order.extend(model.DeviceId(pk[0], pk[1], name) for _, _, _, name in items)
+        # Pods one node can hold by its devices at most: resources that allow more do not
+        # tell nodes apart (but "none" and "some" stay apart, for the reason given).
+        most = None if unbounded or not self._per_pod else max(candidates // self._per_pod, 1)
         free: list[tuple[str, object]] = []
         for name, amount, cap, exact in self.free:
             have = e.free.get(name)
@@ -208,6 +272,8 @@ class Projection:
             elif exact:
                 free.append((name, min(have, amount)))
             else:
-                free.append((name, min(int(have // amount), cap) if have > 0 else 0))
-        key = ("node", tuple(key_parts), e.node.taints, e.node.unschedulable, tuple(free))
+                n = min(int(have // amount), cap) if have > 0 else 0
+                free.append((name, n if most is None else min(n, most)))
+        key = ("node", tuple(key_parts), e.node.taints, e.node.unschedulable, e.pristine,
+               tuple(free))
         return self._intern.setdefault(key, len(self._intern)), tuple(order)
