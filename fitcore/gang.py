@@ -349,8 +349,12 @@ class Snapshot:
     def entry(self, n: model.Node, used: Mapping[str, values.Quantity],
               shapes: dict[Any, int] | None,
               local: list[tuple[PoolKey, list[model.ResourceSlice]]],
-              fingerprint: tuple[Any, ...] = ()) -> _NodeEntry:
-        """Index one node (with its node-local pools) without adding it."""
+              fingerprint: tuple[Any, ...] = (), own_class: int | None = None) -> _NodeEntry:
+        """Index one node (with its node-local pools) without adding it.
+
+        `own_class`: the node is a class of its own, told apart by this number (a caller
+        that classes nodes itself, `fitcore.inventory`, numbers each version of a node),
+        and the shapes of its pools are not computed."""
         labels = tuple(sorted((k, v) for k, v in n.labels.items() if k != HOSTNAME_LABEL))
         local = sorted(local, key=lambda x: x[0])
         local_slices: list[model.ResourceSlice] = []
@@ -359,11 +363,13 @@ class Snapshot:
         for pk, group_slices in local:
             group_slices = sorted(group_slices, key=lambda s: s.name)
             local_slices.extend(group_slices)
-            pool_shapes.append(self._pool_shape(group_slices, shapes))
+            if own_class is None:
+                pool_shapes.append(self._pool_shape(group_slices, shapes))
             taken = self._allocated_by_pool.get(pk, ())
             devices += sum(len(s.devices) for s in group_slices)
             devices -= sum(1 for t in taken if t[0] == "d")
-            pool_shapes.append(tuple(sorted(taken)))
+            if own_class is None:
+                pool_shapes.append(tuple(sorted(taken)))
         if any(d.allow_multiple_allocations for s in local_slices for d in s.devices):
             devices = _UNBOUNDED  # shared devices: counting cannot bound the pods
         sees_global = any(pools.slice_relevant(n, s) for s in self.global_slices)
@@ -374,6 +380,8 @@ class Snapshot:
                                 tuple(sorted(free.items())))
         if sees_global:
             key = (*key, ("node", n.name))
+        if own_class is not None:
+            key = ("own", n.name, own_class)
         pristine = not any(self._allocated_by_pool.get(pk) for pk, _ in local)
         return _NodeEntry(n, labels, tuple(pk for pk, _ in local), tuple(local_slices),
                           sees_global, self.intern(key), free, devices, pristine, fingerprint)

@@ -94,7 +94,7 @@ class Inventory:
         self._store = cache.Store(size=4096, kept_problems=kept_problems)
         self._keys: dict[Any, int] = {}
         # Device keys per view (what gangs can see of devices), by device identity.
-        self._device_keys: dict[projection.DeviceView, dict[int, tuple[model.Device, int]]] = {}
+        self._device_keys: dict[projection.DeviceView, dict[int, tuple[model.Device, tuple[int, str | None]]]] = {}
         self._entries: dict[str, gang._NodeEntry] = {}
         self._dirty: set[str] = set()
         self._dirty_pools: set[PoolKey] = set()
@@ -104,6 +104,7 @@ class Inventory:
         self._gangs: collections.OrderedDict[str, _GangState] = collections.OrderedDict()
         self._scratch: dict[Any, Any] = {}  # hypothetical nodes of shapes, across snapshots
         self._devices = 0
+        self._generation = 0  # numbers each version of a node's index entry
 
     # ------------------------------------------------------------------ events
 
@@ -238,7 +239,8 @@ class Inventory:
     # --------------------------------------------------------------- the view
 
     def _current(self) -> gang.Snapshot:
-        """The snapshot of the current state (rebuilt for dirty nodes only)."""
+        """The current index: a snapshot whose entries are every node's, in name order,
+        rebuilt for dirty nodes only; not itself indexed into cells (see `_view`)."""
         if self._snapshot is not None and self._snapshot[0] == self._version:
             return self._snapshot[1]
         if len(self._keys) > INTERNED:
@@ -266,11 +268,14 @@ class Inventory:
             dict(self._allocated), self._keys)
         snap.devices = self._devices
         snap.scratch = self._scratch
+        # The node entries, in name order. They are not inserted: decisions run on the
+        # gang's projected view of them (`_view`), which indexes them itself.
+        entries = snap.entries
         for name in self._names:
             e = self._entries.get(name)
             if e is None or name in self._dirty:
                 e = self._entry(snap, name, e)
-            snap.insert(e)
+            entries.append(e)
         self._dirty.clear()
         self._all_dirty = False
         self._store.size = 2 * len(self._names) + 4096
@@ -294,7 +299,9 @@ class Inventory:
                ) -> gang._NodeEntry:
         local = [(pk, list(self._pool_slices[pk].values()))
                  for pk in self._node_pools.get(name, ())]
-        e = snap.entry(self._nodes[name], self._used.get(name, {}), None, local)
+        self._generation += 1
+        e = snap.entry(self._nodes[name], self._used.get(name, {}), None, local,
+                       own_class=self._generation)
         if old is not None and len(old.local_slices) == len(e.local_slices) and all(
                 a is b for a, b in zip(old.local_slices, e.local_slices, strict=True)):
             e.local_slices = old.local_slices  # the same tuple: kept work is found again
@@ -350,8 +357,9 @@ class Inventory:
         if e.sees_global:
             return e
         key, order = proj.node_key(e, self._allocated)
-        exact = self._keys.setdefault(("exact", e.key, e.local_pools), len(self._keys))
-        return dataclasses.replace(e, key=key, order=order, exact=exact)
+        # The base entry is a class of its own per version of the node: fills found on
+        # it as a representative are kept under that version.
+        return dataclasses.replace(e, key=key, order=order, exact=e.key)
 
     # -------------------------------------------------------------- decisions
 

@@ -46,12 +46,21 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from fitcore import gang, model, reads, semantics
+from fitcore import gang, model, reads, semantics, values
 
 PoolKey = tuple[str, str]
 
 def _bare(name: str) -> str:
     return name.rpartition("/")[2]
+
+
+_BARE: dict[str, str] = {}  # attribute name -> its id (names are few)
+
+
+def _exact(q: values.Quantity) -> tuple[int, int]:
+    """A quantity as a pair of ints: hashed far faster than its Fraction."""
+    v = q.value
+    return (v.numerator, v.denominator)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -127,7 +136,7 @@ class Projection:
 
     def __init__(self, g: gang.Gang, classes: Mapping[str, model.DeviceClass],
                  selector: semantics.Selector, interner: dict[Any, int],
-                 device_keys: dict[int, tuple[model.Device, int]]) -> None:
+                 device_keys: dict[int, tuple[model.Device, tuple[int, str | None]]]) -> None:
         self.view = device_view(g, classes)
         self.free = free_view(g)
         self._intern = interner
@@ -175,30 +184,34 @@ class Projection:
         self._relevant[k] = found
         return found
 
-    def _device_key(self, driver: str, d: model.Device) -> int:
+    def _device_key(self, driver: str, d: model.Device) -> tuple[int, str | None]:
+        """The device's key (an interned id) and its value of the renamed attribute."""
         hit = self._device_keys.get(id(d))
         if hit is not None and hit[0] is d:
             return hit[1]
         read, relabel = self.view.read, self.view.relabel
-        attrs = tuple(sorted(
-            (name, repr(value)) for name, value in d.attributes.items()
-            if (read is None and _bare(name) != relabel) or (
-                read is not None and _bare(name) in read)))
-        key = ("dev", driver, attrs, tuple(sorted(d.capacity.items())),
-               tuple((c.counter_set, tuple(sorted(c.counters.items())))
-                     for c in d.consumes_counters),
-               d.taints, d.allow_multiple_allocations, d.binding_conditions, d.binds_to_node)
+        attrs = []
+        labels = []
+        for name, value in d.attributes.items():
+            bare = _BARE.get(name)
+            if bare is None:
+                bare = _BARE[name] = name.rpartition("/")[2]
+            if bare == relabel:
+                labels.append(f"{name}={value!r}")
+            elif read is None or bare in read:
+                attrs.append((name, type(value).__name__, value))
+        attrs.sort(key=lambda a: a[0])
+        capacity = tuple(sorted((name, _exact(c.value), c.request_policy)
+                                for name, c in d.capacity.items())) if d.capacity else ()
+        counters = tuple((c.counter_set, tuple(sorted((n, _exact(q))
+                                                      for n, q in c.counters.items())))
+                         for c in d.consumes_counters) if d.consumes_counters else ()
+        key = ("dev", driver, tuple(attrs), capacity, counters, d.taints,
+               d.allow_multiple_allocations, d.binding_conditions, d.binds_to_node)
         k = self._intern.setdefault(key, len(self._intern))
-        self._device_keys[id(d)] = (d, k)
-        return k
-
-    def _relabel_value(self, d: model.Device) -> str | None:
-        """The device's values of the renamed attribute (under any domain), or None."""
-        if self.view.relabel is None:
-            return None
-        found = sorted(f"{name}={value!r}" for name, value in d.attributes.items()
-                       if _bare(name) == self.view.relabel)
-        return "\n".join(found) if found else None
+        label = "\n".join(sorted(labels)) if labels else None
+        self._device_keys[id(d)] = (d, (k, label))
+        return k, label
 
     def node_key(self, e: gang._NodeEntry,
                  allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]
@@ -223,7 +236,7 @@ class Projection:
             ordered = self.view.ordered or bool(counters) or any(
                 d.consumes_counters for s in slices for d in s.devices)
             keyed = [(self._device_key(pk[0], d), d) for s in slices for d in s.devices]
-            wanted = [self._candidate(k, pk[0], d) for k, d in keyed]
+            wanted = [self._candidate(kl[0], pk[0], d) for kl, d in keyed]
             if ordered and not self.view.ordered:
                 # Devices sharing a counter set with a candidate are observable through
                 # the counters; the rest of the pool is not.
@@ -235,14 +248,14 @@ class Projection:
             else:
                 keep = [True if ordered else w for w in wanted]
             devices = []
-            for (k, d), w, kept in zip(keyed, wanted, keep, strict=True):
+            for ((k, label), d), w, kept in zip(keyed, wanted, keep, strict=True):
                 if not kept:
                     continue  # nothing the gang does can touch it
                 if w and d.allow_multiple_allocations:
                     unbounded = True
                 elif w:
                     candidates += 1
-                item = (k, state.get(d.name, ()), self._relabel_value(d), d.name)
+                item = (k, state.get(d.name, ()), label, d.name)
                 devices.append(item)
                 groups.setdefault(item[2], []).append((pi, item[0], item[1]))
             pools.append((pk, ordered, info, devices))
