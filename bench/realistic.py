@@ -127,15 +127,15 @@ def measure(nodes: int, repeat: int, fresh_per_row: bool) -> tuple[list[dict[str
                 inv, _, _ = load(nodes)
                 gc.collect()
             g = gang_for(pods, scenario)
-            cold, result = timed(lambda: decide(inv, g, scenario))  # noqa: B023
-            warm = [timed(lambda: decide(inv, g, scenario))[0]  # noqa: B023
+            cold, result = timed(lambda: decide(inv, g, scenario))
+            warm = [timed(lambda: decide(inv, g, scenario))[0]
                     for _ in range(repeat)]
             changed = []
             for _ in range(3):
                 s, e = change(inv, nodes, rng)
                 change_s += s
                 change_events += e
-                changed.append(timed(lambda: decide(inv, g, scenario))[0])  # noqa: B023
+                changed.append(timed(lambda: decide(inv, g, scenario))[0])
             rows.append({
                 "nodes": nodes, "pods": pods, "scenario": scenario,
                 "cold_ms": cold * 1e3, "warm_ms": statistics.median(warm) * 1e3,

@@ -94,7 +94,7 @@ class Inventory:
         self._store = cache.Store(size=4096, kept_problems=kept_problems)
         self._keys: dict[Any, int] = {}
         # Device keys per view (what gangs can see of devices), by device identity.
-        self._device_keys: dict[projection.DeviceView, dict[int, tuple[model.Device, tuple[int, str | None]]]] = {}
+        self._device_keys: dict[projection.DeviceView, projection.DeviceKeys] = {}
         self._entries: dict[str, gang._NodeEntry] = {}
         self._dirty: set[str] = set()
         self._dirty_pools: set[PoolKey] = set()

@@ -49,6 +49,9 @@ from typing import Any
 from fitcore import gang, model, reads, semantics, values
 
 PoolKey = tuple[str, str]
+#: Device keys by device identity: the device (kept alive, so that ids stay unique), its
+#: interned key and its value of the renamed attribute.
+DeviceKeys = dict[int, tuple[model.Device, tuple[int, str | None]]]
 
 def _bare(name: str) -> str:
     return name.rpartition("/")[2]
@@ -136,7 +139,7 @@ class Projection:
 
     def __init__(self, g: gang.Gang, classes: Mapping[str, model.DeviceClass],
                  selector: semantics.Selector, interner: dict[Any, int],
-                 device_keys: dict[int, tuple[model.Device, tuple[int, str | None]]]) -> None:
+                 device_keys: DeviceKeys) -> None:
         self.view = device_view(g, classes)
         self.free = free_view(g)
         self._intern = interner
