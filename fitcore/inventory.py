@@ -12,16 +12,19 @@ What it keeps, and what a change costs:
   no-op. Events are applied in O(the object): a node is marked *dirty* when its Node,
   one of its node-local slices, an allocation in one of its pools, or a pod bound to it
   changes; a change to a slice that is not node-local (or a DeviceClass) marks all.
-- The index of each node (`gang._NodeEntry`: label group, class, free resources, its
-  node-local slices as one tuple) is recomputed at the next decision for dirty nodes
-  only; the tuple of its slices stays the same object while they do not change, so the
-  per-node kept work of `fitcore.cache` (pools, selector results, compiled problems) is
-  found again. A decision then costs a pass over the nodes to assemble the snapshot
-  (only after a change) plus the search.
+- The index of each node (`gang._NodeEntry`: label group, free resources, its node-local
+  slices as one tuple) is recomputed at the next decision for dirty nodes only. Each
+  version of a node is a class of its own there (`Snapshot.entry(own_class=...)`: hashing
+  every device of a realistic node buys nothing, its uuids make it unique); the gang's
+  projection classes nodes instead. The tuple of a node's slices stays the same object
+  while they do not change, so the per-node kept work of `fitcore.cache` (pools,
+  selector results, compiled problems) is found again. A decision after a change costs
+  a pass over the nodes (their projected classes are kept per node version) plus the
+  search.
 - Per gang content (up to `GANGS` of them): the gang's projection (`fitcore.projection`:
   node classes by what its claims can see), each node's projected class (recomputed for
-  dirty nodes), and a `gang.Memo` of fills, kept by class content and the exact content
-  of the representative, so they stay valid across changes elsewhere. A second decision
+  dirty nodes), and a `gang.Memo` of fills, kept by class and the version of the
+  representative, so they stay valid across changes elsewhere. A second decision
   on an unchanged inventory calls the allocator no more; after a change only classes
   that are new call it.
 - A `cache.Store` of its own: kept entries per node (bounded by twice the nodes plus
