@@ -58,8 +58,9 @@ Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped obje
 GANGS = 64
 #: Interned class keys before the interner and all kept decisions are dropped.
 INTERNED = 2_000_000
-#: Fills kept per gang before its memo starts afresh.
-FILLS = 200_000
+#: Fills (and derived classes) kept per gang before its memo starts afresh. A fill holds
+#: a few pods' device results; multi-pod-set gangs that fail add probes each decision.
+FILLS = 50_000
 
 _KINDS = ("Node", "ResourceSlice", "ResourceClaim", "Pod", "DeviceClass", "NodeShape")
 _EMPTY_STATE = model.AllocatedState()
@@ -316,7 +317,7 @@ class Inventory:
         state = self._gangs.get(content)
         if state is not None:
             self._gangs.move_to_end(content)
-            if len(state.memo.fills) > FILLS:
+            if len(state.memo.fills) + len(state.memo.derived) > FILLS:
                 state.memo = gang.Memo()
             return state
         view = projection.device_view(g, self._classes)

@@ -57,9 +57,6 @@ def _bare(name: str) -> str:
     return name.rpartition("/")[2]
 
 
-_BARE: dict[str, str] = {}  # attribute name -> its id (names are few)
-
-
 def _exact(q: values.Quantity) -> tuple[int, int]:
     """A quantity as a pair of ints: hashed far faster than its Fraction."""
     v = q.value
@@ -151,6 +148,8 @@ class Projection:
                               for ps in g.pod_sets for pc in ps.claims
                               for r in pc.claim.requests for alt in r.alternatives]
         self._relevant: dict[int, bool] = {}
+        # Per attribute name: 0 not observable, 1 kept in the key, 2 the renamed one.
+        self._actions: dict[str, int] = {}
         # Devices one pod of the only pod set takes for itself at least (0: unbounded).
         self._per_pod = 0
         if len(g.pod_sets) == 1:
@@ -192,17 +191,20 @@ class Projection:
         hit = self._device_keys.get(id(d))
         if hit is not None and hit[0] is d:
             return hit[1]
-        read, relabel = self.view.read, self.view.relabel
+        actions = self._actions
         attrs = []
         labels = []
         for name, value in d.attributes.items():
-            bare = _BARE.get(name)
-            if bare is None:
-                bare = _BARE[name] = name.rpartition("/")[2]
-            if bare == relabel:
-                labels.append(f"{name}={value!r}")
-            elif read is None or bare in read:
+            act = actions.get(name)
+            if act is None:
+                bare = name.rpartition("/")[2]
+                act = actions[name] = (2 if bare == self.view.relabel else
+                                       1 if self.view.read is None or bare in self.view.read
+                                       else 0)
+            if act == 1:
                 attrs.append((name, type(value).__name__, value))
+            elif act == 2:
+                labels.append(f"{name}={value!r}")
         attrs.sort(key=lambda a: a[0])
         capacity = tuple(sorted((name, _exact(c.value), c.request_policy)
                                 for name, c in d.capacity.items())) if d.capacity else ()
