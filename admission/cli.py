@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from fitcore import errors, gang, inventory, kube, plan, workload
+from fitcore import errors, gang, inventory, plan, workload
 
 _YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
 
@@ -150,7 +150,8 @@ def run_fit(inventory_paths: Sequence[str], shape_paths: Sequence[str], workload
             problems.extend(e if e.source else dataclasses.replace(e, source=source)
                             for e in exc.errors)
     if len(gang_docs) != 1:
-        found = ", ".join(kube.describe(o, "object") for o, _ in gang_docs) or "none"
+        found = ", ".join(f"{o.get('kind')} {_key(o)[0]}/{_key(o)[1]}"
+                          for o, _ in gang_docs) or "none"
         problems_text = f"{workload_path}: must hold exactly one Workload or Job, found {found}"
         if problems:
             raise errors.InputError(problems)
