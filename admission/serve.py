@@ -122,7 +122,6 @@ class Service:
         self.clock = clock or clock_.SystemClock()
         self.informers = cache.Informers(api, specs)
         self.inventory = inventory.ClusterInventory(self.informers.store,
-                                                    budget=cfg.decision_budget,
                                                     timeout=cfg.decision_timeout)
         self.runtime = controller.Runtime(self.informers.store, clock=self.clock,
                                           workers=cfg.workers)
