@@ -19,6 +19,10 @@ What can go wrong, and what it does:
 
 `synced` is set after the first successful list and stays set through relists (the store
 then holds the last known state, which readers may use while the informer catches up).
+
+Objects are stored without `metadata.managedFields` (server-side apply bookkeeping that no
+reader uses, often the largest part of a small object), as controller-runtime's
+cache transforms do.
 """
 
 from __future__ import annotations
@@ -78,6 +82,14 @@ class Backoff:
 _Store = store.Store  # (the name `store` is a method of Informers)
 
 
+def strip(obj: client.Obj) -> client.Obj:
+    """The object as cached: without metadata.managedFields."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
+
+
 def _retryable(exc: errors.ApiError) -> bool:
     return exc.status == 0 or exc.status == 429 or exc.status >= 500
 
@@ -131,7 +143,7 @@ class Informer:
     async def _list(self) -> None:
         listing = await self.api.list(self.spec.kind, label_selector=self.spec.label_selector)
         self.lists += 1
-        self.store.replace(listing.items)
+        self.store.replace([strip(o) for o in listing.items])
         self._rv = listing.resource_version
         if self.problem:
             self._log.info("informer.recovered", objects=len(listing.items))
@@ -148,7 +160,7 @@ class Informer:
                                                label_selector=self.spec.label_selector):
                     rv = (ev.object.get("metadata") or {}).get("resourceVersion")
                     if ev.type != "BOOKMARK":
-                        self.store.apply(ev)
+                        self.store.apply(client.WatchEvent(ev.type, strip(ev.object)))
                     if rv:
                         self._rv = rv
                     failures = 0

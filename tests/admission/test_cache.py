@@ -206,3 +206,15 @@ async def test_bookmarks_advance_the_resource_version_without_touching_the_store
     await _stop(task)
 
 
+
+
+async def test_managed_fields_are_not_cached() -> None:
+    c = fake.FakeClient()
+    mf = [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+    c.seed(kinds.NODE, {"metadata": {"name": "a", "managedFields": mf}})
+    inf, rec, task = await _running(c, cache.Spec(kinds.NODE))
+    c.seed(kinds.NODE, {"metadata": {"name": "b", "managedFields": mf}})
+    await _until(lambda: ("ADDED", "b") in rec.events, "b")
+    assert all("managedFields" not in o["metadata"] for o in inf.store.list())
+    assert c.find(kinds.NODE, "a")["metadata"]["managedFields"] == mf  # (only the cache)
+    await _stop(task)
