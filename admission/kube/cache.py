@@ -134,7 +134,7 @@ class Informer:
         unserved = exc.status == 404
         why = (f"{self.spec.kind.plural}.{self.spec.kind.group or 'core'} is not served "
                f"by the API server (CRD not installed?)" if unserved
-               else f"cannot list {self.spec.kind.plural}: {exc}")
+               else f"cannot list or watch {self.spec.kind.plural}: {exc}")
         if why != self.problem:
             (self._log.warning if unserved or not _retryable(exc) else self._log.info)(
                 "informer.problem", problem=why)

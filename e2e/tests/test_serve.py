@@ -235,3 +235,34 @@ async def test_api_client_against_the_api_server(e2e: harness.Harness,
     finally:
         await api.close()
 
+
+@pytest.mark.timeout(240)
+async def test_serve_rides_out_an_api_server_restart(
+        e2e: harness.Harness, local_cluster: cluster.LocalCluster, created: Created) -> None:
+    """The watches reconnect after the API server goes away and comes back: a check made
+    after the restart turns Active, and the process stayed ready throughout."""
+    kubeconfig = await _bind_service_account(e2e, local_cluster, created)
+    serve, port = await _serve(e2e, kubeconfig, "replica-1")
+
+    async def held() -> bool:
+        return await _lease_holder(e2e) == "replica-1"
+    await e2e.wait_for(held, 30, "the Lease held")
+    # On this (the main) thread: the restarted API server gets SIGKILL when the thread
+    # that started it ends (PR_SET_PDEATHSIG is per thread), so not from a worker thread.
+    local_cluster.restart_apiserver()
+
+    after = f"after-{e2e.namespace}"
+    created.append((KUEUE, "AdmissionCheck", after))
+    await e2e.kube.apply({"apiVersion": KUEUE, "kind": "AdmissionCheck",
+                          "metadata": {"name": after}, "spec": {"controllerName": CONTROLLER}})
+
+    async def active() -> bool:
+        ac = await e2e.kube.get(KUEUE, "AdmissionCheck", after)
+        return kube.has_condition(ac, "Active")
+    await e2e.wait_for(active, 90, "Active on a check made after the restart")
+
+    assert serve.alive()
+    assert (await _readyz(port))[0] == 200
+    events = [r.get("event") for r in _lines(serve)]
+    assert "informer.reconnect" in events or "informer.gone" in events, serve.log_tail()
+    assert await serve.stop() == 0, serve.log_tail()
