@@ -32,12 +32,24 @@ import dataclasses
 import random
 from collections.abc import Awaitable, Callable, Iterable
 
+import prometheus_client
 import structlog
 
 from admission.kube import client, errors, kinds, store
 
 Sleep = Callable[[float], Awaitable[None]]
 log = structlog.get_logger("fitgate.cache")
+
+SYNCED = prometheus_client.Gauge(
+    "fitgate_informer_synced", "1 once the kind's cache has listed (0: not yet, or not "
+    "served)", ["kind"])
+LISTS = prometheus_client.Counter(
+    "fitgate_informer_lists_total", "Lists of a kind (the first and every relist)", ["kind"])
+RECONNECTS = prometheus_client.Counter(
+    "fitgate_informer_reconnects_total", "Watches of a kind started again after an error "
+    "(not after a normal close)", ["kind"])
+EVENTS = prometheus_client.Counter(
+    "fitgate_informer_events_total", "Watch events applied to a kind's cache", ["kind"])
 
 #: PodTemplates fitgate creates carry this label; only they are cached.
 POD_TEMPLATE_SELECTOR = "app.kubernetes.io/managed-by=fitgate"
@@ -144,6 +156,8 @@ class Informer:
         listing = await self.api.list(self.spec.kind, label_selector=self.spec.label_selector)
         self.lists += 1
         self.store.replace([strip(o) for o in listing.items])
+        LISTS.labels(self.spec.kind.kind).inc()
+        SYNCED.labels(self.spec.kind.kind).set(1)
         self._rv = listing.resource_version
         if self.problem:
             self._log.info("informer.recovered", objects=len(listing.items))
@@ -161,6 +175,7 @@ class Informer:
                     rv = (ev.object.get("metadata") or {}).get("resourceVersion")
                     if ev.type != "BOOKMARK":
                         self.store.apply(client.WatchEvent(ev.type, strip(ev.object)))
+                        EVENTS.labels(self.spec.kind.kind).inc()
                     if rv:
                         self._rv = rv
                     failures = 0
@@ -172,6 +187,7 @@ class Informer:
                 if not _retryable(exc):
                     raise
                 failures += 1
+                RECONNECTS.labels(self.spec.kind.kind).inc()
                 self.problem = f"watch of {self.spec.kind.plural} interrupted: {exc}"
                 self._log.info("informer.reconnect", error=str(exc), failures=failures)
                 await self._sleep(self.backoff.delay(failures))

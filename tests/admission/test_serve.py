@@ -68,6 +68,8 @@ async def test_serve_lifecycle() -> None:
     assert held is not None and held["spec"]["holderIdentity"] == "replica-1"
     status, metrics = await _get(svc.health_port, "/metrics")
     assert status == 200 and 'fitgate_reconcile_total{controller="admissioncheck"' in metrics
+    assert 'fitgate_informer_synced{kind="Workload"} 1.0' in metrics
+    assert 'fitgate_informer_lists_total{kind="Workload"}' in metrics
     stop.set()
     await asyncio.wait_for(task, 5)
     released = api.find(kinds.LEASE, "fitgate", "fitgate-system")
