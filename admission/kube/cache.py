@@ -5,7 +5,8 @@ the list's resourceVersion, applying each event to the store, which tells its su
 What can go wrong, and what it does:
 
 - The watch ends (the server's watch timeout, a proxy closing it): watch again from the
-  last resourceVersion seen (an event's, or a BOOKMARK's).
+  last resourceVersion seen (an event's, or a BOOKMARK's); a watch that ended at once
+  with nothing in it backs off first, so a proxy that cuts watches is not hammered.
 - 410 Gone (the resourceVersion is older than the server's history): list again and
   `Store.replace`, which tells subscribers exactly the differences (objects added, changed
   or deleted while the watch was away): nothing lost, nothing told twice.
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable
 
 import prometheus_client
@@ -90,6 +92,9 @@ class Backoff:
         d = min(self.ceiling, self.base * (2 ** max(0, failures - 1)))
         return float(d * (1 + self.jitter * random.random()))
 
+
+#: A watch that ends sooner than this, having delivered nothing, counts as a failure.
+QUICK_CLOSE_SECONDS = 1.0
 
 _Store = store.Store  # (the name `store` is a method of Informers)
 
@@ -169,6 +174,7 @@ class Informer:
         on Gone (the caller lists again)."""
         failures = 0
         while True:
+            started, seen = time.monotonic(), False
             try:
                 async for ev in self.api.watch(self.spec.kind, self._rv,
                                                label_selector=self.spec.label_selector):
@@ -178,8 +184,13 @@ class Informer:
                         EVENTS.labels(self.spec.kind.kind).inc()
                     if rv:
                         self._rv = rv
-                    failures = 0
+                    failures, seen = 0, True
                     self.problem = None
+                if not seen and time.monotonic() - started < QUICK_CLOSE_SECONDS:
+                    # Closed at once with nothing in it (a proxy cutting watches, say):
+                    # back off rather than spin.
+                    failures += 1
+                    await self._sleep(self.backoff.delay(failures))
             except errors.Gone:
                 self._log.info("informer.gone", resource_version=self._rv)
                 return
