@@ -34,7 +34,8 @@ import collections
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import prometheus_client
@@ -109,6 +110,8 @@ class ClusterInventory:
         self._engine = engine.Inventory(kept_problems=kept_problems)
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="fitgate-decide")
+        # An inventory dropped without close() (tests) does not leave its thread behind.
+        weakref.finalize(self, self._executor.shutdown, wait=False)
         self._lock = threading.Lock()  # the engine: applying events, deciding
         self._queue_lock = threading.Lock()
         self._queue: collections.OrderedDict[tuple[str, Key], tuple[str, client.Obj]] = \
@@ -228,7 +231,7 @@ class ClusterInventory:
             "fit", lambda: self._engine.fit(gang_, node_filter=node_filter))
         return result
 
-    def plan(self, gang_: gang.Gang, *, shapes: Collection[str] | None = None,
+    def plan(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
              node_filter: NodeFilter | None = None) -> PlanResult:
         """Fit on existing nodes, or the cheapest new nodes of the allowed NodeShapes
         (`shapes`: names; None = all) that make the gang fit."""
@@ -264,7 +267,7 @@ class ClusterInventory:
             return plan.PlanResult("undecided", reasons=(self._too_long(),))
         return result
 
-    async def plan_async(self, gang_: gang.Gang, *, shapes: Collection[str] | None = None,
+    async def plan_async(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
                          node_filter: NodeFilter | None = None) -> PlanResult:
         """`plan` on the decision thread; past `timeout` seconds, `undecided`."""
         try:
