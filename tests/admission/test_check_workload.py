@@ -488,3 +488,57 @@ def test_serve_runs_the_workload_and_release_controllers() -> None:
     svc = serve.Service(config.Config(leader_election=False), w.fake.FakeClient(),
                         factories=components.factories())
     assert {"workload", "release", "admissioncheck"} <= set(svc.runtime.queues)
+
+
+# ------------------------------------------------------------- odd states
+
+
+async def test_an_unreadable_plan_annotation_is_asked_again(world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    (pr,) = world.requests()
+    pr["metadata"]["annotations"][c.PLAN_ANNOTATION] = "{not json"
+    world.seed(pr)
+    assert await world.reconcile() == 1.0
+    assert world.requests() == []
+    await world.reconcile()
+    (again,) = world.requests()
+    assert provisioning.plan_from_json(again["metadata"]["annotations"][c.PLAN_ANNOTATION])
+
+
+async def test_after_a_crash_between_two_plans_the_newest_request_wins(
+        world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100", price=10), w.shape("h200", price=20),
+               w.admitted(w.workers(2)))
+    await world.reconcile()
+    world.set_request_condition("train-fitgate-1", c.FAILED)
+    # The next plan's request was created, then the controller died before deleting the
+    # failed one.
+    world.api.fail_next(errors.ApiError(0, "Unavailable", "gone"), verb="delete",
+                        kind=kinds.PROVISIONING_REQUEST)
+    with pytest.raises(errors.ApiError):
+        await world.reconcile()
+    assert world.request_names() == ["train-fitgate-1", "train-fitgate-1-alt1"]
+    await world.reconcile(world.reconciler())
+    assert world.request_names() == ["train-fitgate-1-alt1"]
+    assert world.entry()["message"].startswith("capacity: waiting for the autoscaler: 1 × h200")
+
+
+async def test_a_plan_across_provisioning_classes_is_a_configuration_retry(
+        world: w.World) -> None:
+    launcher = w.workers(1)
+    launcher["name"] = "launcher"
+    cpu = w.shape("cpu", gpus=0, nics=[])
+    cpu["spec"]["resourceSlices"] = []
+    cpu["spec"]["provisioning"] = {"className": "check-capacity.autoscaling.x-k8s.io"}
+    launcher["template"]["spec"].pop("resourceClaims")
+    launcher["template"]["spec"]["nodeSelector"] = {w.SHAPE_LABEL: "cpu"}
+    gpu_workers = w.workers(2, node_selector={w.SHAPE_LABEL: "h100"})
+    wl = w.admitted(launcher, gpu_workers)
+    world.seed(*w.base(), w.shape("h100"), cpu, wl)
+    await world.reconcile()
+    e = world.entry()
+    assert e["state"] == "Retry"
+    assert "mixes shapes of different provisioning classes" in e["message"]
+    assert e["message"].startswith("configuration: cannot ask for the planned nodes")
+    assert world.requests() == []
