@@ -388,3 +388,46 @@ async def test_order_sensitive_gang_runs_when_released_in_fitcores_order(
     assert started["launcher"] and started["worker"]
     assert started["launcher"]["lastTransitionTime"] <= started["worker"]["lastTransitionTime"]
     await claims_allocated(e2e, pods)
+
+
+# ------------------------------------------------------------------- misfit
+
+
+@pytest.mark.timeout(300)
+async def test_nodes_that_break_their_shapes_promise_are_a_coordination_retry(
+        e2e: harness.Harness, fitgate: runner.LocalProcess) -> None:
+    # The node group's new nodes publish each GPU on its own PCIe root: the NodeShape
+    # promised two GPUs per root, and a pod wants two GPUs on one root.
+    faulty = builders.gpu_devices(4, per_pcie_root=1)
+    await e2e.define_shape(GROUP.shape, builders.shape(GROUP.devices, faulty_devices=faulty,
+                                                       faulty_nodes="all"))
+    try:
+        check, queue = await fitgate_queue(e2e)
+        await e2e.kube.create(builders.claim_template(
+            "two-gpus-one-root", e2e.namespace, 2, match_attribute=builders.PCIE_ROOT))
+        await e2e.create_job("misfit", queue, parallelism=2,
+                             claim_template_name="two-gpus-one-root",
+                             node_selector={cluster.NODEGROUP_LABEL: GROUP.name})
+
+        async def misfit_event() -> dict[str, Any] | None:
+            events = await e2e.kube.list("events.k8s.io/v1", "Event", e2e.namespace)
+            hits = [ev for ev in events if ev.get("reason") == "ProvisionedNodesMisfit"]
+            return hits[0] if hits else None
+        event = await e2e.wait_for(misfit_event, 180, "fitgate reports the misfit")
+        assert event["note"].startswith("coordination: the new nodes of ProvisioningRequest")
+        assert "attribute resource.kubernetes.io/pcieRoot is 'pci1', shape promised 'pci0'" \
+            in event["note"]
+        shape = await e2e.kube.get(FITGATE, "NodeShape", GROUP.name)
+        assert shape is not None
+        last = shape["status"]["verification"]["lastMismatch"]
+        assert last["workload"].startswith(f"{e2e.namespace}/")
+        assert last["details"]
+
+        async def released() -> bool:
+            return await requests(e2e) == []
+        await e2e.wait_for(released, 30, "the request deleted so the nodes can scale down")
+        wl = await e2e.workload_of_job("misfit")
+        assert wl is not None and not kube.has_condition(wl, "Admitted")
+        assert entry(wl, check)["state"] != "Ready"
+    finally:
+        await e2e.define_shape(GROUP.shape, builders.shape(GROUP.devices))
