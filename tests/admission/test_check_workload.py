@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from prometheus_client import REGISTRY
@@ -267,7 +268,11 @@ async def test_misfit_retries_records_the_shape_and_releases_the_nodes(world: w.
     (event,) = world.api.objects(kinds.EVENT)
     assert event["reason"] == "ProvisionedNodesMisfit"
     assert event["type"] == "Warning"
-    assert event["regarding"]["name"] == "train"
+    assert event["regarding"] == {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                                  "name": "train", "namespace": "default",
+                                  "uid": world.workload()["metadata"]["uid"]}
+    # a DNS subdomain, as the API server validates it (a generateName may not end in ".")
+    assert re.fullmatch(r"train\.[0-9a-f]{16}", event["metadata"]["name"])
     assert metric("fitgate_verification_mismatches_total", shape="h100") >= before + 6
     # 10 minutes since Provisioned (00:01 → 00:11) for one node nobody used
     assert metric("fitgate_unused_node_seconds_total", shape="h100") >= 600
