@@ -175,8 +175,11 @@ class Queue:
                 heapq.heappop(self._heap)  # superseded entry
             if self._heap and self._heap[0][0] <= now:
                 await slots.acquire()
-                _, _, key = heapq.heappop(self._heap)
-                if self._due.get(key) is None:
+                due, _, key = heapq.heappop(self._heap)
+                if self._due.get(key) != due or due > self.clock.monotonic():
+                    # Superseded while waiting for a worker, or not due: look again.
+                    if self._due.get(key) == due:
+                        heapq.heappush(self._heap, (due, next(self._seq), key))
                     slots.release()
                     continue
                 del self._due[key]

@@ -171,3 +171,19 @@ def test_keys_round_trip() -> None:
     assert controller.key_of({"metadata": {"name": "n", "namespace": "ns"}}) == "ns/n"
     assert controller.split("ns/n") == ("ns", "n")
     assert controller.split("cluster-scoped") == (None, "cluster-scoped")
+
+
+async def test_a_stale_earlier_entry_does_not_run_a_key_before_its_due_time() -> None:
+    clk, _s, ctrl, rt = _setup({"ns/a": [None, None, None]})
+    rt.start(leader_only=False)
+    q = rt.queues["recording"]
+    q.add("ns/a", 30)
+    q.add("ns/a", 5)  # earlier wins; the entry at 30 is now stale
+    await clk.advance(6)
+    assert [t for _, t in ctrl.calls] == [5.0]
+    q.add("ns/a", 35)  # due at 41: the stale entry at 30 must not run it
+    await clk.advance(30)
+    assert [t for _, t in ctrl.calls] == [5.0]
+    await clk.advance(10)
+    assert [t for _, t in ctrl.calls] == [5.0, 41.0]
+    await rt.stop()
