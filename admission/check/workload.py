@@ -57,20 +57,21 @@ from fitcore import gang, plan, shapes, workload
 log = structlog.get_logger(__name__)
 
 
-# The Protocol's method `plan` hides the module inside the class body.
+# (Type names for the Protocol below.)
 PlanResult = plan.PlanResult
 Plan = plan.Plan
 VerifyResult = plan.VerifyResult
 
 
 class Inventory(Protocol):
-    """The fitcore inventory the process keeps current (`admission.inventory`)."""
+    """The fitcore inventory the process keeps current (`admission.inventory`): decisions
+    run off the event loop, bounded in time (past it, `undecided`)."""
 
-    def plan(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
-             node_filter: Any = None) -> PlanResult: ...
+    async def plan_async(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
+                         node_filter: Any = None) -> PlanResult: ...
 
-    def verify(self, gang_: gang.Gang, plan_: Plan, *, node_filter: Any = None
-               ) -> VerifyResult: ...
+    async def verify_async(self, gang_: gang.Gang, plan_: Plan, *, node_filter: Any = None
+                           ) -> VerifyResult: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -240,7 +241,7 @@ class WorkloadReconciler:
                 entry, "configuration", "the workload cannot be read: "
                 + "; ".join(exc.problems)))
         started = time.perf_counter()
-        result = self.inventory.plan(wg.gang)
+        result = await self.inventory.plan_async(wg.gang)
         metrics.DECISION_SECONDS.labels(operation="plan").observe(
             time.perf_counter() - started)
         if result.verdict == "fits":
@@ -446,7 +447,7 @@ class WorkloadReconciler:
                 entry, "configuration", "the workload cannot be read: "
                 + "; ".join(exc.problems)))
         started = time.perf_counter()
-        result = self.inventory.verify(wg.gang, planned)
+        result = await self.inventory.verify_async(wg.gang, planned)
         metrics.DECISION_SECONDS.labels(operation="verify").observe(
             time.perf_counter() - started)
         if result.verdict == "fits":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 
 import pytest
 from prometheus_client import REGISTRY
@@ -15,8 +16,10 @@ from tests.admission import world as w
 
 
 @pytest.fixture
-def world() -> w.World:
-    return w.World()
+def world() -> Iterator[w.World]:
+    out = w.World()
+    yield out
+    out.inventory.inner.close()
 
 
 def metric(name: str, **labels: str) -> float:
@@ -448,7 +451,7 @@ async def test_undecided_within_the_budget_is_a_message_not_a_hang(world: w.Worl
     world.seed(*w.base(), *w.node("n1"), w.admitted(w.workers(2)))
 
     class Undecided(w.Recorded):
-        def plan(self, gang_, *, shapes=None, node_filter=None):  # type: ignore[no-untyped-def]
+        async def plan_async(self, gang_, *, shapes=None, node_filter=None):  # type: ignore[no-untyped-def]
             return plan.PlanResult("undecided", reasons=("work budget of 1 steps exceeded",))
 
     r = world.reconciler()
