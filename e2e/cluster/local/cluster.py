@@ -67,7 +67,6 @@ DRIVER_NAME = dra_driver.DEFAULT_DRIVER
 KUEUE_DRA_RESOURCE = builders.KUEUE_DRA_RESOURCE
 
 
-
 @dataclasses.dataclass(frozen=True)
 class KubeProfile:
     """What differs between the Kubernetes minors the harness runs."""
@@ -83,7 +82,8 @@ class KubeProfile:
 # APIs are off by default, hence the runtime config), removed v1alpha2, and dropped the
 # GangScheduling gate (gang scheduling follows GenericWorkload there). nodeipam would need
 # pod CIDRs; the cloud controllers need a cloud (1.37 no longer has them in KCM at all).
-_RESOURCE_APIS = "resource.k8s.io/v1=true,resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
+_RESOURCE_APIS = ("resource.k8s.io/v1=true,resource.k8s.io/v1beta1=true,"
+                  "resource.k8s.io/v1beta2=true")
 KUBE_PROFILES = {
     "1.36": KubeProfile(
         "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true",
@@ -111,7 +111,6 @@ WORKDIR_MARKER = ".fitgate-e2e-workdir"
 
 START_TIMEOUT_S = 120.0
 KUBECTL_TIMEOUT_S = 120
-RESTART_TIMEOUT_S = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
