@@ -37,6 +37,7 @@ pytestmark = [pytest.mark.e2e]
 CONTROLLER = "fitgate.io/topology-fit"
 FITGATE = "fitgate.io/v1alpha1"
 GROUP = harness.GPU_NODE_GROUP
+GROUP_DEVICES: list[dict[str, Any]] = list(GROUP.devices or ())
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 NODESHAPE_CRD: dict[str, Any] = {
@@ -59,7 +60,7 @@ def node_shape() -> dict[str, Any]:
                                     cluster.SHAPE_LABEL: GROUP.shape},
                      "allocatable": dict(GROUP.allocatable),
                      "resourceSlices": [{"driver": "gpu.e2e.fitgate.io",
-                                         "devices": GROUP.devices}],
+                                         "devices": GROUP_DEVICES}],
                      "price": 10}}
 
 
@@ -399,7 +400,7 @@ async def test_nodes_that_break_their_shapes_promise_are_a_coordination_retry(
     # The node group's new nodes publish each GPU on its own PCIe root: the NodeShape
     # promised two GPUs per root, and a pod wants two GPUs on one root.
     faulty = builders.gpu_devices(4, per_pcie_root=1)
-    await e2e.define_shape(GROUP.shape, builders.shape(GROUP.devices, faulty_devices=faulty,
+    await e2e.define_shape(GROUP.shape, builders.shape(GROUP_DEVICES, faulty_devices=faulty,
                                                        faulty_nodes="all"))
     try:
         check, queue = await fitgate_queue(e2e)
@@ -430,4 +431,4 @@ async def test_nodes_that_break_their_shapes_promise_are_a_coordination_retry(
         assert wl is not None and not kube.has_condition(wl, "Admitted")
         assert entry(wl, check)["state"] != "Ready"
     finally:
-        await e2e.define_shape(GROUP.shape, builders.shape(GROUP.devices))
+        await e2e.define_shape(GROUP.shape, builders.shape(GROUP_DEVICES))
