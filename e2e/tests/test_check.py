@@ -9,6 +9,13 @@ with real Kueue, kube-scheduler, cluster-autoscaler (kwok provider) and the fake
   their claims allocated.
 - The controller is killed between creating the request and marking the check Ready; the
   restarted controller admits the Workload with the same, single request.
+- The order-sensitive gang (a launcher with a GPU and the NIC of one PCIe root, a worker
+  with 4 GPUs of one root, one node): released by the release controller in fitcore's
+  order it runs; a control pair without the gate, worker first, leaves the launcher
+  unschedulable.
+- New nodes that break their shape's promise (each GPU on its own PCIe root): Retry with
+  a coordination message, an Event, the mismatch on the NodeShape's status, the request
+  deleted.
 
 `fitgate serve` runs as a local process of the test with a ServiceAccount token whose
 ClusterRole is exactly admission/kube/rbac.py's PERMISSIONS. The Pod webhook lives on its
