@@ -161,6 +161,23 @@ async def test_pending_request_keeps_the_check_pending(world: w.World) -> None:
     assert world.request_names() == ["train-fitgate-1"]
 
 
+async def test_capacity_freed_while_pending_admits_and_drops_the_request(
+        world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    assert world.request_names() == ["train-fitgate-1"]
+    world.set_request_condition("train-fitgate-1", c.ACCEPTED)
+    world.seed(*w.node("n1"))  # a node freed up (or was added by someone else)
+    assert await world.reconcile() is None
+    e = world.entry()
+    assert e["state"] == "Ready"
+    assert e["message"].startswith("fits on existing nodes (freed while ProvisioningRequest "
+                                   "train-fitgate-1 was pending): 2 pods on 1 nodes (n1)")
+    assert "annotations" not in e["podSetUpdates"][0]  # nothing to consume
+    assert world.requests() == []
+    assert world.api.objects(kinds.POD_TEMPLATE) == []
+
+
 # ----------------------------------------------------------- restart safety
 
 

@@ -34,6 +34,11 @@ class Recorded:
         self.calls.append("plan")
         return await self.inner.plan_async(gang_, shapes=shapes, node_filter=node_filter)
 
+    async def fit_async(self, gang_: gang.Gang, *, node_filter: Any = None
+                        ) -> plan.PlanResult:
+        self.calls.append("fit")
+        return await self.inner.fit_async(gang_, node_filter=node_filter)
+
     async def verify_async(self, gang_: gang.Gang, plan_: plan.Plan, *,
                            node_filter: Any = None) -> plan.VerifyResult:
         self.calls.append("verify")
