@@ -22,7 +22,9 @@ cannot read, a store not yet filled, or a decision that takes longer than the bu
 below the webhook configuration's `timeoutSeconds`) is allowed, with a warning where the
 user should know. Decisions run in one worker thread, so the event loop keeps answering
 (health checks, mutations) while the engine works; identical questions (same namespace,
-same job spec, same scope, same cluster state) share one decision.
+same job spec, same scope, same cluster state) share one decision, and when more than
+`max_pending` distinct decisions wait, a review is allowed at once with a warning rather
+than queued behind them.
 """
 
 from __future__ import annotations
@@ -60,6 +62,13 @@ class Config:
     budget_seconds: float = 2.0
     #: Decisions remembered (per namespace, job spec, scope and cluster state).
     cache_size: int = 4096
+    #: Distinct decisions waiting for the engine at most; past it a review is allowed at
+    #: once with a warning (the engine is busy; the AdmissionCheck decides).
+    max_pending: int = 8
+
+
+class Busy(Exception):
+    """More distinct decisions wait for the engine than `Config.max_pending`."""
 
 
 class Hooks:
@@ -183,7 +192,11 @@ class Hooks:
                     f"fitgate cannot read {label}; its AdmissionCheck will report why: {exc}"]))
             return models.allow(request)  # judged by the gate on its Workload
         scope = self._scope(request.namespace, queue)
-        verdict = await self._decide(gang_, body, scope)
+        try:
+            verdict = await self._decide(gang_, body, scope)
+        except Busy:
+            return models.allow(request, warnings=[
+                f"fitgate is busy and did not check {label}; its AdmissionCheck will decide"])
         if not verdict.refuse:
             return models.allow(request)
         head = (f"{label} can never be admitted to ClusterQueue {queue.cluster_queue}: "
@@ -215,6 +228,8 @@ class Hooks:
             return have
         pending = self._inflight.get(key)
         if pending is None:
+            if len(self._inflight) >= self.config.max_pending:
+                raise Busy
             loop = asyncio.get_running_loop()
             pending = asyncio.ensure_future(loop.run_in_executor(
                 self._executor, fitting.decide, self.engine, gang_, scope))

@@ -3,6 +3,7 @@ validating hook says about gangs that can never fit, pod gates, and availability
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -284,3 +285,25 @@ async def test_identical_questions_share_one_decision_until_the_cluster_changes(
     stores[kinds.NODE].seed(gb.node("cpu-0"))
     await h.review("validate-jobs", request(ab.job("train-3")))
     assert len(calls) == 2
+
+
+async def test_a_backlog_of_decisions_is_not_queued_behind() -> None:
+    release = threading.Event()
+
+    class Slow:
+        def plan(self, *_: Any, **__: Any) -> plan.PlanResult:
+            release.wait(5)
+            return plan.PlanResult("fits")
+
+    stores = ab.stores(guarded(gb.template("gpus", gpus=4, namespace=ab.NS)))
+    h = review.Hooks(stores, Slow(), config=review.Config(max_pending=1, budget_seconds=3))
+    try:
+        first = asyncio.ensure_future(h.review("validate-jobs", request(ab.job(parallelism=1))))
+        await asyncio.sleep(0.05)
+        second = await h.review("validate-jobs", request(ab.job(parallelism=2)))
+        assert second.allowed and "busy" in second.warnings[0]
+        release.set()
+        assert (await first).warnings == []
+    finally:
+        release.set()
+        h.close()
