@@ -6,6 +6,12 @@ of ours under ``modules/<name>/`` (``go.mod`` + ``go.sum`` + a ``main.go`` where
 upstream main package is thin enough to import, otherwise a ``tool`` directive naming the
 upstream main package). The wrapper pins exactly one upstream version.
 
+The Kubernetes components (kube-apiserver, kube-controller-manager, kube-scheduler,
+kubectl) have one wrapper per supported minor, ``modules/kubernetes-<minor>/<name>/``.
+``FITGATE_KUBE_VERSION`` (``1.37``, the default, or ``1.36``) picks the minor; the binaries
+of both sit side by side in the cache (the version is part of the cache key), so
+switching costs nothing once both are built. Every other component is the same for both.
+
 Cache layout, all under ``$FITGATE_CACHE`` (default ``~/.cache/fitgate``), never in the
 repository::
 
@@ -20,8 +26,8 @@ after another (the machines have 2 cores; ``go build`` already uses both), print
 and the time of each, and the total.
 
 The version strings the components report are set at link time (``-X``), as their own
-release builds do: Kubernetes components report ``v1.36.3`` (Kueue parses the server
-version and refuses the ``v0.0.0-master+$Format:%H$`` placeholder), Kueue ``v0.18.4``.
+release builds do: Kubernetes components report ``v1.37.2`` / ``v1.36.3`` (Kueue parses the server
+version and refuses the ``v0.0.0-master+$Format:%H$`` placeholder), Kueue ``v0.19.2``.
 """
 
 from __future__ import annotations
@@ -38,11 +44,14 @@ import time
 
 MODULES_DIR = pathlib.Path(__file__).resolve().parent / "modules"
 
-KUBE_VERSION = "v1.36.3"
-KUEUE_VERSION = "v0.18.4"
+# Kubernetes minor -> the k8s.io/kubernetes release its wrappers pin (staging modules at
+# the matching v0.x.y). FITGATE_KUBE_VERSION selects one; DEFAULT_KUBE_MINOR otherwise.
+KUBE_RELEASES = {"1.37": "v1.37.2", "1.36": "v1.36.3"}
+DEFAULT_KUBE_MINOR = "1.37"
+KUEUE_VERSION = "v0.19.2"
 KWOK_VERSION = "v0.8.0"
 ETCD_VERSION = "v3.6.16"
-HELM_VERSION = "v3.22.0"
+HELM_VERSION = "v4.3.2"
 # The module proxy serves no release of cluster-autoscaler; this pseudo-version (commit
 # 1959f5f6 of kubernetes/autoscaler, June 2025) is the one it serves. Its own version
 # constant says 1.33.0.
@@ -80,36 +89,65 @@ class Component:
     tags: tuple[str, ...] = ()
     ldflags: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # extra environment for this build only
+    module_subdir: str = ""  # "" = modules/<name>; else modules/<subdir>/<name>
 
     @property
     def module_dir(self) -> pathlib.Path:
-        return MODULES_DIR / self.name
+        return MODULES_DIR / self.module_subdir / self.name
 
 
 KUBE_TAGS = ("selinux", "notest")  # as Kubernetes' own hack/lib/golang.sh
 
-COMPONENTS: tuple[Component, ...] = (
-    Component("etcd", ETCD_VERSION),
-    Component("kube-apiserver", KUBE_VERSION, tags=KUBE_TAGS,
-              ldflags=_kube_version_ldflags(KUBE_VERSION)),
-    Component("kube-controller-manager", KUBE_VERSION, tags=KUBE_TAGS,
-              ldflags=_kube_version_ldflags(KUBE_VERSION)),
-    Component("kube-scheduler", KUBE_VERSION, tags=KUBE_TAGS,
-              ldflags=_kube_version_ldflags(KUBE_VERSION)),
-    Component("kubectl", KUBE_VERSION, ldflags=_kube_version_ldflags(KUBE_VERSION)),
-    Component("kwok", KWOK_VERSION, package="sigs.k8s.io/kwok/cmd/kwok",
-              ldflags=(f"-X sigs.k8s.io/kwok/pkg/consts.Version={KWOK_VERSION.lstrip('v')}",)),
-    Component("kueue", KUEUE_VERSION, package="sigs.k8s.io/kueue/cmd/kueue",
-              ldflags=(f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={KUEUE_VERSION}",
-                       f"-X sigs.k8s.io/kueue/pkg/version.BuildDate={BUILD_DATE}")),
-    Component("cluster-autoscaler", CA_VERSION, package="k8s.io/autoscaler/cluster-autoscaler",
-              tags=("kwok",),  # compiles in the kwok cloud provider only
-              env=(("GONOSUMDB", "k8s.io/autoscaler/cluster-autoscaler"),)),
-    Component("helm", HELM_VERSION, package="helm.sh/helm/v3/cmd/helm",
-              ldflags=(f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",)),
-)
+def kube_minor() -> str:
+    """The Kubernetes minor to build and run: ``$FITGATE_KUBE_VERSION`` or the default."""
+    minor = os.environ.get("FITGATE_KUBE_VERSION", "").strip().lstrip("v") or DEFAULT_KUBE_MINOR
+    if minor not in KUBE_RELEASES:
+        raise RuntimeError(f"FITGATE_KUBE_VERSION={minor!r}: supported are "
+                           + ", ".join(sorted(KUBE_RELEASES)))
+    return minor
 
-BY_NAME = {c.name: c for c in COMPONENTS}
+
+def kube_version(minor: str | None = None) -> str:
+    """The k8s.io/kubernetes release of ``minor`` (default: the selected one)."""
+    return KUBE_RELEASES[minor or kube_minor()]
+
+
+def components(minor: str | None = None) -> tuple[Component, ...]:
+    """Every component, with the Kubernetes ones of ``minor`` (default: the selected one)."""
+    minor = minor or kube_minor()
+    version = KUBE_RELEASES[minor]
+    subdir = f"kubernetes-{minor}"
+
+    def kube(name: str, tags: tuple[str, ...] = KUBE_TAGS) -> Component:
+        return Component(name, version, tags=tags, ldflags=_kube_version_ldflags(version),
+                         module_subdir=subdir)
+
+    return (
+        Component("etcd", ETCD_VERSION),
+        kube("kube-apiserver"),
+        kube("kube-controller-manager"),
+        kube("kube-scheduler"),
+        kube("kubectl", tags=()),
+        Component("kwok", KWOK_VERSION, package="sigs.k8s.io/kwok/cmd/kwok",
+                  ldflags=(f"-X sigs.k8s.io/kwok/pkg/consts.Version="
+                           f"{KWOK_VERSION.lstrip('v')}",)),
+        Component("kueue", KUEUE_VERSION, package="sigs.k8s.io/kueue/cmd/kueue",
+                  ldflags=(f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={KUEUE_VERSION}",
+                           f"-X sigs.k8s.io/kueue/pkg/version.BuildDate={BUILD_DATE}")),
+        Component("cluster-autoscaler", CA_VERSION,
+                  package="k8s.io/autoscaler/cluster-autoscaler",
+                  tags=("kwok",),  # compiles in the kwok cloud provider only
+                  env=(("GONOSUMDB", "k8s.io/autoscaler/cluster-autoscaler"),)),
+        Component("helm", HELM_VERSION, package="helm.sh/helm/v4/cmd/helm",
+                  ldflags=(f"-X helm.sh/helm/v4/internal/version.version={HELM_VERSION}",)),
+    )
+
+
+def by_name(minor: str | None = None) -> dict[str, Component]:
+    """name -> Component for ``minor`` (default: the selected one)."""
+    return {c.name: c for c in components(minor)}
+
+
 
 
 def cache_root() -> pathlib.Path:
@@ -168,7 +206,7 @@ def build_one(component: Component, go_version: str) -> pathlib.Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     logs = cache_root() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"build-{component.name}.log"
+    log_path = logs / f"build-{component.name}-{component.version}.log"
     tmp = target.with_name(f".{component.name}.tmp{os.getpid()}")
     ldflags = " ".join(("-s", "-w", *component.ldflags))
     cmd = ["go", "build", "-v", "-ldflags", ldflags, "-o", str(tmp)]
@@ -208,22 +246,29 @@ def build_one(component: Component, go_version: str) -> pathlib.Path:
     return target
 
 
-def ensure(names: list[str] | None = None) -> dict[str, pathlib.Path]:
+def ensure(names: list[str] | None = None, minor: str | None = None) -> dict[str, pathlib.Path]:
     """Make sure every binary (or those named) is in the cache; build what is missing.
 
-    Returns name -> binary path. Prints progress and timings to stderr.
+    ``minor`` picks the Kubernetes components (default: ``FITGATE_KUBE_VERSION`` or
+    ``DEFAULT_KUBE_MINOR``). Returns name -> binary path. Prints progress and timings to
+    stderr; a build that did something records them in ``logs/build-times-<minor>.json``
+    (and ``logs/build-times.json``, the latest).
     """
     if shutil.which("go") is None:
         raise RuntimeError("the Go toolchain is not on PATH; it is needed to build the "
                            "local control plane (see e2e/cluster/local/README.md)")
     go_version = _go_version()
-    wanted = [BY_NAME[n] for n in names] if names else list(COMPONENTS)
+    minor = minor or kube_minor()
+    every = by_name(minor)
+    wanted = [every[n] for n in names] if names else list(every.values())
     paths = {c.name: binary_path(c, go_version) for c in wanted}
     missing = [c for c in wanted if not paths[c.name].exists()]
     if not missing:
-        _log(f"warm: all {len(wanted)} binaries cached under {cache_root() / 'bin'}")
+        _log(f"warm: all {len(wanted)} binaries (Kubernetes {KUBE_RELEASES[minor]}) cached "
+             f"under {cache_root() / 'bin'}")
         return paths
-    _log(f"cold: building {len(missing)} of {len(wanted)} binaries with {go_version} "
+    _log(f"cold: building {len(missing)} of {len(wanted)} binaries (Kubernetes "
+         f"{KUBE_RELEASES[minor]}) with {go_version} "
          f"(cache {cache_root()})")
     timings: dict[str, float] = {}
     total_start = time.monotonic()
@@ -236,11 +281,16 @@ def ensure(names: list[str] | None = None) -> dict[str, pathlib.Path]:
     total = time.monotonic() - total_start
     _log(f"cold build finished: {total:.0f}s in total "
          + ", ".join(f"{n} {t:.0f}s" for n, t in timings.items()))
-    record = cache_root() / "logs" / "build-times.json"
-    record.write_text(json.dumps({"go": go_version, "total_s": round(total, 1),
-                                  "components_s": {k: round(v, 1) for k, v in timings.items()},
-                                  "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                            time.gmtime())}, indent=2))
+    text = json.dumps({"go": go_version, "kubernetes": KUBE_RELEASES[minor],
+                       "total_s": round(total, 1),
+                       "components_s": {k: round(v, 1) for k, v in timings.items()},
+                       "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+                       "nproc": os.cpu_count(),
+                       "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                      indent=2)
+    logs = cache_root() / "logs"
+    (logs / f"build-times-{minor}.json").write_text(text)
+    (logs / "build-times.json").write_text(text)
     return paths
 
 
@@ -250,7 +300,7 @@ def module_source(module: str, version: str, via: str) -> pathlib.Path:
     ``via`` names the wrapper module whose go.sum vouches for it. CRDs, kwok stages and
     Kueue's webhook manifests are read from here at run time; none is committed.
     """
-    component = BY_NAME[via]
+    component = by_name()[via]
     proc = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"],
                           cwd=component.module_dir, env=go_env(component.env),
                           capture_output=True, text=True, timeout=600, check=False)

@@ -587,7 +587,7 @@ def template_node(group: NodeGroup) -> dict[str, Any]:
                 "cluster-autoscaler.kwok.nodegroup/desired-count": "0"}},
         "status": {"allocatable": dict(group.allocatable), "capacity": dict(group.allocatable),
                    "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
-                                "kubeletVersion": build.KUBE_VERSION}},
+                                "kubeletVersion": build.kube_version()}},
     }
 
 
