@@ -108,7 +108,8 @@ class Report:
                          + (f" ({f['category']})" if f.get("category") else "")
                          + (f"; allowed: {f['allowed']}" if f.get("allowed") else ""))
             for ps in f["podSets"]:
-                lines.append(f"pod set {ps['name']} ({ps['count']} pods):")
+                pods = "pod" if ps["count"] == 1 else "pods"
+                lines.append(f"pod set {ps['name']} ({ps['count']} {pods}):")
                 lines.extend(f"  - {r}" for r in ps["reasons"] or ["fits"])
             for r in f["other"]:
                 lines.append(f"  - {r}")
