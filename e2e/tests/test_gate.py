@@ -38,6 +38,9 @@ pytestmark = [pytest.mark.e2e]
 
 CRDS = pathlib.Path(__file__).resolve().parents[2] / "charts" / "fitgate" / "crds"
 ADMISSION = "admissionregistration.k8s.io/v1"
+# e2e.kube's table lacks fitgate's kinds (its default plural of FitPolicy is wrong).
+kube.RESOURCES.setdefault("FitPolicy", ("fitpolicies", False))
+kube.RESOURCES.setdefault("NodeShape", ("nodeshapes", False))
 
 
 async def _install_crds(k: kube.Kube) -> None:
@@ -161,9 +164,16 @@ async def run(e2e: harness.Harness, k: kube.Kube, ns: str, kubeconfig: pathlib.P
         return gating.gated_by_us(got)
     await kube.wait_for(webhook_live, 30, "the mutating webhook in effect")
 
-    # 1. Can never fit: submitted unchanged but for the gate, held, explained.
+    # 1. Can never fit: submitted as a person would (kubectl create), warned at once, created
+    # unchanged but for the gate, held, explained.
     sent = builders.job("too-big", ns, queue, claim_template_name="three-on-one-root")
-    created = await k.create(sent)
+    assert e2e.cluster is not None
+    made = await asyncio.to_thread(e2e.cluster.kubectl, "create", "-f", "-",
+                                   input_text=json.dumps(sent))
+    assert "Warning: fitgate: Job " + ns + "/too-big can never be admitted" in made.stderr
+    assert "pcieRoot" in made.stderr
+    created = await k.get("batch/v1", "Job", "too-big", ns)
+    assert created is not None
     assert gating.annotations_of(created)[gating.GATED_BY] == gating.GATE
     assert created["spec"]["parallelism"] == sent["spec"]["parallelism"]
     assert created["spec"]["template"]["spec"]["resourceClaims"] == \
@@ -213,5 +223,20 @@ async def run(e2e: harness.Harness, k: kube.Kube, ns: str, kubeconfig: pathlib.P
             text = out.decode()
             assert "stage: gated" in text and "held back by: configuration" in text
             print(text)
+
+    # 3. Under a FitPolicy with enforcement deny, the same Job is refused at submission.
+    policy = f"deny-{ns}"
+    await k.apply({"apiVersion": "fitgate.io/v1alpha1", "kind": "FitPolicy",
+                   "metadata": {"name": policy},
+                   "spec": {"subjects": {"namespaces": [ns]}, "enforcement": "deny"}})
+    owned.append(("fitgate.io/v1alpha1", "FitPolicy", policy))
+
+    async def denied() -> str | None:
+        probe = builders.job("too-big-again", ns, queue, claim_template_name="three-on-one-root")
+        tried = await asyncio.to_thread(e2e.cluster.kubectl, "create", "--dry-run=server",
+                                        "-f", "-", input_text=json.dumps(probe), check=False)
+        return tried.stderr if tried.returncode != 0 else None
+    refusal = await e2e.wait_for(denied, 30, "the deny policy in effect")
+    assert "denied the request: fitgate: Job " + ns + "/too-big-again can never be" in refusal
     for name in ("too-big", "fits"):
         await k.delete("batch/v1", "Job", name, ns)
