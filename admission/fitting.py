@@ -36,6 +36,8 @@ NodeFilter = Callable[[model.Node], bool]
 #: What the engine reads, by kind.
 INVENTORY_KINDS = (kinds.NODE, kinds.RESOURCE_SLICE, kinds.DEVICE_CLASS, kinds.RESOURCE_CLAIM,
                    kinds.POD, kinds.NODE_SHAPE)
+#: What an idle cluster is made of: the nodes, their devices and the shapes (no usage).
+IDLE_KINDS = (kinds.NODE, kinds.RESOURCE_SLICE, kinds.DEVICE_CLASS, kinds.NODE_SHAPE)
 
 
 class Engine(Protocol):
@@ -78,13 +80,22 @@ def gang_of(obj: Mapping[str, Any], stores: Mapping[kinds.Kind, store.Store]) ->
 
 
 class StoreEngine:
-    """`Engine` over stores; see the module docstring."""
+    """`Engine` over stores; see the module docstring.
 
-    def __init__(self, stores: Mapping[kinds.Kind, store.Store]) -> None:
+    `idle`: plan on the cluster as if nothing ran on it (no allocated ResourceClaims, no
+    bound Pods): the question "could this gang ever fit, as configured?", which the
+    webhook and the gate ask before quota. Busy nodes are the check's business (it plans
+    on the real usage once Kueue has reserved quota), and an idle cluster changes only
+    when nodes, devices or shapes do, not with every pod."""
+
+    def __init__(self, stores: Mapping[kinds.Kind, store.Store], *, idle: bool = False
+                 ) -> None:
+        self.idle = idle
         self._lock = threading.Lock()
-        self._objects: dict[str, dict[store.Key, client.Obj]] = {}
+        self._objects: dict[str, dict[store.Key, client.Obj]] = {
+            k.kind: {} for k in INVENTORY_KINDS}
         self._version = 0
-        for kind in INVENTORY_KINDS:
+        for kind in IDLE_KINDS if idle else INVENTORY_KINDS:
             s = stores.get(kind)
             self._objects[kind.kind] = {store.key_of(o): o for o in s.list()} if s else {}
             if s is not None:

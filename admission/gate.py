@@ -3,7 +3,9 @@
 The webhook adds `fitgate.io/topology-fit` to `kueue.x-k8s.io/admission-gated-by` on the
 job at CREATE; Kueue copies it to the Workload and keeps the Workload out of admission
 while it is there. For each such Workload the gate asks fitcore whether its gang could fit
-on the existing nodes or on new nodes of the NodeShapes, within what its FitPolicy allows:
+on the existing nodes or on new nodes of the NodeShapes, within what its FitPolicy allows
+(`component` gives it an engine over the idle cluster: could the gang ever fit as
+configured? Busy nodes are the check's to plan for, once Kueue has reserved quota):
 
     fetch the Workload (store) → skip what is not gated by us → find the owning job
     → read the gang → scope it by FitPolicy → plan → sync_ungate or sync_held

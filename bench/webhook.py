@@ -90,7 +90,8 @@ def serve(nodes: int, cert: str, key: str, conn: multiprocessing.connection.Conn
     started = time.perf_counter()
     stores = ab.stores(inventory(nodes))
     built = time.perf_counter() - started
-    hooks = review.Hooks(stores, fitting.StoreEngine(stores))  # the service's defaults
+    # As the service runs it: the hooks' engine plans on the idle cluster.
+    hooks = review.Hooks(stores, fitting.StoreEngine(stores, idle=True))
     if freeze:  # the inventory lives as long as the process: keep it out of GC scans
         gc.collect()
         gc.freeze()

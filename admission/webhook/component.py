@@ -6,9 +6,10 @@
   200 once the informers are synced.
 - The gate controller runs on the leader (`controller.Controller`).
 
-Each gets its own `fitting.StoreEngine` over the informers' stores: decisions run in a
-worker thread, so neither blocks the event loop that answers admission requests, and a
-gate decision never makes a review wait.
+Each gets its own `fitting.StoreEngine` over the informers' stores, of the idle cluster
+(could the gang ever fit as configured?): decisions run in a worker thread, so neither
+blocks the event loop that answers admission requests, and a gate decision never makes a
+review wait.
 """
 
 from __future__ import annotations
@@ -60,9 +61,10 @@ def component(ctx: serve.Context) -> serve.Component:
     from admission import serve
 
     stores: dict[kinds.Kind, store.Store] = {k: ctx.informers.store(k) for k in KINDS}
-    hooks = review.Hooks(stores, fitting.StoreEngine(stores),
+    hooks = review.Hooks(stores, fitting.StoreEngine(stores, idle=True),
                          ready=lambda: bool(ctx.informers.ready))
-    gate_controller = gate.GateController(ctx.api, stores, fitting.StoreEngine(stores),
+    gate_controller = gate.GateController(ctx.api, stores,
+                                          fitting.StoreEngine(stores, idle=True),
                                           clock=ctx.clock)
     servers: list[serve.Server] = []
     if ctx.config.cert_dir:

@@ -17,6 +17,10 @@ Three hooks:
   `fitgate.io/placement` to the pods of an admitted gang (labelled by the check's
   podSetUpdates) so the release controller binds them in fitcore's order.
 
+The question is whether the gang could ever fit as configured: `component` gives the
+hooks an engine over the idle cluster (`fitting.StoreEngine(idle=True)`), so a busy
+cluster never reads as "impossible" (that is the check's to plan for, after quota).
+
 Availability first: the AdmissionCheck is the enforcement point. A request the engine
 cannot read, a store not yet filled, or a decision that takes longer than the budget (set
 below the webhook configuration's `timeoutSeconds`) is allowed, with a warning where the
@@ -93,7 +97,9 @@ class Hooks:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="fitgate-webhook-engine")
         self._version = 0
-        for kind in (*fitting.INVENTORY_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE,
+        # A verdict depends on the idle cluster (nodes, devices, shapes), the claims the
+        # job names, and the policies: not on pods coming and going.
+        for kind in (*fitting.IDLE_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE,
                      kinds.FIT_POLICY, kinds.NAMESPACE):
             self._store(kind).subscribe(self._changed)
         self._cache: collections.OrderedDict[tuple[Any, ...], fitting.Verdict] = \

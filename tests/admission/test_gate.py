@@ -30,7 +30,7 @@ class World:
                                 gb.template("gpus", gpus=template_gpus, namespace=ab.NS),
                                 self.workload, *objects)
         self.gate = gate.GateController(self.api, self.stores,
-                                        fitting.StoreEngine(self.stores),
+                                        fitting.StoreEngine(self.stores, idle=True),
                                         clock=clock.FakeClock(NOW))
         self.key = f"{ab.NS}/{self.workload['metadata']['name']}"
         self.enqueued: list[str] = []
@@ -152,3 +152,11 @@ async def test_workloads_not_gated_by_us_are_not_touched() -> None:
     assert await w.reconcile() is None
     assert w.api.calls == []
     assert w.enqueued == []
+
+
+async def test_a_gang_is_ungated_on_a_busy_cluster_it_would_fit_idle() -> None:
+    from tests.admission.test_webhook import busy
+
+    w = World(busy("gpu-0"), busy("gpu-1"))
+    assert await w.reconcile() is None
+    assert GATED not in w.job_annotations()

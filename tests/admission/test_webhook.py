@@ -22,7 +22,7 @@ from tests.gang import builders as gb
 
 def hooks(*objects: Any, config: review.Config | None = None) -> review.Hooks:
     stores = ab.stores(*objects)
-    return review.Hooks(stores, fitting.StoreEngine(stores), config=config)
+    return review.Hooks(stores, fitting.StoreEngine(stores, idle=True), config=config)
 
 
 def request(obj: dict[str, Any] | None, **kw: Any) -> models.AdmissionRequest:
@@ -193,6 +193,29 @@ async def test_deny_enforcement_refuses_with_the_same_reasons() -> None:
     assert not response.allowed
     assert response.status is not None and response.status.code == 403
     assert "largest group of usable devices has 5" in response.status.message
+
+
+def busy(node: str) -> dict[str, Any]:
+    """Every GPU and NIC of a node taken by another tenant's claim."""
+    from tests.fitcore import builders as b
+
+    claim = gb.allocated(f"busy-{node}", node, [(b.GPU, f"gpu-{i}") for i in range(8)]
+                         + [(b.NIC, "nic-0"), (b.NIC, "nic-1")])
+    claim["metadata"]["namespace"] = "other"
+    return claim
+
+
+async def test_a_busy_cluster_is_not_a_gang_that_can_never_fit() -> None:
+    objects = guarded(gb.template("gpus", gpus=4, namespace=ab.NS), busy("gpu-0"),
+                      busy("gpu-1"))
+    # The hooks ask about the idle cluster: every GPU in use is the check's concern.
+    response = await hooks(objects).review("validate-jobs", request(ab.job()))
+    assert response.allowed and response.warnings == []
+    # The same question on the busy cluster would read as "no node can host it".
+    stores = ab.stores(objects)
+    on_busy = review.Hooks(stores, fitting.StoreEngine(stores))
+    response = await on_busy.review("validate-jobs", request(ab.job()))
+    assert any("can never be admitted" in w for w in response.warnings)
 
 
 async def test_a_gang_only_a_shape_can_host_is_allowed() -> None:
