@@ -218,7 +218,7 @@ class Verdict:
     result: plan.PlanResult | None = None
 
 
-def decide(engine: Engine, gang_: Any, scope: policy.Scope) -> Verdict:
+def decide(engine: Engine, gang_: gang.Gang, scope: policy.Scope) -> Verdict:
     """Whether a gang can never fit as configured (runs in the engine's thread)."""
     result = engine.plan(gang_, shapes=scope.shapes, node_filter=scope.node_filter)
     if result.verdict != "unsatisfiable":

@@ -48,6 +48,7 @@ import structlog
 from admission import fitting, gating, policy, release
 from admission.kube import kinds, store
 from admission.webhook import models
+from fitcore import gang
 
 log = structlog.get_logger("fitgate.webhook")
 Hook = Literal["mutate-jobs", "validate-jobs", "mutate-pods"]
@@ -223,7 +224,7 @@ class Hooks:
                             cluster_queue=queue.cluster_queue,
                             cluster_queue_labels=queue.cluster_queue_labels)
 
-    async def _decide(self, gang_: Any, obj: Mapping[str, Any], scope: policy.Scope
+    async def _decide(self, gang_: gang.Gang, obj: Mapping[str, Any], scope: policy.Scope
                       ) -> fitting.Verdict:
         digest = hashlib.sha256(json.dumps(obj.get("spec"), sort_keys=True, default=str)
                                 .encode()).hexdigest()
