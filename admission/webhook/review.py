@@ -48,7 +48,6 @@ import structlog
 from admission import fitting, gating, policy, release
 from admission.kube import kinds, store
 from admission.webhook import models
-from fitcore import gang
 
 log = structlog.get_logger("fitgate.webhook")
 Hook = Literal["mutate-jobs", "validate-jobs", "mutate-pods"]
@@ -191,16 +190,19 @@ class Hooks:
         label = f"{kind} {request.namespace}/{request.name or gating_name(obj)}"
         body = {**obj, "kind": kind,
                 "metadata": {**(obj.get("metadata") or {}), "namespace": request.namespace}}
+        scope = self._scope(request.namespace, queue)
+        key = self._key(request.namespace, body, scope)
         try:
-            gang_ = fitting.gang_of(body, self.stores)
+            verdict = self._cache.get(key)
+            if verdict is not None:
+                self._cache.move_to_end(key)
+            else:
+                verdict = await self._decide(key, body, scope)
         except fitting.Unreadable as exc:
             if kind in ("Job", "Workload"):
                 return models.allow(request, warnings=_short([
                     f"fitgate cannot read {label}; its AdmissionCheck will report why: {exc}"]))
             return models.allow(request)  # judged by the gate on its Workload
-        scope = self._scope(request.namespace, queue)
-        try:
-            verdict = await self._decide(gang_, body, scope)
         except Busy:
             return models.allow(request, warnings=[
                 f"fitgate is busy and did not check {label}; its AdmissionCheck will decide"])
@@ -224,17 +226,21 @@ class Hooks:
                             cluster_queue=queue.cluster_queue,
                             cluster_queue_labels=queue.cluster_queue_labels)
 
-    async def _decide(self, gang_: gang.Gang, obj: Mapping[str, Any], scope: policy.Scope
-                      ) -> fitting.Verdict:
+    def _key(self, namespace: str, obj: Mapping[str, Any], scope: policy.Scope
+             ) -> tuple[Any, ...]:
+        """Questions with one answer: same namespace, kind and spec, same policy scope,
+        same cluster (nodes, devices, shapes, claim templates, policies)."""
         digest = hashlib.sha256(json.dumps(obj.get("spec"), sort_keys=True, default=str)
                                 .encode()).hexdigest()
-        key = (gang_.namespace, obj.get("kind"), digest, scope.key, self._version)
-        have = self._cache.get(key)
-        if have is not None:
-            self._cache.move_to_end(key)
-            return have
+        return (namespace, obj.get("kind"), digest, scope.key, self._version)
+
+    async def _decide(self, key: tuple[Any, ...], obj: Mapping[str, Any],
+                      scope: policy.Scope) -> fitting.Verdict:
+        """The verdict for a question not in the cache: read the gang (raises Unreadable)
+        and plan it in the engine's thread, once for all who ask the same meanwhile."""
         pending = self._inflight.get(key)
         if pending is None:
+            gang_ = fitting.gang_of(obj, self.stores)
             if len(self._inflight) >= self.config.max_pending:
                 raise Busy
             loop = asyncio.get_running_loop()
