@@ -40,6 +40,31 @@ INVENTORY_KINDS = (kinds.NODE, kinds.RESOURCE_SLICE, kinds.DEVICE_CLASS, kinds.R
 IDLE_KINDS = (kinds.NODE, kinds.RESOURCE_SLICE, kinds.DEVICE_CLASS, kinds.NODE_SHAPE)
 
 
+def _view(kind: kinds.Kind, obj: client.Obj | None) -> Any:
+    """What of an object a fit decision reads (a Node's heartbeat changes none of it)."""
+    if obj is None:
+        return None
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    spec = obj.get("spec")
+    if kind == kinds.NODE:
+        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+        assert isinstance(status, Mapping)
+        taints = spec.get("taints") if isinstance(spec, Mapping) else None
+        unschedulable = spec.get("unschedulable") if isinstance(spec, Mapping) else None
+        return (meta.get("labels"), taints, unschedulable, status.get("allocatable"))
+    if kind in (kinds.POD, kinds.RESOURCE_CLAIM):
+        return (spec, obj.get("status"))  # where a pod runs, what a claim holds
+    return (meta.get("labels"), spec)
+
+
+def relevant(kind: kinds.Kind, event: client.WatchEvent, before: client.Obj | None) -> bool:
+    """Whether a store event can change a fit decision."""
+    if event.type != "MODIFIED" or before is None:
+        return True
+    return bool(_view(kind, event.object) != _view(kind, before))
+
+
 class Engine(Protocol):
     def plan(self, gang_: gang.Gang, shapes: Collection[str] | None = None,
              node_filter: NodeFilter | None = None) -> plan.PlanResult:
@@ -117,7 +142,9 @@ class StoreEngine:
         return self._version
 
     def _on_event(self, kind: kinds.Kind) -> store.Subscriber:
-        def on_event(event: client.WatchEvent, _before: client.Obj | None) -> None:
+        def on_event(event: client.WatchEvent, before: client.Obj | None) -> None:
+            if not relevant(kind, event, before):
+                return  # a heartbeat: the object kept is as good for deciding
             with self._lock:
                 objs = self._objects[kind.kind]
                 if event.type == "DELETED":

@@ -135,7 +135,8 @@ class GateController:
             elif gating.gated_by_us(event.object, self.config.gate):
                 yield key
             return
-        yield from sorted(self.held)
+        if fitting.relevant(kind, event, before):  # not a Node's heartbeat
+            yield from sorted(self.held)
 
     # ----------------------------------------------------------------- reconcile
 

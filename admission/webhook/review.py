@@ -46,7 +46,7 @@ from typing import Any, Literal
 import structlog
 
 from admission import fitting, gating, policy, release
-from admission.kube import kinds, store
+from admission.kube import client, kinds, store
 from admission.webhook import models
 
 log = structlog.get_logger("fitgate.webhook")
@@ -101,7 +101,7 @@ class Hooks:
         # job names, and the policies: not on pods coming and going.
         for kind in (*fitting.IDLE_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE,
                      kinds.FIT_POLICY, kinds.NAMESPACE):
-            self._store(kind).subscribe(self._changed)
+            self._store(kind).subscribe(self._changed(kind))
         self._cache: collections.OrderedDict[tuple[Any, ...], fitting.Verdict] = \
             collections.OrderedDict()
         self._inflight: dict[tuple[Any, ...], asyncio.Future[fitting.Verdict]] = {}
@@ -113,8 +113,11 @@ class Hooks:
             self.stores = {**self.stores, kind: s}
         return s
 
-    def _changed(self, *_: Any) -> None:
-        self._version += 1
+    def _changed(self, kind: kinds.Kind) -> store.Subscriber:
+        def on_event(event: client.WatchEvent, before: client.Obj | None) -> None:
+            if fitting.relevant(kind, event, before):
+                self._version += 1
+        return on_event
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

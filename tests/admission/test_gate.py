@@ -94,6 +94,11 @@ async def test_a_held_gang_is_ungated_when_a_shape_that_fits_appears() -> None:
     await w.reconcile()
     assert w.job_annotations()[GATED] == gating.GATE
     w.enqueued.clear()
+    node = w.stores[kinds.NODE].get("gpu-0")
+    assert node is not None
+    w.stores[kinds.NODE].seed({**node, "status": {**node["status"], "conditions": [
+        {"type": "Ready", "status": "True"}]}})
+    assert w.enqueued == []  # a heartbeat changes nothing
     w.stores[kinds.NODE_SHAPE].seed(gb.shape("one-root", gpus=8, roots=1))
     assert w.enqueued == [w.key]  # the inventory changed: look again
     await w.reconcile()

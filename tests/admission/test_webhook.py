@@ -308,6 +308,12 @@ async def test_identical_questions_share_one_decision_until_the_cluster_changes(
     stores[kinds.NODE].seed(gb.node("cpu-0"))
     await h.review("validate-jobs", request(ab.job("train-3")))
     assert len(calls) == 2
+    # A Node's heartbeat (its status conditions) changes nothing a decision reads.
+    beat = {**gb.node("cpu-0"), "status": {**gb.node("cpu-0")["status"], "conditions": [
+        {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-03T08:00:00Z"}]}}
+    stores[kinds.NODE].seed(beat)
+    await h.review("validate-jobs", request(ab.job("train-4")))
+    assert len(calls) == 2
 
 
 async def test_a_backlog_of_decisions_is_not_queued_behind() -> None:
