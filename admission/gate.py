@@ -16,6 +16,8 @@ configured? Busy nodes are the check's to plan for, once Kueue has reserved quot
   the value it read, so a concurrent change is retried, never overwritten. The check then
   decides with the full engine (availability first: an unreadable gang is the check's to
   report).
+- The Workload's ClusterQueue no longer uses fitgate's check: `sync_ungate` too (the gate
+  would otherwise never be lifted).
 - Unsatisfiable: `sync_held` keeps the gate, writes the verdict as JSON to the job's
   `fitgate.io/explanation` annotation (what `fitgate explain` reads) and records an Event
   on the Workload and on the job, both only when the verdict changed.
@@ -154,6 +156,12 @@ class GateController:
                           "the gate stays (remove it from the Workload's owner)")
             return None
         job_kind, job_name = found
+        queue = self._queue(wl, namespace)
+        if queue is not None and queue.cluster_queue is not None and not queue.ours and \
+                self.stores[kinds.CLUSTER_QUEUE].get(queue.cluster_queue) is not None:
+            return await self.sync_ungate(
+                key, job_kind, job_name, wl, f"fitgate: ClusterQueue {queue.cluster_queue} "
+                "no longer uses fitgate's AdmissionCheck; removed its gate")
         try:
             gang_ = fitting.gang_of(wl, self.stores)
         except fitting.Unreadable as exc:
@@ -177,11 +185,14 @@ class GateController:
                                   verdict.result)
         return verdict
 
-    def _scope(self, wl: client.Obj, namespace: str) -> policy.Scope:
+    def _queue(self, wl: client.Obj, namespace: str) -> gating.Queue | None:
         spec = wl.get("spec") if isinstance(wl.get("spec"), Mapping) else {}
         assert isinstance(spec, Mapping)
         lq = spec.get("queueName")
-        queue = self.queues.resolve(namespace, lq) if isinstance(lq, str) and lq else None
+        return self.queues.resolve(namespace, lq) if isinstance(lq, str) and lq else None
+
+    def _scope(self, wl: client.Obj, namespace: str) -> policy.Scope:
+        queue = self._queue(wl, namespace)
         ns = self.stores[kinds.NAMESPACE].get(namespace)
         ns_labels = {str(k): str(v) for k, v in gating.labels_of(ns).items()} if ns else {}
         policies, bad = self.policies.current()

@@ -165,3 +165,12 @@ async def test_a_gang_is_ungated_on_a_busy_cluster_it_would_fit_idle() -> None:
     w = World(busy("gpu-0"), busy("gpu-1"))
     assert await w.reconcile() is None
     assert GATED not in w.job_annotations()
+
+
+async def test_a_gate_whose_queue_dropped_our_check_is_lifted() -> None:
+    w = World(template_gpus=6)  # can never fit...
+    w.stores[kinds.CLUSTER_QUEUE].seed(ab.cluster_queue("gpu"))  # ...but no longer ours
+    await w.reconcile()
+    assert GATED not in w.job_annotations()
+    [event] = w.events()
+    assert "no longer uses fitgate's AdmissionCheck" in event["note"]
