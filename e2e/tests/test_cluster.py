@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from e2e import builders, harness
+from e2e import builders, harness, kube
 from e2e.cluster.local import cluster
 
 pytestmark = [pytest.mark.e2e]
@@ -59,3 +59,28 @@ async def test_fake_driver_faulty_nodes_publish_other_devices(e2e: harness.Harne
     slices = await e2e.wait_slices(nodes)
     published = slices[nodes[0]][0]["spec"]["devices"]
     assert published == broken and published != promised
+
+
+@pytest.mark.timeout(120)
+async def test_kueue_holds_an_admission_gated_job_until_the_gate_is_removed(
+        e2e: harness.Harness) -> None:
+    gate = "kueue.x-k8s.io/admission-gated-by"
+    await e2e.create_node_pool("gated", 1, builders.gpu_devices(1))
+    queue = await e2e.create_queues(f"cq-{e2e.namespace}")
+    job = builders.job("held", e2e.namespace, queue)
+    job["metadata"]["annotations"] = {gate: "fitgate.io/verify"}
+    await e2e.kube.create(job)
+
+    async def gated() -> dict[str, Any] | None:
+        wl = await e2e.workload_of_job("held")
+        cond = kube.condition(wl, "QuotaReserved")
+        return wl if cond and cond.get("reason") == "AdmissionGated" else None
+    wl = await e2e.wait_for(gated, 60, "Kueue reports the Workload AdmissionGated")
+    assert not kube.has_condition(wl, "Admitted")
+
+    await e2e.kube.patch("batch/v1", "Job", "held", {"metadata": {"annotations": {gate: None}}},
+                         namespace=e2e.namespace)
+
+    async def admitted() -> bool:
+        return kube.has_condition(await e2e.workload_of_job("held"), "Admitted")
+    await e2e.wait_for(admitted, 60, "the Workload admitted once the gate is gone")
