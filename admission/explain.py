@@ -360,7 +360,11 @@ async def _fit_now(api: client.Client, report: Report, wl: client.Obj, namespace
     for r in (*verdict.messages, *(result.reasons if not verdict.messages else ())):
         named = next((n for n in per_pod_set if f"pod set {n}:" in r or r.endswith(
             f"pod of {n}")), None)
-        (per_pod_set[named] if named else other).append(r)
+        if named is None:
+            other.append(r)
+            continue
+        lead = f"pod set {named}: "  # said once, in the heading
+        per_pod_set[named].append(r[len(lead):] if r.startswith(lead) else r)
     report.fit = {
         "verdict": result.verdict, "category": result.category,
         "policyViolation": verdict.violation, "allowed": scope.description,
