@@ -243,3 +243,16 @@ def test_fit_policy_schema_accepts_what_the_controller_reads() -> None:
     wrong = yaml.safe_load(POLICY_EXAMPLE)
     wrong["spec"]["enforcement"] = "block"
     assert any("enforcement" in p for p in crd.check(s, wrong))
+
+
+def test_node_shape_status_keeps_what_the_check_records() -> None:
+    # The shape of admission/check/workload.py's sync_shape_mismatches patch: a status the
+    # schema would prune would be lost without an error.
+    s = crd.schema(crd.load("nodeshapes.fitgate.io"))
+    shape = gb.shape("h100")
+    shape["status"] = {"nodes": 3, "verification": {
+        "mismatchCount": 2, "lastMismatch": {
+            "time": "2026-12-03T08:00:00Z", "workload": "team-a/train",
+            "provisioningRequest": "train-topo-fit-1", "nodes": ["h100-abc"],
+            "details": ["node h100-abc (shape h100): label x is 'y', shape promised 'z'"]}}}
+    assert crd.check(s, shape) == []
