@@ -256,3 +256,44 @@ def test_node_shape_status_keeps_what_the_check_records() -> None:
             "provisioningRequest": "train-topo-fit-1", "nodes": ["h100-abc"],
             "details": ["node h100-abc (shape h100): label x is 'y', shape promised 'z'"]}}}
     assert crd.check(s, shape) == []
+
+
+# ----------------------------------------------------------------- the Valid condition
+
+
+async def test_each_policy_says_whether_fitgate_can_read_it() -> None:
+    import datetime
+
+    from admission import clock, policy_status
+    from admission.kube import fake, kinds, store
+
+    api = fake.FakeClient()
+    good = api.seed(kinds.FIT_POLICY, ab.fit_policy("good", enforcement="deny"))
+    bad = api.seed(kinds.FIT_POLICY, ab.fit_policy("bad", enforcement="block"))
+    policies = store.Store(kinds.FIT_POLICY)
+    policies.seed(good, bad)
+    ctl = policy_status.PolicyStatusController(
+        api, policies, clock=clock.FakeClock(datetime.datetime(2026, 12, 3, tzinfo=datetime.UTC)))
+    for name in ("good", "bad"):
+        assert await ctl.reconcile(name) is None
+    valid = api.find(kinds.FIT_POLICY, "good")
+    invalid = api.find(kinds.FIT_POLICY, "bad")
+    assert valid is not None and invalid is not None
+    assert valid["status"]["conditions"] == [{
+        "type": "Valid", "status": "True", "reason": "Valid",
+        "message": "fitgate applies this policy", "lastTransitionTime": "2026-12-03T00:00:00Z"}]
+    assert valid["status"]["observedGeneration"] == 1
+    [cond] = invalid["status"]["conditions"]
+    assert cond["status"] == "False" and cond["reason"] == "Invalid"
+    assert "spec.enforcement: must be warn or deny, got 'block'" in cond["message"]
+    # Written once: the same verdict on the same generation writes nothing.
+    policies.seed(valid, invalid)
+    patches = len(api.verbs("patch"))
+    for name in ("good", "bad"):
+        await ctl.reconcile(name)
+    assert len(api.verbs("patch")) == patches
+    # The status it writes is one the schema keeps (the schema itself would refuse
+    # 'block'; the condition is for policies written before a schema change, or past it).
+    status = crd.schema(crd.load("fitpolicies.fitgate.io"))["properties"]["status"]
+    assert crd.check(status, valid["status"], ".status") == []
+    assert crd.check(status, invalid["status"], ".status") == []
