@@ -237,6 +237,11 @@ async def run(e2e: harness.Harness, k: kube.Kube, ns: str, kubeconfig: pathlib.P
                                         "-f", "-", input_text=json.dumps(probe), check=False)
         return tried.stderr if tried.returncode != 0 else None
     refusal = await e2e.wait_for(denied, 30, "the deny policy in effect")
+
+    async def valid() -> bool:
+        got = await k.get("fitgate.io/v1alpha1", "FitPolicy", policy)
+        return kube.has_condition(got, "Valid")
+    await e2e.wait_for(valid, 30, "fitgate to mark the FitPolicy Valid")
     assert "denied the request: fitgate: Job " + ns + "/too-big-again can never be" in refusal
     for name in ("too-big", "fits"):
         await k.delete("batch/v1", "Job", name, ns)
