@@ -125,7 +125,8 @@ class StoreEngine:
             self._objects[kind.kind] = {store.key_of(o): o for o in s.list()} if s else {}
             if s is not None:
                 s.subscribe(self._on_event(kind))
-        self._parsed: dict[int, tuple[client.Obj, Any]] = {}
+        # id(object) -> (object, parsed or None, why it could not be read or None)
+        self._parsed: dict[int, tuple[client.Obj, Any, str | None]] = {}
         self._built_version = -1
         self._nodes: list[model.Node] = []
         self._inventory = model.Inventory()
@@ -156,15 +157,15 @@ class StoreEngine:
 
     def _parse(self, obj: client.Obj, fn: Callable[[client.Obj], Any]) -> Any:
         have = self._parsed.get(id(obj))
-        if have is not None and have[0] is obj:
-            return have[1]
-        try:
-            parsed = fn(obj)
-        except errors.InputError as exc:
-            self.problems.append(str(exc))
-            parsed = None
-        self._parsed[id(obj)] = (obj, parsed)
-        return parsed
+        if have is None or have[0] is not obj:
+            try:
+                have = (obj, fn(obj), None)
+            except errors.InputError as exc:
+                have = (obj, None, str(exc))
+            self._parsed[id(obj)] = have
+        if have[2] is not None:
+            self.problems.append(have[2])
+        return have[1]
 
     def _rebuild(self) -> None:
         with self._lock:

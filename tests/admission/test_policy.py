@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from admission import fitting, policy
+from admission.kube import kinds
 from fitcore import model
 from tests.admission import builders as ab
 from tests.gang import builders as gb
@@ -297,3 +298,15 @@ async def test_each_policy_says_whether_fitgate_can_read_it() -> None:
     status = crd.schema(crd.load("fitpolicies.fitgate.io"))["properties"]["status"]
     assert crd.check(status, valid["status"], ".status") == []
     assert crd.check(status, invalid["status"], ".status") == []
+
+
+def test_an_unreadable_node_is_left_out_and_reported_every_time() -> None:
+    broken = gb.node("broken")
+    broken["status"]["allocatable"]["cpu"] = "lots"
+    stores = ab.stores(ab.cluster(1), broken, gb.template("gpus", gpus=4, namespace=ab.NS))
+    engine = fitting.StoreEngine(stores, idle=True)
+    gang_ = fitting.gang_of(ab.job(parallelism=1), stores)
+    for _ in range(2):
+        assert engine.plan(gang_).verdict == "fits"
+        assert any("Node broken" in p and "allocatable" in p for p in engine.problems)
+        stores[kinds.NODE].seed(gb.node("more"))  # a rebuild
