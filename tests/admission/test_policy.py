@@ -3,14 +3,17 @@ combine, reservations, and that a policy forbidding a shape changes the plan."""
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import pytest
+import yaml
 
 from admission import fitting, policy
 from admission.kube import kinds
-from fitcore import model
+from fitcore import model, workload
 from tests.admission import builders as ab
+from tests.admission import crd
 from tests.gang import builders as gb
 
 
@@ -140,13 +143,6 @@ def test_a_policy_limiting_nodes_keeps_the_gang_off_the_others() -> None:
 
 
 # --------------------------------------------------------------------------- the CRDs
-
-import pathlib  # noqa: E402
-
-import yaml  # noqa: E402
-
-from fitcore import workload  # noqa: E402
-from tests.admission import crd  # noqa: E402
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "shapes"
 
