@@ -81,6 +81,7 @@ def serve(nodes: int, cert: str, key: str, conn: multiprocessing.connection.Conn
     import gc
 
     import structlog
+    from aiohttp import web
 
     from admission import fitting
     from admission.webhook import review, server
@@ -118,11 +119,23 @@ def serve(nodes: int, cert: str, key: str, conn: multiprocessing.connection.Conn
     async def main() -> None:
         cpu = await service_times()
         app = server.init(hooks)
+        served = 0
+
+        @web.middleware
+        async def count(request: web.Request, handler: Any) -> web.StreamResponse:
+            nonlocal served
+            served += 1
+            response: web.StreamResponse = await handler(request)
+            return response
+
+        app.middlewares.append(count)
         certs = server.Certificates(cert, key)
         async with server.serving(app, "127.0.0.1", 0, certs) as addresses:
             conn.send({"port": addresses[0][1], "stores_seconds": built, "cpu": cpu})
+            started = time.process_time()
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, conn.recv)  # the stop message
+            conn.send({"requests": served, "cpu_seconds": time.process_time() - started})
 
     asyncio.run(main())
 
@@ -251,6 +264,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  first validation (builds the engine's snapshot): {warm * 1e3:.0f} ms")
         finally:
             parent.send("stop")
+            if parent.poll(30):
+                served = parent.recv()
+                per = served["cpu_seconds"] / max(1, served["requests"])
+                print(f"server process CPU over the run: {served['cpu_seconds']:.1f} s for "
+                      f"{served['requests']} HTTPS reviews ({per * 1e3:.2f} ms each with TLS, "
+                      f"HTTP and JSON; one core serves at most ~{1 / per:.0f}/s)")
             proc.join(30)
             if proc.is_alive():
                 proc.kill()
