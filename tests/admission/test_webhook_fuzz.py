@@ -191,21 +191,23 @@ def test_hostile_admission_reviews(core: Any, hook: review.Hook, sent: Any) -> N
 # ---------------------------------------------------------------- the readers
 
 
+_AROUND: list[workload.Document] = [(o, "fuzz.yaml") for o in [
+    *gb.classes(), gb.template("gpus", gpus=4, namespace=ab.NS)]]
+_STORES = ab.stores(gb.template("gpus", gpus=4, namespace=ab.NS))
+
+
 def read_or_refuse(obj: dict[str, Any]) -> None:
     """`fitgate fit`'s reader and the webhook's: read, or refuse naming the field."""
-    docs: list[workload.Document] = [(o, "fuzz.yaml") for o in [
-        *gb.classes(), gb.template("gpus", gpus=4, namespace=ab.NS), obj]]
     try:
-        bundle = workload.load(docs)
+        bundle = workload.load([*_AROUND, (obj, "fuzz.yaml")])
         assert len(bundle.gangs) == 1
     except errors.InputError as exc:
         assert exc.errors
         for e in exc.errors:
             assert e.message and e.source == "fuzz.yaml"
             assert e.obj.split(" ", 1)[0] in ("Workload", "Job", "object")
-    stores = ab.stores(gb.template("gpus", gpus=4, namespace=ab.NS))
     try:
-        fitting.gang_of(obj, stores)
+        fitting.gang_of(obj, _STORES)
     except fitting.Unreadable as exc:
         assert str(exc)
 
