@@ -13,6 +13,7 @@ object and the field.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import pathlib
@@ -23,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from admission import config
 from fitcore import errors, gang, plan, workload
 
 EXIT_BAD_INPUT = 2
@@ -266,12 +268,130 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--workload", required=True, metavar="PATH",
                         help="one Workload or Job, with its ResourceClaimTemplates")
     verify.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    serve = sub.add_parser("serve", help="run the admission check controller (in a cluster, "
+                                          "or locally with a kubeconfig)")
+    serve.add_argument("--config", metavar="FILE", help="YAML file of configuration fields")
+    for field, info in config.Config.model_fields.items():
+        serve.add_argument(config.flag(field), dest=f"cfg_{field}", metavar="VALUE",
+                           help=f"{info.description or field.replace('_', ' ')} "
+                                f"(env {config.env_var(field)})")
+    explain = sub.add_parser(
+        "explain", help="where a gang stands and what holds it back, from the live objects",
+        description="TARGET: NAMESPACE/NAME, or [KIND/]NAME with -n (KIND: workload, job, "
+                    "jobset, ...), as in `kubectl fitgate explain job/train -n team-a`")
+    explain.add_argument("target", metavar="TARGET")
+    explain.add_argument("-n", "--namespace",
+                         help="namespace (default: the kubeconfig context's, else default)")
+    explain.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    explain.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, "
+                                              "~/.kube/config, or in-cluster)")
+    explain.add_argument("--context", help="kubeconfig context")
+    explain.add_argument("--no-fit", action="store_true",
+                         help="do not read the inventory to plan the gang now")
     sub.add_parser("version", help="print the version")
     return parser
 
 
+def run_serve(args: argparse.Namespace) -> int:
+    from admission import serve
+
+    try:
+        cfg = config.load(args.config, flags={f: getattr(args, f"cfg_{f}")
+                                              for f in config.FIELDS})
+    except config.ConfigError as exc:
+        print(f"fitgate serve: bad configuration:\n{exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return asyncio.run(serve.serve(cfg))
+
+
+def context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
+    """The namespace of the kubeconfig context (the current one unless named), as kubectl
+    takes it when -n is not given; None when there is none or no readable kubeconfig."""
+    paths = ([kubeconfig] if kubeconfig else
+             [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+             or [str(pathlib.Path.home() / ".kube" / "config")])
+    docs = []
+    for path in paths:
+        try:
+            doc = yaml.safe_load(pathlib.Path(path).read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, Mapping):
+            docs.append(doc)
+    current = context or next((d.get("current-context") for d in docs
+                               if d.get("current-context")), None)
+    for doc in docs:
+        for entry in doc.get("contexts") or []:
+            if isinstance(entry, Mapping) and entry.get("name") == current:
+                ctx = entry.get("context")
+                ns = ctx.get("namespace") if isinstance(ctx, Mapping) else None
+                return str(ns) if ns else None
+    return None
+
+
+def explain_target(target: str, namespace: str | None, default_namespace: str | None = None
+                   ) -> tuple[str, str, str | None]:
+    """(namespace, name, kind or None) of `fitgate explain`'s TARGET: NAMESPACE/NAME, or
+    [KIND/]NAME in `namespace` (-n), else in `default_namespace` (the kubeconfig
+    context's), else in "default"."""
+    from admission import explain
+
+    fallback = namespace or default_namespace or "default"
+    parts = target.split("/")
+    if len(parts) == 1 and parts[0]:
+        return fallback, parts[0], None
+    if len(parts) == 2 and all(parts):
+        head, name = parts
+        is_kind = explain.job_kind(head) is not None or head.lower() in (
+            "workload", "workloads", "wl")
+        if namespace or is_kind:
+            return fallback, name, head
+        return head, name, None
+    raise UsageError(f"{target!r}: expected NAMESPACE/NAME or [KIND/]NAME with -n")
+
+
+def run_explain(args: argparse.Namespace, connect: Any = None) -> int:
+    """`fitgate explain`; `connect(kubeconfig, context)` makes the client (tests pass a
+    fake)."""
+    from admission import explain
+    from admission.kube import client as kube_client
+    from admission.kube import errors as kube_errors
+
+    try:
+        namespace, name, kind = explain_target(
+            args.target, args.namespace, context_namespace(args.kubeconfig, args.context))
+    except UsageError as exc:
+        print(f"fitgate explain: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    async def run() -> explain.Report:
+        api = await (connect or kube_client.ApiClient.connect)(args.kubeconfig, args.context)
+        try:
+            return await explain.explain(api, namespace, name, kind, fit=not args.no_fit)
+        finally:
+            close = getattr(api, "close", None)
+            if close is not None:
+                await close()
+
+    try:
+        report = asyncio.run(run())
+    except explain.NotFound as exc:
+        print(f"fitgate explain: {exc}", file=sys.stderr)
+        return 1
+    except kube_errors.ApiError as exc:
+        print(f"fitgate explain: the API server refused: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report.to_json(), indent=2) if args.output == "json"
+          else report.to_text())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return run_serve(args)
+    if args.command == "explain":
+        return run_explain(args)
     if args.command == "version":
         try:
             version = metadata.version("fitgate")

@@ -35,6 +35,16 @@ class Call:
     body: Any = None
 
 
+def _selector(label_selector: str | None) -> dict[str, str]:
+    """Equality-based label selectors (`a=b,c=d`), what fitgate uses."""
+    return dict(p.split("=", 1) for p in label_selector.split(",")) if label_selector else {}
+
+
+def _matches(obj: Mapping[str, Any], want: Mapping[str, str]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in want.items())
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, Mapping):
@@ -248,19 +258,17 @@ class FakeClient:
         self._enter("list", kind, namespace, None)
         items = [copy.deepcopy(o) for (ns, _), o in sorted(self._objects[kind.kind].items())
                  if namespace is None or ns == namespace]
-        if label_selector:
-            want = dict(p.split("=", 1) for p in label_selector.split(","))
-            items = [o for o in items
-                     if all(o["metadata"].get("labels", {}).get(k) == v
-                            for k, v in want.items())]
-        return client.Listing(items, str(self._last_rv))
+        want = _selector(label_selector)
+        return client.Listing([o for o in items if _matches(o, want)], str(self._last_rv))
 
     async def watch(self, kind: kinds.Kind, resource_version: str,
-                    namespace: str | None = None) -> AsyncIterator[client.WatchEvent]:
+                    namespace: str | None = None, label_selector: str | None = None
+                    ) -> AsyncIterator[client.WatchEvent]:
         self._enter("watch", kind, namespace, None)
         since = int(resource_version or 0)
         if since < self._compacted:
             raise errors.Gone(f"too old resource version: {since} ({self._compacted})")
+        want = _selector(label_selector)
         q: asyncio.Queue[Any] = asyncio.Queue()
         for rv, k, ev in self._history:
             ns = ev.object.get("metadata", {}).get("namespace")
@@ -273,7 +281,8 @@ class FakeClient:
                 ev = await q.get()
                 if ev is None:
                     return
-                yield ev
+                if _matches(ev.object, want):
+                    yield ev
         finally:
             if entry in self._watchers:
                 self._watchers.remove(entry)
@@ -325,6 +334,19 @@ class FakeClient:
             raise errors.Conflict(f"{kind.plural} {meta['name']!r}: the object has been "
                                   "modified")
         return self._store(kind, _apply_merge(old, applied), "MODIFIED")
+
+    async def update(self, kind: kinds.Kind, obj: Mapping[str, Any]) -> client.Obj:
+        body = copy.deepcopy(dict(obj))
+        meta = body.setdefault("metadata", {})
+        self._enter("update", kind, meta.get("namespace"), meta.get("name"), body=body)
+        key = self._key(kind, meta["name"], meta.get("namespace"))
+        old = self._objects[kind.kind].get(key)
+        if old is None:
+            raise errors.NotFound(f"{kind.plural} {meta['name']!r} not found")
+        if meta.get("resourceVersion") != old["metadata"]["resourceVersion"]:
+            raise errors.Conflict(f"{kind.plural} {meta['name']!r}: the object has been "
+                                  "modified")
+        return self._store(kind, body, "MODIFIED")
 
     async def delete(self, kind: kinds.Kind, name: str, namespace: str | None = None, *,
                      precondition_uid: str | None = None) -> None:

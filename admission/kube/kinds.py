@@ -19,11 +19,24 @@ class Kind:
 
 
 NODE = Kind("Node", "", "v1", "nodes", False)
+NAMESPACE = Kind("Namespace", "", "v1", "namespaces", False)
 POD = Kind("Pod", "", "v1", "pods", True)
 POD_TEMPLATE = Kind("PodTemplate", "", "v1", "podtemplates", True)
+CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", True)
 EVENT = Kind("Event", "events.k8s.io", "v1", "events", True)
 LEASE = Kind("Lease", "coordination.k8s.io", "v1", "leases", True)
 JOB = Kind("Job", "batch", "v1", "jobs", True)
+# Kueue-managed job kinds besides Job: the webhook gates them, the gate ungates them.
+JOBSET = Kind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", True)
+TRAIN_JOB = Kind("TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs", True)
+PYTORCH_JOB = Kind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", True)
+MPI_JOB = Kind("MPIJob", "kubeflow.org", "v2beta1", "mpijobs", True)
+RAY_JOB = Kind("RayJob", "ray.io", "v1", "rayjobs", True)
+RAY_CLUSTER = Kind("RayCluster", "ray.io", "v1", "rayclusters", True)
+LEADER_WORKER_SET = Kind("LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1",
+                         "leaderworkersets", True)
+JOB_KINDS = (JOB, JOBSET, TRAIN_JOB, PYTORCH_JOB, MPI_JOB, RAY_JOB, RAY_CLUSTER,
+             LEADER_WORKER_SET)
 RESOURCE_SLICE = Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False)
 RESOURCE_CLAIM = Kind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True)
 RESOURCE_CLAIM_TEMPLATE = Kind("ResourceClaimTemplate", "resource.k8s.io", "v1",
@@ -47,8 +60,9 @@ VALIDATING_WEBHOOK_CONFIGURATION = Kind("ValidatingWebhookConfiguration",
                                         "admissionregistration.k8s.io", "v1",
                                         "validatingwebhookconfigurations", False)
 
-ALL = (NODE, POD, POD_TEMPLATE, EVENT, LEASE, JOB, RESOURCE_SLICE, RESOURCE_CLAIM,
-       RESOURCE_CLAIM_TEMPLATE, DEVICE_CLASS, WORKLOAD, ADMISSION_CHECK, CLUSTER_QUEUE,
-       LOCAL_QUEUE, RESOURCE_FLAVOR, PROVISIONING_REQUEST, NODE_SHAPE, FIT_POLICY, SECRET,
-       MUTATING_WEBHOOK_CONFIGURATION, VALIDATING_WEBHOOK_CONFIGURATION)
+ALL = (NODE, NAMESPACE, POD, POD_TEMPLATE, CONFIG_MAP, EVENT, LEASE, *JOB_KINDS,
+       RESOURCE_SLICE, RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, DEVICE_CLASS, WORKLOAD,
+       ADMISSION_CHECK, CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_FLAVOR, PROVISIONING_REQUEST,
+       NODE_SHAPE, FIT_POLICY, SECRET, MUTATING_WEBHOOK_CONFIGURATION,
+       VALIDATING_WEBHOOK_CONFIGURATION)
 BY_NAME = {k.kind: k for k in ALL}

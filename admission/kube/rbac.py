@@ -27,11 +27,17 @@ Verb = str  # get, list, watch, create, patch, update, delete
 #: (kind, subresource or "") -> verbs
 PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.NODE, ""): frozenset({"get", "list", "watch"}),
+    # FitPolicy subjects select namespaces by label (webhook, gate).
+    (kinds.NAMESPACE, ""): frozenset({"get", "list", "watch"}),
     (kinds.POD, ""): frozenset({"get", "list", "watch", "patch"}),
     (kinds.POD_TEMPLATE, ""): frozenset({"get", "list", "watch", "create", "delete"}),
+    # The placements of an admitted gang (admission.release), one per Workload uid.
+    (kinds.CONFIG_MAP, ""): frozenset({"get", "create", "patch", "delete"}),
     (kinds.EVENT, ""): frozenset({"create", "patch"}),
     (kinds.LEASE, ""): frozenset({"get", "create", "update", "patch"}),
     (kinds.JOB, ""): frozenset({"get", "list", "watch", "patch"}),
+    # The gate removes its entry from the owning job's admission-gated-by annotation.
+    **{(k, ""): frozenset({"get", "patch"}) for k in kinds.JOB_KINDS if k is not kinds.JOB},
     (kinds.RESOURCE_SLICE, ""): frozenset({"get", "list", "watch"}),
     (kinds.RESOURCE_CLAIM, ""): frozenset({"get", "list", "watch"}),
     (kinds.RESOURCE_CLAIM_TEMPLATE, ""): frozenset({"get", "list", "watch"}),
@@ -47,6 +53,8 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.NODE_SHAPE, ""): frozenset({"get", "list", "watch"}),
     (kinds.NODE_SHAPE, "status"): frozenset({"patch"}),
     (kinds.FIT_POLICY, ""): frozenset({"get", "list", "watch"}),
+    # The Valid condition on each FitPolicy (admission/policy_status.py).
+    (kinds.FIT_POLICY, "status"): frozenset({"patch"}),
 }
 
 #: Calls made only when fitgate manages its own serving certificate (chart value
@@ -87,6 +95,21 @@ def check(kind: kinds.Kind, verb: Verb, subresource: str | None = None) -> None:
         target = kind.plural + (f"/{subresource}" if subresource else "")
         raise Undeclared(f"{verb} {kind.group or 'core'}/{target} is not declared in "
                          "admission/kube/rbac.py (and the chart's RBAC would refuse it)")
+
+
+def cluster_role(name: str = "fitgate") -> dict[str, object]:
+    """The ClusterRole granting exactly `PERMISSIONS` (one rule per API group and
+    resource; subresources as `resource/subresource`), for the e2e ServiceAccount and for
+    comparing the Helm chart's RBAC against."""
+    rules = []
+    for (kind, sub), verbs in sorted(PERMISSIONS.items(),
+                                     key=lambda kv: (kv[0][0].group, kv[0][0].plural,
+                                                     kv[0][1])):
+        rules.append({"apiGroups": [kind.group],
+                      "resources": [kind.plural + (f"/{sub}" if sub else "")],
+                      "verbs": sorted(verbs)})
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name}, "rules": rules}
 
 
 def _rules(table: dict[tuple[kinds.Kind, str], frozenset[Verb]], namespaced: bool

@@ -90,3 +90,14 @@ async def test_injected_outage_fails_then_recovers() -> None:
     with pytest.raises(errors.ApiError):
         await c.list(kinds.NODE)
     assert (await c.list(kinds.NODE)).items == []
+
+
+def test_cluster_role_grants_exactly_the_declared_calls() -> None:
+    role = rbac.cluster_role()
+    granted = {(g, r, v) for rule in role["rules"]  # type: ignore[union-attr]
+               for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    declared = {(k.group, k.plural + (f"/{s}" if s else ""), v)
+                for (k, s), verbs in rbac.PERMISSIONS.items() for v in verbs}
+    assert granted == declared
+    assert ("coordination.k8s.io", "leases", "update") in granted
+    assert ("kueue.x-k8s.io", "admissionchecks/status", "patch") in granted

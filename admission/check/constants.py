@@ -1,0 +1,77 @@
+"""Names fitgate's admission check puts on objects, and the defaults of its timings.
+
+Kept in one place so the check reconciler, the ProvisioningRequest builders, the pod
+release controller and the webhook agree on every key.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: The AdmissionCheck `spec.controllerName` fitgate answers for.
+CONTROLLER_NAME = "fitgate.io/topology-fit"
+#: The field manager of every server-side apply fitgate makes.
+FIELD_MANAGER = "fitgate"
+
+# ---- Workload conditions (Kueue v1beta2)
+QUOTA_RESERVED = "QuotaReserved"
+EVICTED = "Evicted"
+FINISHED = "Finished"
+ADMITTED = "Admitted"
+
+# ---- AdmissionCheck states
+PENDING: Final = "Pending"
+READY: Final = "Ready"
+RETRY: Final = "Retry"
+REJECTED: Final = "Rejected"
+
+# ---- ProvisioningRequest (autoscaling.x-k8s.io/v1) conditions
+PROVISIONED = "Provisioned"
+FAILED = "Failed"
+BOOKING_EXPIRED = "BookingExpired"
+CAPACITY_REVOKED = "CapacityRevoked"
+ACCEPTED = "Accepted"
+
+DEFAULT_PROVISIONING_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
+CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"
+
+# ---- labels and annotations on the ProvisioningRequests and PodTemplates fitgate creates
+MANAGED_LABEL = "fitgate.io/managed-by"  # value: "fitgate"
+WORKLOAD_UID_LABEL = "fitgate.io/workload-uid"
+WORKLOAD_NAME_LABEL = "fitgate.io/workload-name"  # the name, or a hashed cut when > 63
+CHECK_LABEL = "fitgate.io/check"
+ATTEMPT_LABEL = "fitgate.io/attempt"
+WORKLOAD_ANNOTATION = "fitgate.io/workload"  # "namespace/name", never cut
+PLAN_ANNOTATION = "fitgate.io/plan"  # the Plan (JSON) this request asks nodes for
+ALTERNATIVES_ANNOTATION = "fitgate.io/alternatives"  # the ranked plans not yet tried (JSON)
+PLAN_INDEX_ANNOTATION = "fitgate.io/plan-index"  # 0: the best plan; k: the k-th alternative
+#: On the placeholder pods of a request's PodTemplates: they repel each other on hostname,
+#: so the autoscaler adds one node per placeholder.
+PLACEHOLDER_LABEL = "fitgate.io/placeholder"
+
+# ---- pods of an admitted gang (podSetUpdates) and their release
+#: Label fitgate adds to a gang's pods (value: the Workload's uid). The webhook gates pods
+#: carrying it; the release controller assigns each its node and removes the gate.
+PLACEMENT_LABEL = "fitgate.io/placement"
+#: Used instead of PLACEMENT_LABEL's value when a template already carries that label with
+#: another value (a podSetUpdate must not collide with the template).
+PLACEMENT_WORKLOAD_LABEL = "fitgate.io/placement-workload"
+POD_SET_LABEL = "fitgate.io/pod-set"
+KUEUE_POD_SET_LABEL = "kueue.x-k8s.io/podset"
+SCHEDULING_GATE = "fitgate.io/placement"
+SLOT_ANNOTATION = "fitgate.io/slot"  # "<pod set>/<index>" once the pod has its node
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: ConfigMap (in the Workload's namespace, owned by the Workload) holding the gang's
+#: placements in fitcore's order: PLACEMENTS_PREFIX + workload uid.
+PLACEMENTS_PREFIX = "fitgate-placement-"
+PLACEMENTS_KEY = "placements.json"
+
+# ---- timings (seconds); Settings overrides them
+BACKOFF_BASE_SECONDS = 60
+BACKOFF_MAX_SECONDS = 1800
+NODE_WAIT_SECONDS = 900  # after Provisioned, how long to wait for Ready nodes and slices
+NODE_POLL_SECONDS = 10
+MESSAGE_LIMIT = 1024

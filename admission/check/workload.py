@@ -1,0 +1,678 @@
+"""The Workload reconciler of fitgate's admission check.
+
+For a Workload whose quota Kueue has reserved and whose fitgate check is Pending:
+
+1. build the gang (`admission.gangs`): pod sets, admitted counts, flavor node labels and
+   tolerations, claim templates;
+2. plan on the inventory:
+   - fits on free capacity → Ready, with podSetUpdates that label the pods for ordered
+     release and pin them where fitcore placed them (`podsetupdates`), the placements
+     stored for the release controller (`admission.release`);
+   - needs capacity → a ProvisioningRequest and PodTemplates for the plan's exact shapes
+     (`admission.provisioning`), the check Pending with what it waits for;
+   - can never fit (no node and no shape hosts some pod) → Rejected;
+   - does not fit within the shapes' limits now, or undecided within fitcore's work
+     budget → Retry with a backoff;
+3. follow the request: Provisioned → wait (bounded) for the new Nodes Ready and their
+   ResourceSlices published, then verify the gang on the real inventory: fits → Ready
+   with the autoscaler's consume annotations and the pins; misfit → Retry, an Event, the
+   mismatch recorded on the NodeShape and the request deleted so the idle nodes scale
+   down. Failed / BookingExpired / CapacityRevoked → the next ranked plan, or Retry.
+4. clean up: fitgate deletes its requests (and their templates) when the Workload is
+   deleted, finishes or is evicted, and when its check is retried.
+
+The reconciler is a pipeline: `reconcile` fetches the Workload from the store, skips what
+is not fitgate's, and runs named `sync_*` steps; each step decides with pure functions
+(`predicates`, `podsetupdates`, `provisioning`) and writes only what changed. Only our own
+entry of `status.admissionChecks` is written, with server-side apply as fitgate's field
+manager and the resourceVersion fitgate decided on (a Workload that changed meanwhile,
+say was evicted, makes the write fail and the key is reconciled again). Retry and Rejected
+are never written while the Workload is Evicted or Finished (kueue#3543).
+
+Restart safety: request names are deterministic per (workload, check, attempt, plan
+index), the plan is an annotation on the request, and node readiness is recomputed from
+the API, so a second reconciler over the same state finds what the first created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import structlog
+
+from admission import gangs, metrics, provisioning
+from admission.check import constants as c
+from admission.check import events, podsetupdates, predicates
+from admission.check.predicates import Verdict
+from admission.kube import client, errors, kinds, store
+from fitcore import errors as fit_errors
+from fitcore import gang, plan, shapes, workload
+
+log = structlog.get_logger(__name__)
+
+
+# The Protocol's method `plan` hides the module inside the class body.
+PlanResult = plan.PlanResult
+Plan = plan.Plan
+VerifyResult = plan.VerifyResult
+
+
+class Inventory(Protocol):
+    """The fitcore inventory the process keeps current (`admission.inventory`)."""
+
+    def plan(self, gang_: gang.Gang, shapes: Sequence[str] | None = None,
+             node_filter: Any = None) -> PlanResult: ...
+
+    def verify(self, gang_: gang.Gang, plan_: Plan, node_filter: Any = None
+               ) -> VerifyResult: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settings:
+    backoff_base_seconds: int = c.BACKOFF_BASE_SECONDS
+    backoff_max_seconds: int = c.BACKOFF_MAX_SECONDS
+    #: After Provisioned, how long to wait for the new Nodes Ready with their slices.
+    node_wait_seconds: int = c.NODE_WAIT_SECONDS
+    node_poll_seconds: int = c.NODE_POLL_SECONDS
+    #: Re-check of a request the autoscaler has not answered (events also wake us).
+    pending_poll_seconds: int = 60
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stores:
+    """The watch-backed stores the reconciler reads (never the API server per decision)."""
+
+    workloads: store.Store
+    admission_checks: store.Store
+    resource_flavors: store.Store
+    claim_templates: store.Store
+    provisioning_requests: store.Store
+    pod_templates: store.Store
+    nodes: store.Store
+    resource_slices: store.Store
+    node_shapes: store.Store
+    claims: store.Store | None = None
+
+    @classmethod
+    def of(cls, by_kind: Mapping[kinds.Kind, store.Store]) -> Stores:
+        return cls(
+            workloads=by_kind[kinds.WORKLOAD], admission_checks=by_kind[kinds.ADMISSION_CHECK],
+            resource_flavors=by_kind[kinds.RESOURCE_FLAVOR],
+            claim_templates=by_kind[kinds.RESOURCE_CLAIM_TEMPLATE],
+            provisioning_requests=by_kind[kinds.PROVISIONING_REQUEST],
+            pod_templates=by_kind[kinds.POD_TEMPLATE], nodes=by_kind[kinds.NODE],
+            resource_slices=by_kind[kinds.RESOURCE_SLICE],
+            node_shapes=by_kind[kinds.NODE_SHAPE], claims=by_kind.get(kinds.RESOURCE_CLAIM))
+
+
+Clock = Callable[[], datetime.datetime]
+
+
+def system_clock() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeReadiness:
+    ready: int  # new nodes of the plan's shapes Ready with their slices published
+    planned: int
+    new_nodes: dict[str, list[str]]  # shape -> new node names (Ready or not)
+    waiting: list[str]  # "h100: 1 of 2 ready" per shape short of its count
+
+    @property
+    def complete(self) -> bool:
+        return self.ready >= self.planned
+
+
+class WorkloadReconciler:
+    def __init__(self, api: client.Client, stores: Stores, inventory: Inventory, *,
+                 clock: Clock = system_clock, settings: Settings | None = None,
+                 recorder: events.Recorder | None = None) -> None:
+        self.api = api
+        self.stores = stores
+        self.inventory = inventory
+        self.clock = clock
+        self.settings = settings or Settings()
+        self.recorder = recorder or events.Recorder(api, clock)
+        self._finished: set[str] = set()  # uids whose placements were deleted
+
+    # ------------------------------------------------------------------ pipeline
+
+    async def reconcile(self, key: store.Key) -> float | None:
+        """Bring one Workload's fitgate checks up to date; returns seconds until the key
+        should be looked at again (None: when something changes)."""
+        namespace, name = key
+        wl = self.stores.workloads.get(name, namespace)
+        if wl is None:
+            await self.sync_cleanup(namespace, name, keep_uid=None)
+            return None
+        bound = log.bind(workload=f"{namespace}/{name}")
+        names = predicates.ours(self.stores.admission_checks.list())
+        mine = predicates.entries(wl, names)
+        if predicates.finished(wl) or predicates.evicted(wl) or not mine:
+            uid = str(_meta(wl).get("uid") or "")
+            await self.sync_cleanup(namespace, name, keep_uid=None, uid=uid)
+            if mine and predicates.finished(wl) and uid not in self._finished:
+                # The placements outlive an eviction (the next Ready overwrites them) but
+                # not the run: delete them once (the Workload's deletion would too).
+                self._finished.add(uid)
+                await self._delete(kinds.CONFIG_MAP, c.PLACEMENTS_PREFIX + uid, namespace)
+            return None
+        await self.sync_cleanup(namespace, name, keep_uid=_meta(wl).get("uid"))
+        waits: list[float] = []
+        for entry in mine:
+            try:
+                wait = await self.sync_check(wl, entry)
+            except errors.Conflict:
+                bound.debug("workload changed while deciding; again", check=entry["name"])
+                wait = 1.0
+            if wait is not None:
+                waits.append(wait)
+        return min(waits) if waits else None
+
+    async def sync_check(self, wl: client.Obj, entry: Mapping[str, Any]) -> float | None:
+        check = str(entry["name"])
+        attempt = provisioning.attempt_of(entry)
+        requests = self.requests_of(wl, check)
+        state = entry.get("state")
+        keep = [r for r in requests if _attempt_label(r) == attempt]
+        if state in (c.RETRY, c.REJECTED):
+            keep = []  # the check is being retried or gave up: its requests are done
+        for r in requests:
+            if r not in keep:
+                await self.delete_request(r, "check retried")
+        if state != c.PENDING or not predicates.quota_reserved(wl):
+            return None
+        if not keep:
+            return await self.sync_plan(wl, entry, attempt)
+        keep.sort(key=provisioning.plan_index)
+        for older in keep[:-1]:
+            await self.delete_request(older, "superseded by the next plan")
+        return await self.sync_request(wl, entry, attempt, keep[-1])
+
+    # -------------------------------------------------------------------- plan
+
+    def gang_of(self, wl: client.Obj) -> gangs.WorkloadGang:
+        return gangs.gang_of(wl, templates=self.stores.claim_templates,
+                             flavors=self.stores.resource_flavors, claims=self.stores.claims)
+
+    async def sync_plan(self, wl: client.Obj, entry: Mapping[str, Any], attempt: int
+                        ) -> float | None:
+        try:
+            wg = self.gang_of(wl)
+        except gangs.BadInput as exc:
+            return await self.sync_status(wl, entry, self.retry(
+                entry, "configuration", "the workload cannot be read: "
+                + "; ".join(exc.problems)))
+        started = time.perf_counter()
+        result = self.inventory.plan(wg.gang)
+        metrics.DECISION_SECONDS.labels(operation="plan").observe(
+            time.perf_counter() - started)
+        if result.verdict == "fits":
+            return await self.sync_ready(wl, entry, wg, result.placements, result.domains,
+                                         "fits on existing nodes: "
+                                         + _where(result.placements))
+        if result.verdict == "needs-capacity" and result.plan is not None:
+            return await self.sync_new_request(wl, entry, wg, attempt, 0, result.plan,
+                                               list(result.alternatives),
+                                               why=list(result.reasons))
+        if result.verdict == "unsatisfiable" and result.category == "configuration":
+            return await self.sync_status(wl, entry, Verdict(
+                c.REJECTED, predicates.message("configuration", "the gang can never fit: "
+                                               + "; ".join(result.reasons)),
+                "configuration"))
+        if result.verdict == "undecided":
+            return await self.sync_status(wl, entry, self.retry(
+                entry, "configuration", "fitgate could not decide within its work budget "
+                "(the gang's device requests are too many or too alike to search): "
+                + "; ".join(result.reasons)))
+        return await self.sync_status(wl, entry, self.retry(
+            entry, "capacity", "does not fit now, and the node shapes' limits allow no plan: "
+            + "; ".join(result.reasons)))
+
+    def retry(self, entry: Mapping[str, Any], category: predicates.Category, text: str
+              ) -> Verdict:
+        retries = provisioning.attempt_of(entry) - 1
+        wait = predicates.backoff(retries, self.settings.backoff_base_seconds,
+                                  self.settings.backoff_max_seconds)
+        return Verdict(c.RETRY, predicates.message(category, f"{text} (retry in {wait}s)"),
+                       category, requeue_after=wait)
+
+    def node_shapes(self) -> tuple[dict[str, shapes.NodeShape], list[str]]:
+        """Parsed NodeShapes, and the problems of those that do not parse."""
+        out: dict[str, shapes.NodeShape] = {}
+        problems: list[str] = []
+        for obj in self.stores.node_shapes.list():
+            try:
+                s = workload.node_shape(obj)
+            except fit_errors.InputError as exc:
+                problems.append(str(exc))
+                continue
+            out[s.name] = s
+        return out, problems
+
+    async def sync_new_request(self, wl: client.Obj, entry: Mapping[str, Any],
+                               wg: gangs.WorkloadGang, attempt: int, index: int,
+                               chosen: plan.Plan, alternatives: list[plan.Plan],
+                               why: Sequence[str] = (), previous: str = "") -> float | None:
+        """Create the request for plan `index` (and its templates), then say Pending."""
+        check = str(entry["name"])
+        node_shapes, bad = self.node_shapes()
+        while True:
+            try:
+                request, templates = provisioning.build(wl, wg.gang, check, attempt, index,
+                                                        chosen, alternatives, node_shapes)
+                break
+            except provisioning.ShapeProblem as exc:
+                if not alternatives:
+                    return await self.sync_status(wl, entry, self.retry(
+                        entry, "configuration", f"cannot ask for the planned nodes: {exc}"
+                        + (f" ({'; '.join(bad)})" if bad else "")))
+                index, chosen, alternatives = index + 1, alternatives[0], alternatives[1:]
+        for t in templates:
+            await self._create_template(t)
+        name = request["metadata"]["name"]
+        try:
+            await self.api.create(kinds.PROVISIONING_REQUEST, request)
+            metrics.request("created")
+        except errors.AlreadyExists:
+            pass  # created before a restart: the deterministic name finds it
+        lead = f"{previous}; " if previous else ""
+        text = (f"{lead}asked the autoscaler for {provisioning.describe_plan(chosen)} "
+                f"(ProvisioningRequest {name})")
+        if why:
+            text += f"; existing nodes are not enough: {why[0]}"
+        await self.sync_status(wl, entry, Verdict(c.PENDING,
+                                                  predicates.message("capacity", text),
+                                                  "capacity"))
+        return float(self.settings.pending_poll_seconds)
+
+    async def _create_template(self, template: client.Obj) -> None:
+        meta = template["metadata"]
+        try:
+            await self.api.create(kinds.POD_TEMPLATE, template)
+        except errors.AlreadyExists:
+            have = await self.api.get(kinds.POD_TEMPLATE, meta["name"], meta["namespace"])
+            if have.get("template") != template["template"]:
+                # Left by a crash before its request was created, for another plan.
+                await self.api.delete(kinds.POD_TEMPLATE, meta["name"], meta["namespace"])
+                await self.api.create(kinds.POD_TEMPLATE, template)
+
+    # ----------------------------------------------------------------- request
+
+    async def sync_request(self, wl: client.Obj, entry: Mapping[str, Any], attempt: int,
+                           request: client.Obj) -> float | None:
+        name = _meta(request)["name"]
+        annotations = _meta(request).get("annotations") or {}
+        state, cond = provisioning.state(request)
+        try:
+            planned = provisioning.plan_from_json(annotations.get(c.PLAN_ANNOTATION, ""),
+                                                  self.existing_nodes(request))
+            alternatives = provisioning.plans_from_json(
+                annotations.get(c.ALTERNATIVES_ANNOTATION, "[]"))
+        except provisioning.PlanFormatError as exc:
+            log.warning("unreadable plan on our request; asking again", request=name,
+                        error=str(exc))
+            await self.delete_request(request, "unreadable plan")
+            return 1.0
+        cond_message = str((cond or {}).get("message") or (cond or {}).get("reason") or "")
+        if state in ("failed", "capacity-revoked", "booking-expired"):
+            metrics.request(state)
+            self._count_unused(request, planned, used=set())
+            what = {"failed": "failed", "capacity-revoked": "lost its capacity",
+                    "booking-expired": "expired before the gang was admitted"}[state]
+            said = f"ProvisioningRequest {name} {what}" + (
+                f" ({cond_message})" if cond_message else "")
+            if alternatives:
+                try:
+                    wg = self.gang_of(wl)
+                except gangs.BadInput as exc:
+                    return await self.sync_status(wl, entry, self.retry(
+                        entry, "configuration", "the workload cannot be read: "
+                        + "; ".join(exc.problems)))
+                wait = await self.sync_new_request(
+                    wl, entry, wg, attempt, provisioning.plan_index(request) + 1,
+                    alternatives[0], alternatives[1:], previous=said + "; next plan")
+                await self.delete_request(request, state)
+                return wait
+            wait = await self.sync_status(wl, entry, self.retry(entry, "capacity", said))
+            await self.delete_request(request, state)
+            return wait
+        if state != "provisioned":
+            text = (f"waiting for the autoscaler: {provisioning.describe_plan(planned)} "
+                    f"asked by ProvisioningRequest {name}"
+                    + (" (accepted)" if state == "accepted" else ""))
+            await self.sync_status(wl, entry, Verdict(
+                c.PENDING, predicates.message("capacity", text), "capacity"))
+            return float(self.settings.pending_poll_seconds)
+        return await self.sync_verify(wl, entry, request, planned, cond)
+
+    def existing_nodes(self, request: Mapping[str, Any]) -> set[str]:
+        """Nodes that existed before the request: created before it."""
+        since = predicates.parse_time(_meta(request).get("creationTimestamp"))
+        out = set()
+        for n in self.stores.nodes.list():
+            created = predicates.parse_time(_meta(n).get("creationTimestamp"))
+            if since is None or (created is not None and created < since):
+                out.add(str(_meta(n)["name"]))
+        return out
+
+    def readiness(self, request: Mapping[str, Any], planned: plan.Plan) -> NodeReadiness:
+        """The plan's new nodes that are Ready with a ResourceSlice per driver their
+        shape publishes."""
+        node_shapes, _ = self.node_shapes()
+        existing = planned.existing_nodes
+        slices_of: dict[str, set[str]] = {}
+        for s in self.stores.resource_slices.list():
+            spec = s.get("spec") or {}
+            if spec.get("nodeName"):
+                slices_of.setdefault(str(spec["nodeName"]), set()).add(str(spec.get("driver")))
+        totals: dict[str, int] = {}
+        for sc in planned.shapes:
+            totals[sc.shape] = totals.get(sc.shape, 0) + sc.count
+        ready = 0
+        new_nodes: dict[str, list[str]] = {}
+        waiting: list[str] = []
+        for shape_name, count in totals.items():
+            shape = node_shapes.get(shape_name)
+            labels = dict(shape.node_labels) if shape else {}
+            drivers = {s.driver for s in shape.slices} if shape else set()
+            mine = sorted(str(_meta(n)["name"]) for n in self.stores.nodes.list()
+                          if _meta(n)["name"] not in existing
+                          and all((_meta(n).get("labels") or {}).get(k) == v
+                                  for k, v in labels.items()))
+            new_nodes[shape_name] = mine
+            ok = [n for n in mine if _node_ready(self.stores.nodes.get(n))
+                  and drivers <= slices_of.get(n, set())]
+            ready += min(count, len(ok))
+            if len(ok) < count:
+                waiting.append(f"{shape_name}: {len(ok)} of {count} new nodes ready with "
+                               "their ResourceSlices")
+        return NodeReadiness(ready, planned.nodes, new_nodes, waiting)
+
+    async def sync_verify(self, wl: client.Obj, entry: Mapping[str, Any],
+                          request: client.Obj, planned: plan.Plan,
+                          cond: Mapping[str, Any] | None) -> float | None:
+        name = _meta(request)["name"]
+        ready = self.readiness(request, planned)
+        since = predicates.parse_time((cond or {}).get("lastTransitionTime")) or self.clock()
+        waited = (self.clock() - since).total_seconds()
+        if not ready.complete and waited < self.settings.node_wait_seconds:
+            text = (f"ProvisioningRequest {name} is provisioned; waiting for the new nodes: "
+                    + "; ".join(ready.waiting))
+            await self.sync_status(wl, entry, Verdict(
+                c.PENDING, predicates.message("capacity", text), "capacity"))
+            return float(min(self.settings.node_poll_seconds,
+                             max(1.0, self.settings.node_wait_seconds - waited)))
+        try:
+            wg = self.gang_of(wl)
+        except gangs.BadInput as exc:
+            return await self.sync_status(wl, entry, self.retry(
+                entry, "configuration", "the workload cannot be read: "
+                + "; ".join(exc.problems)))
+        started = time.perf_counter()
+        result = self.inventory.verify(wg.gang, planned)
+        metrics.DECISION_SECONDS.labels(operation="verify").observe(
+            time.perf_counter() - started)
+        if result.verdict == "fits":
+            metrics.request("verified")
+            used = {p.node for p in result.placements}
+            self._count_unused(request, planned, used, ready)
+            node_shapes, _ = self.node_shapes()
+            classes = {provisioning.provisioning_class(node_shapes[s.shape])
+                       for s in planned.shapes if s.shape in node_shapes}
+            cls = classes.pop() if len(classes) == 1 else str(
+                (request.get("spec") or {}).get("provisioningClassName")
+                or c.DEFAULT_PROVISIONING_CLASS)
+            note = "" if ready.complete else (
+                f" (after {int(waited)}s, " + "; ".join(ready.waiting) + ")")
+            return await self.sync_ready(
+                wl, entry, wg, result.placements, {},
+                f"verified on the nodes of ProvisioningRequest {name}: "
+                + _where(result.placements) + note,
+                annotations={c.CONSUME_ANNOTATION: name, c.CLASS_ANNOTATION: cls})
+        metrics.request("misfit" if result.verdict == "misfit" else "undecided")
+        self._count_unused(request, planned, set(), ready)
+        shown = list(result.mismatches[:3]) or list(result.reasons[:2])
+        if not ready.complete:
+            shown.insert(0, f"after waiting {int(waited)}s: " + "; ".join(ready.waiting))
+        if result.verdict == "undecided":
+            text = (f"fitgate could not decide within its work budget on the nodes of "
+                    f"ProvisioningRequest {name}: " + "; ".join(shown))
+            verdict = self.retry(entry, "configuration", text)
+        else:
+            text = (f"the new nodes of ProvisioningRequest {name} do not keep their shapes' "
+                    "promise: " + ("; ".join(shown) or "the gang does not fit them")
+                    + f" ({len(result.mismatches)} differences)")
+            verdict = self.retry(entry, "coordination", text)
+        wait = await self.sync_status(wl, entry, verdict)
+        if result.verdict == "misfit":
+            await self.recorder.record(wl, "Warning", "ProvisionedNodesMisfit",
+                                       verdict.message, action="Verify")
+            await self.sync_shape_mismatches(wl, name, planned, result, ready)
+        await self.delete_request(request, "misfit")
+        return wait
+
+    def _count_unused(self, request: Mapping[str, Any], planned: plan.Plan, used: set[str],
+                      ready: NodeReadiness | None = None) -> None:
+        cond = predicates.condition(request, c.PROVISIONED)
+        if cond is None or cond.get("status") != "True":
+            return
+        since = predicates.parse_time(cond.get("lastTransitionTime"))
+        if since is None:
+            return
+        seconds = max(0.0, (self.clock() - since).total_seconds())
+        ready = ready or self.readiness(request, planned)
+        for shape_name, nodes in ready.new_nodes.items():
+            idle = [n for n in nodes if n not in used]
+            if idle and seconds:
+                metrics.UNUSED_NODE_SECONDS.labels(shape=shape_name).inc(seconds * len(idle))
+
+    async def sync_shape_mismatches(self, wl: client.Obj, request: str, planned: plan.Plan,
+                                    result: plan.VerifyResult, ready: NodeReadiness) -> None:
+        """Record on each planned NodeShape's status what its new nodes got wrong."""
+        meta = _meta(wl)
+        for shape_name in sorted({s.shape for s in planned.shapes}):
+            mine = [m for m in result.mismatches
+                    if f"shape {shape_name}:" in m or f"(shape {shape_name})" in m]
+            if not mine:
+                continue
+            metrics.VERIFICATION_MISMATCHES.labels(shape=shape_name).inc(len(mine))
+            obj = self.stores.node_shapes.get(shape_name)
+            if obj is None:
+                continue
+            have = ((obj.get("status") or {}).get("verification") or {}).get(
+                "mismatchCount", 0)
+            patch = {"status": {"verification": {
+                "mismatchCount": (have if isinstance(have, int) else 0) + len(mine),
+                "lastMismatch": {
+                    "time": predicates.timestamp(self.clock()),
+                    "workload": f"{meta.get('namespace')}/{meta.get('name')}",
+                    "provisioningRequest": request,
+                    "nodes": ready.new_nodes.get(shape_name, []),
+                    "details": mine[:20]}}}}
+            with contextlib.suppress(errors.NotFound):
+                await self.api.patch(kinds.NODE_SHAPE, shape_name, patch,
+                                     subresource="status")
+
+    # ------------------------------------------------------------------- ready
+
+    async def sync_ready(self, wl: client.Obj, entry: Mapping[str, Any],
+                         wg: gangs.WorkloadGang, placements: Sequence[gang.Placement],
+                         domains: Mapping[str, str], text: str,
+                         annotations: Mapping[str, str] | None = None) -> float | None:
+        updates = podsetupdates.build(wl, str(entry["name"]), wg, placements, domains,
+                                      annotations)
+        if updates.notes:
+            log.info("pins given up to avoid collisions", notes=updates.notes,
+                     workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
+        await self.sync_placements(wl, placements)
+        wait = await self.sync_status(wl, entry, Verdict(
+            c.READY, predicates.message(None, text), None,
+            pod_set_updates=updates.pod_set_updates))
+        reserved = predicates.condition(wl, c.QUOTA_RESERVED)
+        since = predicates.parse_time((reserved or {}).get("lastTransitionTime"))
+        if since is not None:
+            metrics.QUOTA_TO_READY.observe(max(0.0, (self.clock() - since).total_seconds()))
+        return wait
+
+    async def sync_placements(self, wl: client.Obj, placements: Sequence[gang.Placement]
+                              ) -> None:
+        """The gang's placements in fitcore's order, for the release controller: a
+        ConfigMap named after the Workload's uid, owned by the Workload."""
+        meta = _meta(wl)
+        name = c.PLACEMENTS_PREFIX + str(meta.get("uid"))
+        data = {c.PLACEMENTS_KEY: json.dumps(
+            [{"podSet": p.pod_set, "index": p.index, "node": p.node} for p in placements],
+            separators=(",", ":"))}
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": meta.get("namespace"),
+                             "labels": {c.MANAGED_LABEL: "fitgate",
+                                        c.WORKLOAD_UID_LABEL: str(meta.get("uid"))},
+                             "annotations": {c.WORKLOAD_ANNOTATION:
+                                             f"{meta.get('namespace')}/{meta.get('name')}"},
+                             "ownerReferences": [{
+                                 "apiVersion": kinds.WORKLOAD.api_version,
+                                 "kind": "Workload", "name": meta.get("name"),
+                                 "uid": meta.get("uid")}]},
+                "data": data}
+        try:
+            await self.api.create(kinds.CONFIG_MAP, body)
+        except errors.AlreadyExists:
+            await self.api.patch(kinds.CONFIG_MAP, name, {"data": data},
+                                 namespace=meta.get("namespace"))
+
+    # ------------------------------------------------------------------ status
+
+    async def sync_status(self, wl: client.Obj, entry: Mapping[str, Any], verdict: Verdict
+                          ) -> float | None:
+        """Apply our entry if it changes; returns the requeue of a Retry (None)."""
+        if not predicates.may_write(wl, verdict.state):
+            log.info("not writing while evicted or finished", state=verdict.state)
+            return None
+        desired = predicates.desired_entry(entry, verdict, self.clock())
+        if not predicates.changed(entry, desired):
+            return None
+        meta = _meta(wl)
+        await self.api.apply(kinds.WORKLOAD, {
+            "apiVersion": kinds.WORKLOAD.api_version, "kind": "Workload",
+            "metadata": {"name": meta["name"], "namespace": meta.get("namespace"),
+                         "resourceVersion": meta.get("resourceVersion")},
+            "status": {"admissionChecks": [desired]}},
+            field_manager=c.FIELD_MANAGER, subresource="status", force=True)
+        metrics.decision(verdict.state, verdict.category)
+        log.info("check updated", check=entry["name"], state=verdict.state,
+                 message=verdict.message,
+                 workload=f"{meta.get('namespace')}/{meta.get('name')}")
+        return None
+
+    # ----------------------------------------------------------------- cleanup
+
+    def requests_of(self, wl: client.Obj, check: str | None = None) -> list[client.Obj]:
+        meta = _meta(wl)
+        uid = str(meta.get("uid", ""))
+        out = []
+        for r in self.stores.provisioning_requests.list(meta.get("namespace")):
+            labels = _meta(r).get("labels") or {}
+            if labels.get(c.WORKLOAD_UID_LABEL) != uid:
+                continue
+            if check is not None and labels.get(c.CHECK_LABEL) != provisioning.label_value(
+                    check):
+                continue
+            out.append(r)
+        return out
+
+    async def sync_cleanup(self, namespace: str, name: str, keep_uid: str | None,
+                           uid: str | None = None) -> None:
+        """Delete fitgate's requests and templates for the Workload `namespace/name`
+        except those of the live Workload `keep_uid` (None: delete them all)."""
+        wanted = f"{namespace}/{name}"
+        for r in list(self.stores.provisioning_requests.list(namespace)):
+            meta = _meta(r)
+            labels = meta.get("labels") or {}
+            if labels.get(c.MANAGED_LABEL) != "fitgate":
+                continue
+            if (meta.get("annotations") or {}).get(c.WORKLOAD_ANNOTATION) != wanted and \
+                    labels.get(c.WORKLOAD_UID_LABEL) != uid:
+                continue
+            if keep_uid is not None and labels.get(c.WORKLOAD_UID_LABEL) == keep_uid:
+                continue
+            await self.delete_request(r, "workload gone, finished or evicted")
+        for t in list(self.stores.pod_templates.list(namespace)):
+            meta = _meta(t)
+            labels = meta.get("labels") or {}
+            if labels.get(c.MANAGED_LABEL) != "fitgate" or labels.get(
+                    c.WORKLOAD_NAME_LABEL) != provisioning.label_value(name):
+                continue
+            if keep_uid is not None and labels.get(c.WORKLOAD_UID_LABEL) == keep_uid:
+                continue
+            await self._delete(kinds.POD_TEMPLATE, meta["name"], namespace)
+
+    async def delete_request(self, request: Mapping[str, Any], why: str) -> None:
+        meta = _meta(request)
+        namespace = str(meta.get("namespace"))
+        if await self._delete(kinds.PROVISIONING_REQUEST, str(meta["name"]), namespace):
+            metrics.request("deleted")
+            log.info("deleted ProvisioningRequest", request=meta["name"], why=why)
+        for t in provisioning.template_names(request):
+            await self._delete(kinds.POD_TEMPLATE, t, namespace)
+
+    async def _delete(self, kind: kinds.Kind, name: str, namespace: str) -> bool:
+        try:
+            await self.api.delete(kind, name, namespace)
+            return True
+        except errors.NotFound:
+            return False
+
+
+def _attempt_label(request: Mapping[str, Any]) -> int:
+    raw = (_meta(request).get("labels") or {}).get(c.ATTEMPT_LABEL, "0")
+    return int(raw) if str(raw).isdigit() else 0
+
+
+def _node_ready(node: Mapping[str, Any] | None) -> bool:
+    return node is not None and predicates.is_true(node, "Ready")
+
+
+def _where(placements: Sequence[gang.Placement]) -> str:
+    nodes = sorted({p.node for p in placements})
+    shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
+    return f"{len(placements)} pods on {len(nodes)} nodes ({shown})"
+
+
+# Keys of the Workloads a change of another object concerns, for the controller runtime.
+
+def workload_of_request(obj: Mapping[str, Any]) -> store.Key | None:
+    """The Workload a fitgate ProvisioningRequest or PodTemplate was made for."""
+    meta = _meta(obj)
+    ref = (meta.get("annotations") or {}).get(c.WORKLOAD_ANNOTATION)
+    if (meta.get("labels") or {}).get(c.MANAGED_LABEL) != "fitgate" or not ref:
+        return None
+    namespace, _, name = str(ref).partition("/")
+    return (namespace, name)
+
+
+def waiting_for_nodes(workloads: store.Store, requests: store.Store) -> list[store.Key]:
+    """Workloads whose request is Provisioned: a Node or ResourceSlice change may be the
+    one they wait for."""
+    out = []
+    for r in requests.list():
+        if provisioning.state(r)[0] == "provisioned":
+            key = workload_of_request(r)
+            if key is not None and workloads.get(key[1], key[0]) is not None:
+                out.append(key)
+    return out
+
+
+Reconcile = Callable[[store.Key], Awaitable["float | None"]]

@@ -1,0 +1,307 @@
+"""ProvisioningRequests and PodTemplates for a plan's exact node shapes: pure builders.
+
+A plan says "n new nodes of shape S" per shape. The cluster-autoscaler only simulates pods
+on node templates and knows nothing of DRA devices, so fitgate asks for nodes with
+*placeholder pods*: per shape of the plan one PodTemplate whose pod
+
+- carries one node's share of the gang (the largest sum of the cpu, memory and other
+  non-DRA requests the plan puts on one new node of that shape; no ResourceClaims),
+- selects the shape's node group by the shape's `nodeLabels` and tolerates its taints,
+- repels the other placeholders of the same request on `kubernetes.io/hostname` (required
+  anti-affinity on a label fitgate sets; Kueue strips controller-uid labels), so the
+  autoscaler adds exactly `count` nodes, one per placeholder.
+
+Names are deterministic, so a restarted controller finds what it created instead of
+asking twice: `{workload}-{check}-{attempt}` as Kueue's own check names them (attempt =
+the check's `retryCount` + 1), `-alt{k}` for the k-th alternative plan tried in the same
+attempt, and `ppt-{request}-{shape}` for the templates; names longer than 253 characters
+are cut and end in a hash of the full name. The plan is stored as JSON in an annotation of
+the request, so verification works after a restart; the ranked alternatives not yet tried
+are stored next to it.
+
+No ownerReference names the Workload: Kueue's own provisioning controller indexes
+ProvisioningRequests by owner *name* and deletes those it did not create for the
+Workload. They carry labels (workload uid, name, check, attempt) instead, and fitgate
+deletes them itself (see `admission.check.workload`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any, Literal
+
+from admission.check import constants as c
+from admission.check import predicates
+from admission.kube import client, kinds
+from fitcore import gang, plan, shapes, values
+
+MAX_NAME = 253
+MAX_LABEL_VALUE = 63
+MAX_POD_SETS = 32  # a ProvisioningRequest's spec.podSets
+PLACEHOLDER_IMAGE = "registry.k8s.io/pause:3.10"
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+class PlanFormatError(ValueError):
+    """A stored plan annotation that cannot be read back."""
+
+
+# ------------------------------------------------------------------------- names
+
+
+def _hash(text: str, n: int) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:n]
+
+
+def limit_name(name: str, limit: int = MAX_NAME) -> str:
+    """`name`, or when longer than `limit` its first characters and `-` plus 5 hex
+    characters of the full name's SHA-1 (as Kueue limits its object names)."""
+    if len(name) <= limit:
+        return name
+    return name[:limit - 6].rstrip("-.") + "-" + _hash(name, 5)
+
+
+def label_value(text: str) -> str:
+    """`text` as a label value: itself when valid, else a cut that ends in a hash."""
+    if len(text) <= MAX_LABEL_VALUE and _LABEL_VALUE.match(text):
+        return text
+    cut = re.sub(r"[^-A-Za-z0-9_.]", "-", text)[:MAX_LABEL_VALUE - 11].strip("-_.")
+    return (cut + "-" if cut else "") + _hash(text, 10)
+
+
+def request_name(workload: str, check: str, attempt: int, index: int = 0) -> str:
+    """The ProvisioningRequest for plan `index` (0: the best) of `attempt` (from 1)."""
+    base = f"{workload}-{check}-{attempt}"
+    return limit_name(base + (f"-alt{index}" if index else ""))
+
+
+def template_name(request: str, shape: str) -> str:
+    return limit_name(f"ppt-{request}-{shape}")
+
+
+def attempt_of(entry: Mapping[str, Any]) -> int:
+    """The attempt a check entry is on: Kueue counts retries in `retryCount`."""
+    retry = entry.get("retryCount") or 0
+    return (retry if isinstance(retry, int) and not isinstance(retry, bool) else 0) + 1
+
+
+# ------------------------------------------------------------------ plan as JSON
+
+
+def plan_to_json(p: plan.Plan) -> str:
+    """The plan without its device results and without the names of the nodes that
+    existed (thousands): verification counts as new the nodes created after the request
+    (`existing_nodes`)."""
+    return json.dumps({
+        "shapes": [{"shape": s.shape, "count": s.count, "domain": s.domain}
+                   for s in p.shapes],
+        "price": str(p.price),
+        "placements": [{"podSet": pl.pod_set, "index": pl.index, "node": pl.node}
+                       for pl in p.placements],
+        "domains": dict(p.domains),
+    }, separators=(",", ":"), sort_keys=True)
+
+
+def plan_from_json(text: str, existing_nodes: Iterable[str] = ()) -> plan.Plan:
+    try:
+        raw = json.loads(text)
+        shape_counts = tuple(plan.ShapeCount(str(s["shape"]), int(s["count"]),
+                                             s.get("domain")) for s in raw["shapes"])
+        placements = tuple(gang.Placement(str(p["podSet"]), int(p["index"]), str(p["node"]))
+                           for p in raw.get("placements", []))
+        price = Fraction(str(raw.get("price", "0")))
+        domains = {str(k): str(v) for k, v in (raw.get("domains") or {}).items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise PlanFormatError(f"not a fitgate plan: {exc}") from exc
+    if not shape_counts or any(s.count < 1 for s in shape_counts):
+        raise PlanFormatError("a plan asks for at least one node of each of its shapes")
+    return plan.Plan(shape_counts, price, placements, frozenset(existing_nodes), domains)
+
+
+def plans_to_json(plans: Sequence[plan.Plan]) -> str:
+    return "[" + ",".join(plan_to_json(p) for p in plans) + "]"
+
+
+def plans_from_json(text: str) -> list[plan.Plan]:
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, list):
+            raise TypeError("a list of plans is expected")
+    except (ValueError, TypeError) as exc:
+        raise PlanFormatError(f"not a list of fitgate plans: {exc}") from exc
+    return [plan_from_json(json.dumps(p)) for p in raw]
+
+
+def describe_plan(p: plan.Plan) -> str:
+    """`2 × h100-8 + 1 × cpu-64` for messages."""
+    totals: dict[str, int] = {}
+    for s in p.shapes:
+        totals[s.shape] = totals.get(s.shape, 0) + s.count
+    return " + ".join(f"{n} × {name}" for name, n in totals.items())
+
+
+# ------------------------------------------------------------------ node shares
+
+
+def shape_of_new_node(node: str, shape_names: Iterable[str]) -> str | None:
+    """The shape of a hypothetical node a plan names (`{shape}-new-{i}`), or None."""
+    head, sep, tail = node.rpartition("-new-")
+    if not sep or not tail.isdigit():
+        return None
+    return head if head in set(shape_names) else None
+
+
+def node_shares(g: gang.Gang, p: plan.Plan) -> dict[str, dict[str, values.Quantity]]:
+    """Per shape of the plan: one node's share of the gang, the per-resource maximum over
+    the shape's new nodes of what the plan's pods there request (DRA claims aside)."""
+    names = {s.shape for s in p.shapes}
+    requests = {ps.name: ps.requests for ps in g.pod_sets}
+    per_node: dict[str, dict[str, values.Quantity]] = {}
+    node_shape: dict[str, str] = {}
+    for pl in p.placements:
+        shape = shape_of_new_node(pl.node, names)
+        if shape is None or pl.node in p.existing_nodes:
+            continue
+        node_shape[pl.node] = shape
+        into = per_node.setdefault(pl.node, {})
+        for k, q in requests.get(pl.pod_set, {}).items():
+            into[k] = into[k] + q if k in into else q
+    out: dict[str, dict[str, values.Quantity]] = {n: {} for n in names}
+    for node, reqs in per_node.items():
+        share = out[node_shape[node]]
+        for k, q in reqs.items():
+            if k not in share or q > share[k]:
+                share[k] = q
+    return out
+
+
+# ---------------------------------------------------------------------- builders
+
+
+def owner_labels(workload: client.Obj, check: str, attempt: int) -> dict[str, str]:
+    meta = workload["metadata"]
+    return {c.MANAGED_LABEL: "fitgate", c.WORKLOAD_UID_LABEL: str(meta.get("uid", "")),
+            c.WORKLOAD_NAME_LABEL: label_value(str(meta["name"])),
+            c.CHECK_LABEL: label_value(check), c.ATTEMPT_LABEL: str(attempt)}
+
+
+def provisioning_class(shape: shapes.NodeShape) -> str:
+    return shape.provisioning_class or c.DEFAULT_PROVISIONING_CLASS
+
+
+def pod_template(*, name: str, namespace: str, request: str, shape: shapes.NodeShape,
+                 share: Mapping[str, values.Quantity], labels: Mapping[str, str]
+                 ) -> client.Obj:
+    """The placeholder pod of one node of `shape` for `request` (module docstring)."""
+    repel = {c.PLACEHOLDER_LABEL: label_value(request)}
+    resources = {k: str(q) for k, q in sorted(share.items()) if k != "pods"}
+    tolerations = [{"key": t.key, "operator": "Exists", "effect": t.effect}
+                   for t in shape.taints]
+    spec: dict[str, Any] = {
+        "nodeSelector": dict(shape.node_labels),
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": dict(repel)},
+             "topologyKey": c.HOSTNAME_LABEL}]}},
+        "containers": [{"name": "placeholder", "image": PLACEHOLDER_IMAGE,
+                        "resources": {"requests": resources} if resources else {}}],
+    }
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {"apiVersion": kinds.POD_TEMPLATE.api_version, "kind": "PodTemplate",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+            "template": {"metadata": {"labels": {**repel, c.MANAGED_LABEL: "fitgate"}},
+                         "spec": spec}}
+
+
+class ShapeProblem(ValueError):
+    """A plan that names a shape fitgate cannot build a request for."""
+
+
+def build(workload: client.Obj, g: gang.Gang, check: str, attempt: int, index: int,
+          chosen: plan.Plan, alternatives: Sequence[plan.Plan],
+          node_shapes: Mapping[str, shapes.NodeShape]
+          ) -> tuple[client.Obj, list[client.Obj]]:
+    """The ProvisioningRequest for `chosen` (plan `index` of this attempt) and its
+    PodTemplates (create the templates first: the autoscaler fails a request whose
+    templates are missing). Raises ShapeProblem for an unknown shape, more shapes than a
+    request holds, or shapes with different provisioning classes."""
+    meta = workload["metadata"]
+    namespace = str(meta.get("namespace") or "default")
+    name = request_name(str(meta["name"]), check, attempt, index)
+    labels = owner_labels(workload, check, attempt)
+    totals: dict[str, int] = {}
+    for s in chosen.shapes:
+        totals[s.shape] = totals.get(s.shape, 0) + s.count
+    missing = [s for s in totals if s not in node_shapes]
+    if missing:
+        raise ShapeProblem(f"the plan names NodeShape {', '.join(missing)}, which does not "
+                           "exist (any more)")
+    if len(totals) > MAX_POD_SETS:
+        raise ShapeProblem(f"the plan needs {len(totals)} shapes; a ProvisioningRequest holds "
+                           f"at most {MAX_POD_SETS}")
+    classes = {provisioning_class(node_shapes[s]) for s in totals}
+    if len(classes) > 1:
+        raise ShapeProblem("the plan mixes shapes of different provisioning classes ("
+                           + ", ".join(sorted(classes)) + "); one request has one class")
+    shares = node_shares(g, chosen)
+    templates = []
+    pod_sets = []
+    parameters: dict[str, str] = {}
+    for shape_name, count in totals.items():
+        shape = node_shapes[shape_name]
+        parameters.update(shape.provisioning_parameters)
+        tname = template_name(name, shape_name)
+        templates.append(pod_template(name=tname, namespace=namespace, request=name,
+                                      shape=shape, share=shares.get(shape_name, {}),
+                                      labels=labels))
+        pod_sets.append({"podTemplateRef": {"name": tname}, "count": count})
+    spec: dict[str, Any] = {"provisioningClassName": classes.pop(), "podSets": pod_sets}
+    if parameters:
+        spec["parameters"] = parameters
+    request = {
+        "apiVersion": kinds.PROVISIONING_REQUEST.api_version, "kind": "ProvisioningRequest",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                     "annotations": {
+                         c.WORKLOAD_ANNOTATION: f"{namespace}/{meta['name']}",
+                         c.PLAN_ANNOTATION: plan_to_json(chosen),
+                         c.ALTERNATIVES_ANNOTATION: plans_to_json(alternatives),
+                         c.PLAN_INDEX_ANNOTATION: str(index)}},
+        "spec": spec,
+    }
+    return request, templates
+
+
+def plan_index(request: Mapping[str, Any]) -> int:
+    raw = ((request.get("metadata") or {}).get("annotations") or {}).get(
+        c.PLAN_INDEX_ANNOTATION, "0")
+    return int(raw) if str(raw).isdigit() else 0
+
+
+def template_names(request: Mapping[str, Any]) -> list[str]:
+    return [str(ps.get("podTemplateRef", {}).get("name"))
+            for ps in (request.get("spec") or {}).get("podSets") or []
+            if ps.get("podTemplateRef", {}).get("name")]
+
+
+# -------------------------------------------------------------------- conditions
+
+RequestState = Literal["failed", "capacity-revoked", "booking-expired", "provisioned",
+                       "accepted", "pending"]
+
+
+def state(request: Mapping[str, Any]) -> tuple[RequestState, Mapping[str, Any] | None]:
+    """What a ProvisioningRequest's conditions say, in the order Kueue's own check reads
+    them (a request that failed also counts as failed once provisioned), and the
+    condition that says it."""
+    order: tuple[tuple[str, RequestState], ...] = (
+        (c.FAILED, "failed"), (c.CAPACITY_REVOKED, "capacity-revoked"),
+        (c.BOOKING_EXPIRED, "booking-expired"), (c.PROVISIONED, "provisioned"),
+        (c.ACCEPTED, "accepted"))
+    for kind, name in order:
+        if predicates.is_true(request, kind):
+            return name, predicates.condition(request, kind)
+    return "pending", None

@@ -1,0 +1,224 @@
+"""`fitgate serve`: the process that runs fitgate's controllers (and the webhook) in a cluster.
+
+Start-up, in order:
+1. configuration (`config.load`) and logs (`logging.configure`);
+2. the API client (`kube.client.ApiClient`: in-cluster, or a kubeconfig and context);
+3. the informers (`kube.cache.Informers`, every kind of `cache.SERVE`), the
+   `inventory.ClusterInventory` over their stores, the reconcile `controller.Runtime`;
+4. the components (`components.factories()`): each gets the `Context` and returns a
+   `Component` — controllers to register and servers to run (the webhook's TLS server);
+5. the health server on `health_port`, on every replica: `/healthz` (the process is alive),
+   `/readyz` (200 once every informer is synced; the body lists each kind's state, e.g. a
+   CRD that is not installed), `/metrics` (prometheus_client's default registry);
+6. wait until the informers are ready, start the every-replica controllers;
+7. leader election on the Lease (`kube.lease.Elector`): while leading, the leader-only
+   controllers run; when leadership is lost they stop, and start again if it returns.
+
+SIGTERM or SIGINT: stop the controllers, release the Lease, stop the servers and watches,
+close the client; exit 0.
+
+Other branches plug in without editing this file: write a factory
+`def component(ctx: serve.Context) -> serve.Component` and list it in
+`admission/components.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import signal
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import prometheus_client
+import structlog
+from aiohttp import web
+
+from admission import clock as clock_
+from admission import components, config, controller, inventory
+from admission import logging as flog
+from admission.kube import cache, client, lease
+
+log = structlog.get_logger("fitgate.serve")
+
+
+class Server(Protocol):
+    """Something serve starts after the informers are ready and stops at shutdown (on
+    every replica), e.g. the webhook's TLS server."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclasses.dataclass
+class Context:
+    """What a component may use."""
+
+    config: config.Config
+    api: client.Client
+    informers: cache.Informers
+    inventory: inventory.ClusterInventory
+    runtime: controller.Runtime
+    clock: clock_.Clock
+
+
+@dataclasses.dataclass
+class Component:
+    controllers: Sequence[controller.Controller] = ()
+    servers: Sequence[Server] = ()
+
+
+Factory = Callable[[Context], Component]
+
+INFORMERS = web.AppKey("informers", cache.Informers)
+ELECTOR = web.AppKey("elector", lease.Elector)
+
+
+def health_app(informers: cache.Informers, elector: lease.Elector | None = None
+               ) -> web.Application:
+    """/healthz, /readyz and /metrics."""
+    app = web.Application()
+    app[INFORMERS] = informers
+    if elector is not None:
+        app[ELECTOR] = elector
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+    return app
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    informers = request.app[INFORMERS]
+    body: dict[str, object] = {"ready": informers.ready, "informers": informers.status()}
+    if ELECTOR in request.app:
+        body["leader"] = request.app[ELECTOR].is_leader
+    return web.Response(status=200 if informers.ready else 503,
+                        text=json.dumps(body, indent=1) + "\n",
+                        content_type="application/json")
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    data = prometheus_client.generate_latest(prometheus_client.REGISTRY)
+    return web.Response(body=data, headers={"Content-Type":
+                                            prometheus_client.CONTENT_TYPE_LATEST})
+
+
+class Service:
+    """The running process's parts; `run` is the whole lifecycle."""
+
+    def __init__(self, cfg: config.Config, api: client.Client, *,
+                 factories: Sequence[Factory] | None = None,
+                 specs: Sequence[cache.Spec] = cache.SERVE,
+                 clock: clock_.Clock | None = None) -> None:
+        self.cfg = cfg
+        self.api = api
+        self.clock = clock or clock_.SystemClock()
+        self.informers = cache.Informers(api, specs)
+        self.inventory = inventory.ClusterInventory(self.informers.store,
+                                                    budget=cfg.decision_budget)
+        self.runtime = controller.Runtime(self.informers.store, clock=self.clock,
+                                          workers=cfg.workers)
+        self.elector = lease.Elector(
+            api, name=cfg.lease_name, namespace=cfg.namespace, identity=cfg.identity,
+            lease_duration=cfg.lease_duration, renew_deadline=cfg.renew_deadline,
+            retry_period=cfg.retry_period, clock=self.clock) if cfg.leader_election else None
+        ctx = Context(cfg, api, self.informers, self.inventory, self.runtime, self.clock)
+        self.servers: list[Server] = []
+        for factory in (components.factories() if factories is None else factories):
+            part = factory(ctx)
+            for ctrl in part.controllers:
+                self.runtime.register(ctrl)
+            self.servers.extend(part.servers)
+        self.health_port: int | None = None  # bound port, once started
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set, then shut down gracefully."""
+        runner = web.AppRunner(health_app(self.informers, self.elector), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.cfg.health_address, self.cfg.health_port)
+        await site.start()
+        self.health_port = int(runner.addresses[0][1])
+        log.info("serve.health", address=self.cfg.health_address, port=self.health_port)
+        self.informers.start()
+        started: list[Server] = []
+        try:
+            waiter = asyncio.create_task(self._until_ready())
+            stopper = asyncio.create_task(stop.wait())
+            await asyncio.wait([waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
+            for t in (waiter, stopper):
+                t.cancel()
+            await asyncio.gather(waiter, stopper, return_exceptions=True)
+            if not stop.is_set():
+                for s in self.servers:
+                    await s.start()
+                    started.append(s)
+                self.runtime.start(leader_only=False)
+                self._tasks.append(asyncio.create_task(self._lead(), name="leader"))
+                await stop.wait()
+            log.info("serve.stopping")
+        finally:
+            for t in self._tasks:
+                t.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.runtime.stop()
+            for s in reversed(started):
+                with contextlib.suppress(Exception):
+                    await s.stop()
+            await self.informers.stop()
+            await runner.cleanup()
+            log.info("serve.stopped")
+
+    async def _until_ready(self) -> None:
+        waited = 0
+        while not await self.informers.wait_ready(10):
+            waited += 10
+            log.warning("serve.waiting_for_informers", seconds=waited,
+                        informers={k: v for k, v in self.informers.status().items()
+                                   if v != "synced"})
+        log.info("serve.ready", informers=self.informers.status())
+
+    async def _lead(self) -> None:
+        """Run the leader-only controllers while this replica leads."""
+        if self.elector is None:
+            self.runtime.start(leader_only=True)
+            await asyncio.Event().wait()
+            return
+        elector = self.elector
+        campaign = asyncio.create_task(elector.run(), name="lease")
+        try:
+            while True:
+                await elector.leading.wait()
+                log.info("serve.leading", identity=self.cfg.identity)
+                self.runtime.start(leader_only=True)
+                await elector.lost.wait()
+                log.warning("serve.not_leading", identity=self.cfg.identity)
+                await self.runtime.stop(leader_only=True)
+        finally:
+            await self.runtime.stop(leader_only=True)
+            campaign.cancel()  # releases the Lease
+            await asyncio.gather(campaign, return_exceptions=True)
+
+
+async def serve(cfg: config.Config, *, factories: Sequence[Factory] | None = None) -> int:
+    """The `fitgate serve` process: connect, run until SIGTERM/SIGINT, shut down."""
+    flog.configure(cfg.log_level, cfg.log_format)
+    api = await client.ApiClient.connect(cfg.kubeconfig, cfg.context,
+                                         request_timeout=cfg.request_timeout)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        log.info("serve.starting", identity=cfg.identity, namespace=cfg.namespace)
+        await Service(cfg, api, factories=factories).run(stop)
+    finally:
+        await api.close()
+    return 0

@@ -1,0 +1,78 @@
+"""The webhook and the gate as a `fitgate serve` component (list `component` in
+`admission/components.py`).
+
+- The webhook server runs on every replica (`serve.Server`): TLS from `cert_dir`
+  (`tls.crt`, `tls.key`, reloaded when they change) on `webhook_port`; `/readyz` answers
+  200 once the informers are synced.
+- The gate controller and the FitPolicy status controller (`Valid`) run on the leader
+  (`controller.Controller`).
+
+Each gets its own `fitting.StoreEngine` over the informers' stores, of the idle cluster
+(could the gang ever fit as configured?): decisions run in a worker thread, so neither
+blocks the event loop that answers admission requests, and a gate decision never makes a
+review wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from admission import fitting, gate, policy_status
+from admission.kube import kinds, store
+from admission.webhook import review, server
+
+if TYPE_CHECKING:
+    from admission import serve
+
+log = structlog.get_logger("fitgate.webhook")
+
+#: The stores the webhook and the gate read.
+KINDS = (*fitting.INVENTORY_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE, kinds.WORKLOAD,
+         kinds.LOCAL_QUEUE, kinds.CLUSTER_QUEUE, kinds.ADMISSION_CHECK, kinds.NAMESPACE,
+         kinds.FIT_POLICY)
+
+
+class WebhookServer:
+    """The webhook's HTTPS site as a `serve.Server`."""
+
+    def __init__(self, hooks: review.Hooks, host: str, port: int, cert_dir: str) -> None:
+        self.settings = server.Settings(cert_file=os.path.join(cert_dir, "tls.crt"),
+                                        key_file=os.path.join(cert_dir, "tls.key"))
+        self.app = server.init(hooks, self.settings)
+        self.host = host
+        self.port = port
+        self.addresses: Sequence[Any] = ()
+        self._stack = contextlib.AsyncExitStack()
+
+    async def start(self) -> None:
+        self.addresses = await self._stack.enter_async_context(
+            server.serving(self.app, self.host, self.port))
+        log.info("webhook.serving", addresses=[list(a) for a in self.addresses])
+
+    async def stop(self) -> None:
+        await self._stack.aclose()
+
+
+def component(ctx: serve.Context) -> serve.Component:
+    from admission import serve
+
+    stores: dict[kinds.Kind, store.Store] = {k: ctx.informers.store(k) for k in KINDS}
+    hooks = review.Hooks(stores, fitting.StoreEngine(stores, idle=True),
+                         ready=lambda: bool(ctx.informers.ready))
+    gate_controller = gate.GateController(ctx.api, stores,
+                                          fitting.StoreEngine(stores, idle=True),
+                                          clock=ctx.clock)
+    servers: list[serve.Server] = []
+    if ctx.config.cert_dir:
+        servers.append(WebhookServer(hooks, "0.0.0.0", ctx.config.webhook_port,
+                                     ctx.config.cert_dir))
+    else:
+        log.warning("webhook.disabled", reason="no cert_dir configured; the gate still runs")
+    statuses = policy_status.PolicyStatusController(ctx.api, stores[kinds.FIT_POLICY],
+                                                    clock=ctx.clock)
+    return serve.Component(controllers=[gate_controller, statuses], servers=servers)

@@ -1,0 +1,280 @@
+"""The webhook's decisions, independent of any HTTP framework: an AdmissionRequest in, an
+AdmissionResponse out (`Hooks.review`). The aiohttp server (`server.py`) only parses,
+delegates and writes JSON.
+
+Three hooks:
+
+- `mutate-jobs` (CREATE of the configured Kueue job kinds): when the job's LocalQueue
+  feeds a ClusterQueue that uses fitgate's AdmissionCheck, add `fitgate.io/topology-fit`
+  to `kueue.x-k8s.io/admission-gated-by`, keeping every other entry. Nothing else in the
+  job changes.
+- `validate-jobs` (CREATE of those kinds): when the gang can never fit for configuration
+  reasons (no node and no NodeShape can host a pod set, or only nodes or shapes its
+  FitPolicy forbids), answer with warnings, or a denial when a FitPolicy for the
+  namespace or ClusterQueue says `enforcement: deny`. The message names the pod set, the
+  claim, the constraint and the most any node or shape offers (fitcore's reasons).
+- `mutate-pods` (CREATE of Pods): `release.gate_patch`, which adds the scheduling gate
+  `fitgate.io/placement` to the pods of an admitted gang (labelled by the check's
+  podSetUpdates) so the release controller binds them in fitcore's order.
+
+The question is whether the gang could ever fit as configured: `component` gives the
+hooks an engine over the idle cluster (`fitting.StoreEngine(idle=True)`), so a busy
+cluster never reads as "impossible" (that is the check's to plan for, after quota).
+
+Availability first: the AdmissionCheck is the enforcement point. A request the engine
+cannot read, a store not yet filled, or a decision that takes longer than the budget (set
+below the webhook configuration's `timeoutSeconds`) is allowed, with a warning where the
+user should know. Decisions run in one worker thread, so the event loop keeps answering
+(health checks, mutations) while the engine works; identical questions (same namespace,
+same job spec, same scope, same cluster state) share one decision, and when more than
+`max_pending` distinct decisions wait, a review is allowed at once with a warning rather
+than queued behind them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import structlog
+
+from admission import fitting, gating, policy, release
+from admission.kube import client, kinds, store
+from admission.webhook import models
+
+log = structlog.get_logger("fitgate.webhook")
+Hook = Literal["mutate-jobs", "validate-jobs", "mutate-pods"]
+HOOKS: tuple[Hook, ...] = ("mutate-jobs", "validate-jobs", "mutate-pods")
+PodGate = Callable[[Mapping[str, Any]], list[dict[str, Any]]]
+_MAX_WARNINGS = 8
+_MAX_WARNING_CHARS = 480
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    job_kinds: tuple[kinds.Kind, ...] = gating.DEFAULT_JOB_KINDS
+    gate: str = gating.GATE
+    controller: str = gating.CONTROLLER_NAME
+    #: Seconds one review may take; keep it below the webhook's timeoutSeconds.
+    budget_seconds: float = 2.0
+    #: Decisions remembered (per namespace, job spec, scope and cluster state).
+    cache_size: int = 4096
+    #: Distinct decisions waiting for the engine at most; past it a review is allowed at
+    #: once with a warning (the engine is busy; the AdmissionCheck decides).
+    max_pending: int = 8
+
+
+class Busy(Exception):
+    """More distinct decisions wait for the engine than `Config.max_pending`."""
+
+
+class Hooks:
+    """The webhook core; see the module docstring. `stores` are the watch-backed caches
+    (LocalQueue, ClusterQueue, AdmissionCheck, Namespace, FitPolicy, NodeShape,
+    ResourceClaimTemplate, ResourceClaim and what the engine reads)."""
+
+    def __init__(self, stores: Mapping[kinds.Kind, store.Store], engine: fitting.Engine, *,
+                 config: Config | None = None, pod_gate: PodGate = release.gate_patch,
+                 ready: Callable[[], bool] = lambda: True) -> None:
+        self.config = config or Config()
+        self.stores = stores
+        self.engine = engine
+        self.pod_gate = pod_gate
+        self.ready = ready
+        self.queues = gating.Queues(self._store(kinds.LOCAL_QUEUE),
+                                    self._store(kinds.CLUSTER_QUEUE),
+                                    self._store(kinds.ADMISSION_CHECK),
+                                    self.config.controller)
+        self.policies = policy.Policies(self._store(kinds.FIT_POLICY))
+        self._kinds = {(k.group, k.kind): k for k in self.config.job_kinds}
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="fitgate-webhook-engine")
+        self._version = 0
+        # A verdict depends on the idle cluster (nodes, devices, shapes), the claims the
+        # job names, and the policies: not on pods coming and going.
+        for kind in (*fitting.IDLE_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE,
+                     kinds.FIT_POLICY, kinds.NAMESPACE):
+            self._store(kind).subscribe(self._changed(kind))
+        self._cache: collections.OrderedDict[tuple[Any, ...], fitting.Verdict] = \
+            collections.OrderedDict()
+        self._inflight: dict[tuple[Any, ...], asyncio.Future[fitting.Verdict]] = {}
+
+    def _store(self, kind: kinds.Kind) -> store.Store:
+        s = self.stores.get(kind)
+        if s is None:  # a kind nobody watches reads as empty
+            s = store.Store(kind)
+            self.stores = {**self.stores, kind: s}
+        return s
+
+    def _changed(self, kind: kinds.Kind) -> store.Subscriber:
+        def on_event(event: client.WatchEvent, before: client.Obj | None) -> None:
+            if fitting.relevant(kind, event, before):
+                self._version += 1
+        return on_event
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ dispatch
+
+    async def review(self, hook: Hook, request: models.AdmissionRequest
+                     ) -> models.AdmissionResponse:
+        """Answer one request within the budget; never raises for the request's content."""
+        started = time.perf_counter()
+        fn = {"mutate-jobs": self.mutate_job, "validate-jobs": self.validate_job,
+              "mutate-pods": self.mutate_pod}[hook]
+        bound = log.bind(hook=hook, uid=request.uid, kind=request.kind.kind,
+                         namespace=request.namespace, name=request.name or None)
+        try:
+            async with asyncio.timeout(self.config.budget_seconds):
+                response = await fn(request)
+        except TimeoutError:
+            bound.warning("review timed out", budget=self.config.budget_seconds)
+            response = models.allow(request, warnings=[
+                f"fitgate could not check this {request.kind.kind} within "
+                f"{self.config.budget_seconds:g}s; its AdmissionCheck will decide"])
+        except Exception as exc:  # a bug must not turn into an API server error
+            bound.exception("review failed")
+            response = models.allow(request, warnings=_short([
+                f"fitgate could not check this {request.kind.kind} ({type(exc).__name__}); "
+                "its AdmissionCheck will decide"]))
+        bound.debug("reviewed", allowed=response.allowed, patched=bool(response.patch),
+                    warnings=len(response.warnings),
+                    ms=round((time.perf_counter() - started) * 1e3, 3))
+        return response
+
+    def _job_kind(self, request: models.AdmissionRequest) -> kinds.Kind | None:
+        return self._kinds.get((request.kind.group, request.kind.kind))
+
+    def _queue(self, request: models.AdmissionRequest) -> gating.Queue | None:
+        obj = request.object
+        if (request.operation != "CREATE" or obj is None or self._job_kind(request) is None
+                or not request.namespace):
+            return None
+        if gating.labels_of(obj).get(gating.PREBUILT_WORKLOAD_LABEL):
+            return None  # Kueue does not copy the gate to a prebuilt Workload
+        queue = self.queues.of(obj, request.namespace)
+        return queue if queue is not None and queue.ours else None
+
+    # ------------------------------------------------------------------ mutate-jobs
+
+    async def mutate_job(self, request: models.AdmissionRequest) -> models.AdmissionResponse:
+        queue = self._queue(request)
+        if queue is None or request.object is None:
+            return models.allow(request)
+        return models.allow(request, patch=gating.add_gate_patch(request.object,
+                                                                 self.config.gate))
+
+    # ------------------------------------------------------------------ mutate-pods
+
+    async def mutate_pod(self, request: models.AdmissionRequest) -> models.AdmissionResponse:
+        obj = request.object
+        if (request.operation != "CREATE" or obj is None or request.kind.kind != "Pod"
+                or request.kind.group):
+            return models.allow(request)
+        return models.allow(request, patch=self.pod_gate(obj))
+
+    # ---------------------------------------------------------------- validate-jobs
+
+    async def validate_job(self, request: models.AdmissionRequest
+                           ) -> models.AdmissionResponse:
+        queue = self._queue(request)
+        obj = request.object
+        if queue is None or obj is None:
+            return models.allow(request)
+        kind = request.kind.kind
+        label = f"{kind} {request.namespace}/{request.name or gating_name(obj)}"
+        body = {**obj, "kind": kind,
+                "metadata": {**(obj.get("metadata") or {}), "namespace": request.namespace}}
+        scope = self._scope(request.namespace, queue)
+        key = self._key(request.namespace, body, scope)
+        try:
+            verdict = self._cache.get(key)
+            if verdict is not None:
+                self._cache.move_to_end(key)
+            else:
+                verdict = await self._decide(key, body, scope)
+        except fitting.Unreadable as exc:
+            if kind in ("Job", "Workload"):
+                return models.allow(request, warnings=_short([
+                    f"fitgate cannot read {label}; its AdmissionCheck will report why: {exc}"]))
+            return models.allow(request)  # judged by the gate on its Workload
+        except Busy:
+            return models.allow(request, warnings=[
+                f"fitgate is busy and did not check {label}; its AdmissionCheck will decide"])
+        if not verdict.refuse:
+            return models.allow(request)
+        head = (f"{label} can never be admitted to ClusterQueue {queue.cluster_queue}: "
+                + ("its FitPolicy forbids every node and shape that could host it"
+                   if verdict.violation else "no node and no NodeShape can host it"))
+        lines = [head, *verdict.messages]
+        if scope.enforcement == "deny":
+            return models.deny(request, "fitgate: " + "\n".join(lines), code=403,
+                               reason="Forbidden")
+        return models.allow(request, warnings=_short(["fitgate: " + head, *verdict.messages]))
+
+    def _scope(self, namespace: str, queue: gating.Queue) -> policy.Scope:
+        policies, _bad = self.policies.current()
+        ns = self._store(kinds.NAMESPACE).get(namespace)
+        ns_labels = {str(k): str(v) for k, v in gating.labels_of(ns).items()} if ns else {}
+        return policy.scope(policies, self._store(kinds.NODE_SHAPE).list(),
+                            namespace=namespace, namespace_labels=ns_labels,
+                            cluster_queue=queue.cluster_queue,
+                            cluster_queue_labels=queue.cluster_queue_labels)
+
+    def _key(self, namespace: str, obj: Mapping[str, Any], scope: policy.Scope
+             ) -> tuple[Any, ...]:
+        """Questions with one answer: same namespace, kind and spec, same policy scope,
+        same cluster (nodes, devices, shapes, claim templates, policies)."""
+        digest = hashlib.sha256(json.dumps(obj.get("spec"), sort_keys=True, default=str)
+                                .encode()).hexdigest()
+        return (namespace, obj.get("kind"), digest, scope.key, self._version)
+
+    async def _decide(self, key: tuple[Any, ...], obj: Mapping[str, Any],
+                      scope: policy.Scope) -> fitting.Verdict:
+        """The verdict for a question not in the cache: read the gang (raises Unreadable)
+        and plan it in the engine's thread, once for all who ask the same meanwhile."""
+        pending = self._inflight.get(key)
+        if pending is None:
+            gang_ = fitting.gang_of(obj, self.stores)
+            if len(self._inflight) >= self.config.max_pending:
+                raise Busy
+            loop = asyncio.get_running_loop()
+            pending = asyncio.ensure_future(loop.run_in_executor(
+                self._executor, fitting.decide, self.engine, gang_, scope))
+            self._inflight[key] = pending
+            pending.add_done_callback(lambda f: self._settle(key, f))
+        return await asyncio.shield(pending)
+
+    def _settle(self, key: tuple[Any, ...], fut: asyncio.Future[fitting.Verdict]) -> None:
+        self._inflight.pop(key, None)
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        self._cache[key] = fut.result()
+        while len(self._cache) > self.config.cache_size:
+            self._cache.popitem(last=False)
+
+
+def gating_name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    if isinstance(meta, Mapping):
+        for k in ("name", "generateName"):
+            if isinstance(meta.get(k), str) and meta[k]:
+                return str(meta[k])
+    return "<unnamed>"
+
+
+def _short(lines: Sequence[str]) -> list[str]:
+    out = [line if len(line) <= _MAX_WARNING_CHARS else line[:_MAX_WARNING_CHARS - 1] + "…"
+           for line in lines[:_MAX_WARNINGS]]
+    if len(lines) > _MAX_WARNINGS:
+        out.append(f"… and {len(lines) - _MAX_WARNINGS} more; `fitgate explain` shows all")
+    return out
+

@@ -1,0 +1,451 @@
+"""The Workload reconciler, step by step, over the FakeClient with a fake clock."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from prometheus_client import REGISTRY
+
+from admission import provisioning
+from admission.check import constants as c
+from admission.kube import errors, kinds
+from tests.admission import world as w
+
+
+@pytest.fixture
+def world() -> w.World:
+    return w.World()
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+# ------------------------------------------------------------------ fits now
+
+
+async def test_fits_existing_nodes_is_ready_with_pins_and_no_request(world: w.World) -> None:
+    world.seed(*w.base(), *w.node("n1"), w.admitted())
+    before = metric("fitgate_decisions_total", verdict="Ready", category="none")
+    assert await world.reconcile() is None
+    e = world.entry()
+    assert e["state"] == "Ready"
+    assert e["message"].startswith("fits on existing nodes: 2 pods on 1 nodes (n1)")
+    uid = world.workload()["metadata"]["uid"]
+    assert e["podSetUpdates"] == [{
+        "name": "workers",
+        "labels": {c.PLACEMENT_LABEL: uid, c.POD_SET_LABEL: "workers"},
+        "nodeSelector": {c.HOSTNAME_LABEL: "n1"}}]
+    assert e["lastTransitionTime"] == "2026-01-01T00:00:30Z"
+    assert world.requests() == []
+    cm = world.api.find(kinds.CONFIG_MAP, c.PLACEMENTS_PREFIX + uid, "default")
+    assert cm is not None
+    assert json.loads(cm["data"][c.PLACEMENTS_KEY]) == [
+        {"podSet": "workers", "index": 0, "node": "n1"},
+        {"podSet": "workers", "index": 1, "node": "n1"}]
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert metric("fitgate_decisions_total", verdict="Ready", category="none") == before + 1
+    # Our entry only, as fitgate's field manager, on the status subresource.
+    call = world.api.verbs("patch", kinds.WORKLOAD)[-1]
+    assert call.subresource == "status"
+    assert call.body["fieldManager"] == c.FIELD_MANAGER
+    assert [x["name"] for x in call.body["apply"]["status"]["admissionChecks"]] == ["fitgate"]
+
+
+async def test_other_checks_entries_are_left_alone(world: w.World) -> None:
+    world.seed(*w.base(), *w.node("n1"), w.admission_check("prov", "kueue.x-k8s.io/x"),
+               w.admitted(checks=("fitgate", "prov")))
+    world.set_entry(check="prov", message="theirs")
+    await world.reconcile()
+    assert world.entry(check="prov")["message"] == "theirs"
+    assert world.entry(check="prov")["state"] == "Pending"
+    assert world.entry()["state"] == "Ready"
+
+
+@pytest.mark.parametrize("change", ["no-quota", "not-ours", "already-ready", "retry-state"])
+async def test_skips_what_is_not_pending_with_quota(world: w.World, change: str) -> None:
+    wl = w.admitted(reserved=change != "no-quota",
+                    state={"already-ready": "Ready", "retry-state": "Retry"}.get(change,
+                                                                                 "Pending"))
+    ac = w.admission_check(controller="someone.else/check" if change == "not-ours"
+                           else c.CONTROLLER_NAME)
+    world.seed(*w.base(), ac, *w.node("n1"), wl)
+    assert await world.reconcile() is None
+    assert world.status_writes() == 0
+    assert world.inventory.calls == []
+
+
+async def test_a_second_pass_writes_nothing(world: w.World) -> None:
+    world.seed(*w.base(), w.admitted(w.workers(4)))
+    await world.reconcile()
+    writes = world.status_writes()
+    await world.reconcile()
+    assert world.status_writes() == writes
+
+
+# ------------------------------------------------------------ needs capacity
+
+
+async def test_needs_capacity_creates_one_request_for_the_plans_exact_shape(
+        world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(4)))
+    wait = await world.reconcile()
+    assert wait == 60.0
+    assert world.request_names() == ["train-fitgate-1"]
+    pr = world.requests()[0]
+    meta = pr["metadata"]
+    assert "ownerReferences" not in meta
+    uid = world.workload()["metadata"]["uid"]
+    assert meta["labels"] == {c.MANAGED_LABEL: "fitgate", c.WORKLOAD_UID_LABEL: uid,
+                              c.WORKLOAD_NAME_LABEL: "train", c.CHECK_LABEL: "fitgate",
+                              c.ATTEMPT_LABEL: "1"}
+    assert meta["annotations"][c.WORKLOAD_ANNOTATION] == "default/train"
+    stored = provisioning.plan_from_json(meta["annotations"][c.PLAN_ANNOTATION])
+    assert [(s.shape, s.count) for s in stored.shapes] == [("h100", 2)]
+    assert pr["spec"] == {
+        "provisioningClassName": c.DEFAULT_PROVISIONING_CLASS,
+        "podSets": [{"podTemplateRef": {"name": "ppt-train-fitgate-1-h100"}, "count": 2}]}
+    tpl = world.api.find(kinds.POD_TEMPLATE, "ppt-train-fitgate-1-h100", "default")
+    assert tpl is not None
+    spec = tpl["template"]["spec"]
+    assert spec["nodeSelector"] == {w.SHAPE_LABEL: "h100"}
+    # one node's share: two workers of 8 cpu each
+    assert spec["containers"][0]["resources"] == {"requests": {"cpu": "16"}}
+    assert "resourceClaims" not in spec
+    term = spec["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["topologyKey"] == c.HOSTNAME_LABEL
+    assert term["labelSelector"]["matchLabels"] == {c.PLACEHOLDER_LABEL: "train-fitgate-1"}
+    assert tpl["template"]["metadata"]["labels"][c.PLACEHOLDER_LABEL] == "train-fitgate-1"
+    # templates before the request: the autoscaler fails a request without them
+    creates = [x.kind for x in world.api.verbs("create")]
+    assert creates.index("PodTemplate") < creates.index("ProvisioningRequest")
+    e = world.entry()
+    assert e["state"] == "Pending"
+    assert e["message"].startswith("capacity: asked the autoscaler for 2 × h100 "
+                                   "(ProvisioningRequest train-fitgate-1)")
+
+
+async def test_provisioning_class_and_parameters_come_from_the_shape(world: w.World) -> None:
+    s = w.shape("h100")
+    s["spec"]["provisioning"] = {"className": "check-capacity.autoscaling.x-k8s.io",
+                                 "parameters": {"ValidUntilSeconds": "600"}}
+    world.seed(*w.base(), s, w.admitted(w.workers(2)))
+    await world.reconcile()
+    spec = world.requests()[0]["spec"]
+    assert spec["provisioningClassName"] == "check-capacity.autoscaling.x-k8s.io"
+    assert spec["parameters"] == {"ValidUntilSeconds": "600"}
+
+
+async def test_pending_request_keeps_the_check_pending(world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    first = world.entry()
+    world.set_request_condition("train-fitgate-1", c.ACCEPTED)
+    world.advance(5)
+    assert await world.reconcile() == 60.0
+    e = world.entry()
+    assert e["state"] == "Pending"
+    assert "waiting for the autoscaler: 1 × h100 asked by ProvisioningRequest " \
+        "train-fitgate-1 (accepted)" in e["message"]
+    assert e["lastTransitionTime"] == first["lastTransitionTime"]  # same state, kept
+    assert world.request_names() == ["train-fitgate-1"]
+
+
+# ----------------------------------------------------------- restart safety
+
+
+async def test_a_second_reconciler_creates_no_duplicate_and_converges(world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(4)))
+    # The first instance creates the request, then dies before writing the check.
+    world.api.fail_next(errors.ApiError(0, "Unavailable", "connection lost"), verb="patch",
+                        kind=kinds.WORKLOAD)
+    with pytest.raises(errors.ApiError):
+        await world.reconcile(world.reconciler())
+    assert world.request_names() == ["train-fitgate-1"]
+    assert world.entry()["message"] == ""
+    # A new instance (fresh memory) over the same API state.
+    await world.reconcile(world.reconciler())
+    assert world.request_names() == ["train-fitgate-1"]
+    assert len(world.api.verbs("create", kinds.PROVISIONING_REQUEST)) == 1
+    assert world.entry()["message"].startswith("capacity: waiting for the autoscaler")
+    # ... and admits once the nodes came, with the plan read back from the annotation.
+    world.set_request_condition("train-fitgate-1", c.PROVISIONED)
+    world.seed(*w.node("h100-a", created=w.NEW, shape="h100"),
+               *w.node("h100-b", created=w.NEW, shape="h100"))
+    await world.reconcile(world.reconciler())
+    assert world.entry()["state"] == "Ready"
+    assert len(world.api.verbs("create", kinds.PROVISIONING_REQUEST)) == 1
+
+
+async def test_crash_after_templates_before_request(world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    world.api.fail_next(errors.ApiError(0, "Unavailable", "gone"), verb="create",
+                        kind=kinds.PROVISIONING_REQUEST)
+    with pytest.raises(errors.ApiError):
+        await world.reconcile()
+    assert world.requests() == []
+    await world.reconcile(world.reconciler())
+    assert world.request_names() == ["train-fitgate-1"]
+    assert len(world.api.objects(kinds.POD_TEMPLATE)) == 1
+
+
+# ------------------------------------------------------- provisioned, verify
+
+
+async def _provisioned(world: w.World, count: int = 4) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(count)))
+    await world.reconcile()
+    world.set_request_condition("train-fitgate-1", c.PROVISIONED)
+
+
+async def test_provisioned_waits_for_ready_nodes_and_slices(world: w.World) -> None:
+    await _provisioned(world)
+    world.seed(*w.node("h100-a", created=w.NEW, shape="h100"),
+               w.node("h100-b", created=w.NEW, shape="h100", ready=False)[0])
+    world.now = w.EPOCH.replace(minute=1, second=30)
+    wait = await world.reconcile()
+    assert wait is not None and wait <= c.NODE_POLL_SECONDS
+    e = world.entry()
+    assert e["state"] == "Pending"
+    assert "h100: 1 of 2 new nodes ready with their ResourceSlices" in e["message"]
+    assert "verify" not in world.inventory.calls
+
+
+async def test_provisioned_and_verified_is_ready_with_consume_annotations(
+        world: w.World) -> None:
+    await _provisioned(world)
+    world.seed(*w.node("h100-a", created=w.NEW, shape="h100"),
+               *w.node("h100-b", created=w.NEW, shape="h100"))
+    before = metric("fitgate_provisioning_requests_total", outcome="verified")
+    assert await world.reconcile() is None
+    e = world.entry()
+    assert e["state"] == "Ready", e["message"]
+    assert e["message"].startswith("verified on the nodes of ProvisioningRequest "
+                                   "train-fitgate-1: 4 pods on 2 nodes (h100-a, h100-b)")
+    (update,) = e["podSetUpdates"]
+    assert update["annotations"] == {c.CONSUME_ANNOTATION: "train-fitgate-1",
+                                     c.CLASS_ANNOTATION: c.DEFAULT_PROVISIONING_CLASS}
+    assert update["labels"][c.PLACEMENT_LABEL] == world.workload()["metadata"]["uid"]
+    assert "nodeSelector" not in update  # two nodes, no domain: pods are pinned one by one
+    assert world.request_names() == ["train-fitgate-1"]  # kept: the pods consume it
+    assert metric("fitgate_provisioning_requests_total", outcome="verified") == before + 1
+    uid = world.workload()["metadata"]["uid"]
+    cm = world.api.find(kinds.CONFIG_MAP, c.PLACEMENTS_PREFIX + uid, "default")
+    assert cm is not None
+    nodes = [p["node"] for p in json.loads(cm["data"][c.PLACEMENTS_KEY])]
+    assert sorted(set(nodes)) == ["h100-a", "h100-b"]
+
+
+async def test_misfit_retries_records_the_shape_and_releases_the_nodes(world: w.World) -> None:
+    await _provisioned(world, count=2)
+    # The node came with 2 GPUs instead of the 8 its shape promised.
+    world.seed(*w.node("h100-a", created=w.NEW, shape="h100", gpus=2, roots=1,
+                       nics=["pci0"]))
+    world.now = w.EPOCH.replace(minute=11)
+    before = metric("fitgate_verification_mismatches_total", shape="h100")
+    assert await world.reconcile() is None
+    e = world.entry()
+    assert e["state"] == "Retry"
+    assert e["requeueAfterSeconds"] == 60
+    assert e["message"].startswith("coordination: the new nodes of ProvisioningRequest "
+                                   "train-fitgate-1 do not keep their shapes' promise: ")
+    assert "device gpu.example.com/gpu-2 is missing from its ResourceSlices" in e["message"]
+    assert world.requests() == []
+    assert world.api.objects(kinds.POD_TEMPLATE) == []
+    shape = world.api.find(kinds.NODE_SHAPE, "h100")
+    assert shape is not None
+    verification = shape["status"]["verification"]
+    assert verification["mismatchCount"] >= 6
+    assert verification["lastMismatch"]["provisioningRequest"] == "train-fitgate-1"
+    assert verification["lastMismatch"]["nodes"] == ["h100-a"]
+    (event,) = world.api.objects(kinds.EVENT)
+    assert event["reason"] == "ProvisionedNodesMisfit"
+    assert event["type"] == "Warning"
+    assert event["regarding"]["name"] == "train"
+    assert metric("fitgate_verification_mismatches_total", shape="h100") >= before + 6
+    # 10 minutes since Provisioned (00:01 → 00:11) for one node nobody used
+    assert metric("fitgate_unused_node_seconds_total", shape="h100") >= 600
+
+
+async def test_nodes_that_never_come_end_as_misfit_after_the_wait(world: w.World) -> None:
+    await _provisioned(world, count=2)
+    world.now = w.EPOCH.replace(minute=1, second=10)
+    assert await world.reconcile() == c.NODE_POLL_SECONDS
+    world.now = w.EPOCH.replace(minute=16, second=1)  # node_wait_seconds = 900 after 00:01
+    await world.reconcile()
+    e = world.entry()
+    assert e["state"] == "Retry"
+    assert "after waiting 901s: h100: 0 of 1 new nodes ready" in e["message"]
+    assert world.requests() == []
+
+
+# ------------------------------------------- Failed / BookingExpired / Revoked
+
+
+@pytest.mark.parametrize("condition,said", [
+    (c.FAILED, "failed (no quota in zone)"),
+    (c.BOOKING_EXPIRED, "expired before the gang was admitted (no quota in zone)"),
+    (c.CAPACITY_REVOKED, "lost its capacity (no quota in zone)"),
+])
+async def test_request_failure_without_alternatives_retries_with_backoff(
+        world: w.World, condition: str, said: str) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2), retry_count=2))
+    await world.reconcile()
+    assert world.request_names() == ["train-fitgate-3"]
+    world.set_request_condition("train-fitgate-3", condition, message="no quota in zone")
+    await world.reconcile()
+    e = world.entry()
+    assert e["state"] == "Retry"
+    assert e["requeueAfterSeconds"] == 240  # 60·2^retryCount
+    assert e["message"] == f"capacity: ProvisioningRequest train-fitgate-3 {said} (retry in 240s)"
+    assert world.requests() == []
+
+
+async def test_request_failure_moves_to_the_next_ranked_plan(world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100", price=10), w.shape("h200", price=20),
+               w.admitted(w.workers(2)))
+    await world.reconcile()
+    (pr,) = world.requests()
+    assert json.loads(pr["metadata"]["annotations"][c.PLAN_ANNOTATION])["shapes"][0][
+        "shape"] == "h100"
+    world.set_request_condition("train-fitgate-1", c.FAILED, message="stockout")
+    await world.reconcile()
+    assert world.request_names() == ["train-fitgate-1-alt1"]
+    (alt,) = world.requests()
+    assert alt["spec"]["podSets"][0]["podTemplateRef"]["name"] == \
+        "ppt-train-fitgate-1-alt1-h200"
+    assert alt["metadata"]["annotations"][c.PLAN_INDEX_ANNOTATION] == "1"
+    assert json.loads(alt["metadata"]["annotations"][c.ALTERNATIVES_ANNOTATION]) == []
+    e = world.entry()
+    assert e["state"] == "Pending"
+    assert e["message"].startswith("capacity: ProvisioningRequest train-fitgate-1 failed "
+                                   "(stockout); next plan; asked the autoscaler for 1 × h200")
+    # a restart in the middle finds the newest plan's request
+    await world.reconcile(world.reconciler())
+    assert world.request_names() == ["train-fitgate-1-alt1"]
+
+
+# ------------------------------------------------- never Retry while evicted
+
+
+@pytest.mark.parametrize("condition", [c.EVICTED, c.FINISHED])
+async def test_no_retry_while_evicted_or_finished_and_requests_are_deleted(
+        world: w.World, condition: str) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    world.set_request_condition("train-fitgate-1", c.FAILED)
+    world.set_workload(**{condition: "True"})
+    writes = world.status_writes()
+    assert await world.reconcile() is None
+    assert world.status_writes() == writes
+    assert world.entry()["state"] == "Pending"
+    assert world.requests() == []
+    assert world.api.objects(kinds.POD_TEMPLATE) == []
+
+
+async def test_eviction_between_decision_and_write_fails_the_write(world: w.World) -> None:
+    """The write carries the resourceVersion decided on: a Workload evicted meanwhile
+    makes it a Conflict, never a Retry on an evicted Workload."""
+    world.seed(*w.base(), w.admitted(w.workers(2)))
+    r = world.reconciler()
+    world.refresh()
+    # Kueue evicts after fitgate read the store, before it writes.
+    wl = world.workload()
+    wl["status"]["conditions"].append({"type": "Evicted", "status": "True", "reason": "x",
+                                       "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    world.api.seed(kinds.WORKLOAD, wl)
+    assert await r.reconcile(("default", "train")) == 1.0
+    world.refresh()
+    assert world.entry()["state"] == "Pending"
+
+
+async def test_workload_deleted_removes_its_requests(world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    world.api.remove(kinds.WORKLOAD, "train", "default")
+    await world.reconcile()
+    assert world.requests() == []
+    assert world.api.objects(kinds.POD_TEMPLATE) == []
+
+
+async def test_check_retried_deletes_the_old_attempt_and_asks_again(world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    world.set_entry(state="Retry", requeueAfterSeconds=60)
+    await world.reconcile()
+    assert world.requests() == []
+    world.set_entry(state="Pending", retryCount=1, message="Reset to Pending after eviction")
+    await world.reconcile()
+    assert world.request_names() == ["train-fitgate-2"]
+
+
+async def test_a_request_for_another_workload_of_the_same_name_is_deleted(
+        world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    wl = world.workload()
+    world.api.remove(kinds.WORKLOAD, "train", "default")
+    del wl["metadata"]["uid"]
+    wl["status"]["admissionChecks"][0]["message"] = ""
+    world.seed(wl)  # recreated: a new uid
+    await world.reconcile()
+    (pr,) = world.requests()
+    assert pr["metadata"]["labels"][c.WORKLOAD_UID_LABEL] == world.workload()["metadata"]["uid"]
+
+
+# ------------------------------------------------------ never fits / bad input
+
+
+async def test_never_fits_is_rejected_with_a_configuration_message(world: w.World) -> None:
+    world.seed(*w.base(), w.admitted(w.workers(2)))  # no GPU node, no shape
+    await world.reconcile()
+    e = world.entry()
+    assert e["state"] == "Rejected"
+    assert e["message"].startswith("configuration: the gang can never fit: no node and no "
+                                   "shape can host even one pod of workers")
+
+
+async def test_beyond_the_shapes_limits_retries_as_capacity(world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100", max_nodes=1), w.admitted(w.workers(4)))
+    await world.reconcile()
+    e = world.entry()
+    assert e["state"] == "Retry"
+    assert e["message"].startswith("capacity: does not fit now")
+    assert e["requeueAfterSeconds"] == 60
+
+
+async def test_bad_workload_gets_a_message_and_others_are_still_served(
+        world: w.World) -> None:
+    broken = w.admitted(w.workers(2), name="broken")
+    broken["spec"]["podSets"][0]["template"]["spec"]["resourceClaims"][0][
+        "resourceClaimTemplateName"] = "missing"
+    world.seed(*w.base(), *w.node("n1"), broken, w.admitted(w.workers(2)))
+    await world.reconcile(name="broken")
+    e = world.entry("broken")
+    assert e["state"] == "Retry"
+    assert e["message"].startswith("configuration: the workload cannot be read: Workload "
+                                   "default/broken: spec.podSets[0].template.spec."
+                                   "resourceClaims[0].resourceClaimTemplateName: "
+                                   "ResourceClaimTemplate default/missing not found")
+    await world.reconcile()
+    assert world.entry()["state"] == "Ready"
+
+
+async def test_undecided_within_the_budget_is_a_message_not_a_hang(world: w.World) -> None:
+    from fitcore import plan
+
+    world.seed(*w.base(), *w.node("n1"), w.admitted(w.workers(2)))
+
+    class Undecided(w.FitInventory):
+        def plan(self, gang_, shapes=None, node_filter=None):  # type: ignore[no-untyped-def]
+            return plan.PlanResult("undecided", reasons=("work budget of 1 steps exceeded",))
+
+    r = world.reconciler()
+    r.inventory = Undecided(world.stores)
+    await world.reconcile(r)
+    e = world.entry()
+    assert e["state"] == "Retry"
+    assert e["message"].startswith("configuration: fitgate could not decide within its work "
+                                   "budget")
