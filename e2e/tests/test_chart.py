@@ -13,16 +13,20 @@
 3. A token of the chart's ServiceAccount (`kubectl create token`) can do exactly what
    `admission/kube/rbac.py` declares: every declared call is allowed, and calls next to
    them (other verbs, other resources, other names, other namespaces) are denied, as
-   SelfSubjectAccessReviews (`kubectl auth can-i`) answer them.
+   SelfSubjectAccessReviews answer them.
+4. `fitgate serve` as a local process with that token and the chart's configuration file
+   works behind the chart's webhook configurations (see the last test).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import pathlib
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,8 +35,11 @@ from typing import Any
 import pytest
 import yaml
 
+from admission import gating
 from admission.kube import kinds, rbac
-from e2e.cluster.local import build
+from e2e import builders, harness, kube
+from e2e.cluster.local import build, processes
+from tests.admission import builders as ab
 
 pytestmark = [pytest.mark.e2e]
 
@@ -42,6 +49,7 @@ CERT_MANAGER_VERSION = "v1.21.0"  # the release whose CRDs Kueue's go.sum vouche
 NAMESPACE = "fitgate-chart-e2e"
 RELEASE = "fitgate"
 CALL_TIMEOUT_S = 120
+KUEUE_V1BETA2 = "kueue.x-k8s.io/v1beta2"
 
 # The setups of tests/chart/conftest.py SCENARIOS that the API server can check here.
 SETUPS: dict[str, dict[str, Any]] = {
@@ -318,3 +326,67 @@ async def test_the_service_accounts_token_can_do_exactly_what_rbac_py_declares(
     assert refused == [], "declared in rbac.py but refused to the chart's ServiceAccount"
     assert granted == [], "not declared in rbac.py but granted to the chart's ServiceAccount"
     assert len(allowed) >= 40
+
+
+@pytest.mark.timeout(420)
+async def test_fitgate_serve_runs_as_the_charts_service_account_behind_its_webhooks(
+        tools: Tools, e2e: harness.Harness, tmp_path: pathlib.Path) -> None:
+    """The local-development mode end to end: the chart installed with externalWebhook.url,
+    `fitgate serve` run as a local process with a token of the chart's ServiceAccount and
+    the chart's configuration file. With only the chart's RBAC it syncs its caches, takes
+    the leader Lease the chart names, marks the chart's AdmissionCheck Active, and the
+    chart's mutating webhook configuration brings it a Job to gate."""
+    if e2e.cluster is None:
+        pytest.skip("needs the local cluster (token_for, local processes)")
+    release, ns = "fg-serve", f"fitgate-serve-{uuid.uuid4().hex[:6]}"
+    _, _, pem = ab.tls_pair(tmp_path)
+    port = processes.free_port()
+    check = f"fitgate-{e2e.namespace}"
+    values = {"externalWebhook": {"url": f"https://127.0.0.1:{port}",
+                                  "caBundle": base64.b64encode(pem).decode()},
+              "admissionCheck": {"name": check}}
+    tools.helm("install", release, str(CHART), "--namespace", ns, "--create-namespace",
+               "--timeout", "120s", *_values_args(values))
+    try:
+        objects = [d for d in yaml.safe_load_all(tools.helm(
+            "get", "manifest", release, "--namespace", ns).stdout) if d]
+        cm = next(o for o in objects if o["kind"] == "ConfigMap")
+        config_file = tmp_path / "config.yaml"
+        config_file.write_text(cm["data"]["config.yaml"])
+        sa = next(o for o in objects if o["kind"] == "ServiceAccount")["metadata"]["name"]
+        creds = e2e.cluster.token_for(sa, ns)
+        health = processes.free_port()
+        fitgate_bin = pathlib.Path(sys.executable).parent / "fitgate"
+        await e2e.start_process("fitgate", [
+            str(fitgate_bin), "serve", "--config", str(config_file),
+            "--health-address", "127.0.0.1", "--health-port", str(health),
+            "--webhook-port", str(port), "--cert-dir", str(tmp_path),
+            "--identity", "fitgate-local-0", "--log-format", "console"],
+            env={"KUBECONFIG": str(creds.kubeconfig)},
+            ready_url=f"http://127.0.0.1:{health}/readyz", timeout=120)
+        lease_name = yaml.safe_load(cm["data"]["config.yaml"])["lease_name"]
+
+        async def leading() -> bool:
+            lease = await e2e.kube.get("coordination.k8s.io/v1", "Lease", lease_name, ns)
+            return bool(lease) and lease["spec"].get("holderIdentity") == "fitgate-local-0"
+        await e2e.wait_for(leading, 60, f"fitgate-local-0 holding Lease {ns}/{lease_name}")
+
+        async def active() -> bool:
+            got = await e2e.kube.get(KUEUE_V1BETA2, "AdmissionCheck", check)
+            return kube.has_condition(got, "Active")
+        await e2e.wait_for(active, 60, f"AdmissionCheck {check} Active")
+
+        queue = await e2e.create_queues(f"cq-{e2e.namespace}", admission_checks=[check])
+
+        async def gated() -> bool:
+            probe = builders.job("probe", e2e.namespace, queue)
+            got = await e2e.kube.request(
+                "POST", f"/apis/batch/v1/namespaces/{e2e.namespace}/jobs", probe,
+                query={"dryRun": "All"})
+            return gating.gated_by_us(got)
+        await e2e.wait_for(gated, 60, "a Job gated through the chart's webhook configuration")
+    finally:
+        tools.helm("uninstall", release, "--namespace", ns, "--timeout", "120s",
+                   check=False)
+        tools.kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false",
+                      check=False)
