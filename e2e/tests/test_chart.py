@@ -25,6 +25,7 @@ import base64
 import json
 import os
 import pathlib
+import ssl
 import subprocess
 import sys
 import time
@@ -385,6 +386,82 @@ async def test_fitgate_serve_runs_as_the_charts_service_account_behind_its_webho
                 query={"dryRun": "All"})
             return gating.gated_by_us(got)
         await e2e.wait_for(gated, 60, "a Job gated through the chart's webhook configuration")
+    finally:
+        tools.helm("uninstall", release, "--namespace", ns, "--timeout", "120s",
+                   check=False)
+        tools.kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false",
+                      check=False)
+
+
+@pytest.mark.timeout(420)
+async def test_self_managed_certificates_with_only_the_charts_rbac(
+        tools: Tools, e2e: harness.Harness, tmp_path: pathlib.Path) -> None:
+    """certificates.mode=self-managed: `fitgate serve` with the chart's token, environment
+    and configuration creates its Secret, writes the CA into both webhook configurations
+    and serves the webhook with a certificate that CA verifies for the Service's name."""
+    if e2e.cluster is None:
+        pytest.skip("needs the local cluster (token_for, local processes)")
+    release, ns = "fg-certs", f"fitgate-certs-{uuid.uuid4().hex[:6]}"
+    values = {"replicaCount": 1, "admissionCheck": {"create": False},
+              "certificates": {"mode": "self-managed"}}
+    tools.helm("install", release, str(CHART), "--namespace", ns, "--create-namespace",
+               "--timeout", "120s", *_values_args(values))
+    try:
+        objects = [d for d in yaml.safe_load_all(tools.helm(
+            "get", "manifest", release, "--namespace", ns).stdout) if d]
+        deployment = next(o for o in objects if o["kind"] == "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        cm = next(o for o in objects if o["kind"] == "ConfigMap")
+        config_file = tmp_path / "config.yaml"
+        config_file.write_text(cm["data"]["config.yaml"])
+        sa = next(o for o in objects if o["kind"] == "ServiceAccount")["metadata"]["name"]
+        creds = e2e.cluster.token_for(sa, ns)
+        cert_dir = tmp_path / "tls"
+        cert_dir.mkdir()
+        health, port = processes.free_port(), processes.free_port()
+        fitgate_bin = pathlib.Path(sys.executable).parent / "fitgate"
+        await e2e.start_process("fitgate", [
+            str(fitgate_bin), "serve", "--config", str(config_file),
+            "--health-address", "127.0.0.1", "--health-port", str(health),
+            "--webhook-port", str(port), "--cert-dir", str(cert_dir),
+            "--identity", "fitgate-local-0", "--log-format", "console"],
+            env={"KUBECONFIG": str(creds.kubeconfig), **env},
+            ready_url=f"http://127.0.0.1:{health}/readyz", timeout=120)
+
+        # /readyz turns 200 when the caches are synced, before the servers start.
+        async def created() -> dict[str, Any] | None:
+            return await e2e.kube.get("v1", "Secret", env["FITGATE_CERT_SECRET"], ns)
+        secret = await e2e.wait_for(created, 60, "the Secret fitgate keeps its pair in")
+        assert secret["type"] == "kubernetes.io/tls"
+        ca = base64.b64decode(secret["data"]["ca.crt"])
+
+        async def trusted() -> bool:
+            for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+                name = env[f"FITGATE_{'MUTATING' if kind[0] == 'M' else 'VALIDATING'}"
+                           "_WEBHOOK_CONFIGURATION"]
+                got = await e2e.kube.get("admissionregistration.k8s.io/v1", kind, name)
+                if got is None or any(base64.b64decode(h["clientConfig"].get("caBundle", ""))
+                                      != ca for h in got["webhooks"]):
+                    return False
+            return True
+        await e2e.wait_for(trusted, 60, "the CA in both webhook configurations")
+
+        context = ssl.create_default_context(cadata=ca.decode())
+        service = f"{env['FITGATE_WEBHOOK_SERVICE']}.{ns}.svc"
+
+        async def handshake() -> dict[str, Any] | None:
+            # The webhook server starts right after the certificate keeper.
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context,
+                                                          server_hostname=service)
+            except ConnectionRefusedError:
+                return None
+            peer = writer.get_extra_info("peercert")
+            writer.close()
+            return peer
+        peer = await e2e.wait_for(handshake, 30, "a TLS handshake the caBundle verifies")
+        assert ("DNS", service) in peer["subjectAltName"]
     finally:
         tools.helm("uninstall", release, "--namespace", ns, "--timeout", "120s",
                    check=False)
