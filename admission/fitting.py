@@ -6,12 +6,9 @@ incremental inventory) offers. `StoreEngine` implements it directly over watch-b
 stores, for the gate and webhook until they are wired to the shared inventory, for tests
 and for `bench/webhook.py`:
 
-- it mirrors the stores' objects under a lock (store subscribers run on the event loop;
-  a plan runs in a worker thread so the loop keeps answering),
-- parses each object once (by identity: a watch replaces an object that changes),
-- keeps one `gang.Snapshot` per set of allowed nodes, rebuilt from the previous one when
-  something changed, so a change costs a pass over the nodes, not a re-read of every
-  device.
+- it feeds the stores' events to a `ClusterInventory` (fitcore's incremental inventory:
+  a change costs the changed object, not a re-read of every device), and decides in the
+  caller's worker thread so the event loop keeps answering.
 
 Objects that do not parse are left out of the inventory and kept in `problems` (the
 service keeps serving everything else).
@@ -23,13 +20,12 @@ and ResourceClaims of its namespace.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from admission import policy
+from admission import inventory, policy
 from admission.kube import client, kinds, store
-from fitcore import errors, gang, kube, model, plan, shapes, values, workload
+from fitcore import errors, gang, model, plan, workload
 
 NodeFilter = Callable[[model.Node], bool]
 
@@ -37,7 +33,7 @@ NodeFilter = Callable[[model.Node], bool]
 INVENTORY_KINDS = (kinds.NODE, kinds.RESOURCE_SLICE, kinds.DEVICE_CLASS, kinds.RESOURCE_CLAIM,
                    kinds.POD, kinds.NODE_SHAPE)
 #: What an idle cluster is made of: the nodes, their devices and the shapes (no usage).
-IDLE_KINDS = (kinds.NODE, kinds.RESOURCE_SLICE, kinds.DEVICE_CLASS, kinds.NODE_SHAPE)
+IDLE_KINDS = inventory.IDLE_KINDS
 
 
 def _view(kind: kinds.Kind, obj: client.Obj | None) -> Any:
@@ -105,7 +101,9 @@ def gang_of(obj: Mapping[str, Any], stores: Mapping[kinds.Kind, store.Store]) ->
 
 
 class StoreEngine:
-    """`Engine` over stores; see the module docstring.
+    """`Engine` over stores, backed by the service's incremental inventory
+    (`admission.inventory.ClusterInventory`, one fitcore `Inventory`); see the module
+    docstring.
 
     `idle`: plan on the cluster as if nothing ran on it (no allocated ResourceClaims, no
     bound Pods): the question "could this gang ever fit, as configured?", which the
@@ -116,121 +114,27 @@ class StoreEngine:
     def __init__(self, stores: Mapping[kinds.Kind, store.Store], *, idle: bool = False
                  ) -> None:
         self.idle = idle
-        self._lock = threading.Lock()
-        self._objects: dict[str, dict[store.Key, client.Obj]] = {
-            k.kind: {} for k in INVENTORY_KINDS}
-        self._version = 0
-        for kind in IDLE_KINDS if idle else INVENTORY_KINDS:
-            s = stores.get(kind)
-            self._objects[kind.kind] = {store.key_of(o): o for o in s.list()} if s else {}
-            if s is not None:
-                s.subscribe(self._on_event(kind))
-        # id(object) -> (object, parsed or None, why it could not be read or None)
-        self._parsed: dict[int, tuple[client.Obj, Any, str | None]] = {}
-        self._built_version = -1
-        self._nodes: list[model.Node] = []
-        self._inventory = model.Inventory()
-        self._used: dict[str, dict[str, values.Quantity]] = {}
-        self._shapes: dict[str, shapes.NodeShape] = {}
-        self._snapshots: dict[frozenset[str] | None, gang.Snapshot] = {}
-        self._previous: dict[frozenset[str] | None, gang.Snapshot] = {}
-        self._plan_lock = threading.Lock()
-        self.problems: list[str] = []
+
+        def store_of(kind: kinds.Kind) -> store.Store:
+            have = stores.get(kind)
+            return have if have is not None else store.Store(kind)
+
+        # Events are applied before each decision, on the deciding thread (the webhook
+        # and the gate decide in worker threads of their own).
+        self._inventory = inventory.ClusterInventory(store_of, idle=idle, background=False)
 
     @property
-    def version(self) -> int:
-        """Changes whenever an object the engine reads changes."""
-        return self._version
-
-    def _on_event(self, kind: kinds.Kind) -> store.Subscriber:
-        def on_event(event: client.WatchEvent, before: client.Obj | None) -> None:
-            if not relevant(kind, event, before):
-                return  # a heartbeat: the object kept is as good for deciding
-            with self._lock:
-                objs = self._objects[kind.kind]
-                if event.type == "DELETED":
-                    objs.pop(store.key_of(event.object), None)
-                else:
-                    objs[store.key_of(event.object)] = event.object
-                self._version += 1
-        return on_event
-
-    def _parse(self, obj: client.Obj, fn: Callable[[client.Obj], Any]) -> Any:
-        have = self._parsed.get(id(obj))
-        if have is None or have[0] is not obj:
-            try:
-                have = (obj, fn(obj), None)
-            except errors.InputError as exc:
-                have = (obj, None, str(exc))
-            self._parsed[id(obj)] = have
-        if have[2] is not None:
-            self.problems.append(have[2])
-        return have[1]
-
-    def _rebuild(self) -> None:
-        with self._lock:
-            if self._built_version == self._version:
-                return
-            version = self._version
-            objs = {k: list(v.values()) for k, v in self._objects.items()}
-        self.problems = []
-        live: set[int] = set()
-        for items in objs.values():
-            live.update(id(o) for o in items)
-        self._parsed = {i: p for i, p in self._parsed.items() if i in live}
-        self._nodes = [n for o in objs["Node"] if (n := self._parse(o, kube.node))]
-        slices = [s for o in objs["ResourceSlice"]
-                  if (s := self._parse(o, kube.resource_slice))]
-        classes = {c.name: c for o in objs["DeviceClass"]
-                   if (c := self._parse(o, kube.device_class))}
-        results: list[model.AllocatedDevice] = []
-        for o in objs["ResourceClaim"]:
-            devices = self._parse(o, kube.allocated_devices)
-            results.extend(devices or ())
-        self._inventory = model.Inventory(tuple(slices), classes,
-                                          model.AllocatedState.from_results(results))
-        used: dict[str, dict[str, values.Quantity]] = {}
-        for o in objs["Pod"]:
-            usage = self._parse(o, workload.pod_usage)
-            if usage is None:
-                continue
-            node_name, requests = usage
-            into = used.setdefault(node_name, {})
-            for k, q in requests.items():
-                into[k] = into[k] + q if k in into else q
-        self._used = used
-        self._shapes = {s.name: s for o in objs["NodeShape"]
-                        if (s := self._parse(o, workload.node_shape))}
-        previous = self._snapshots
-        self._snapshots = {}
-        self._previous = previous
-        self._built_version = version
-
-    def _snapshot(self, node_filter: NodeFilter | None) -> gang.Snapshot:
-        if node_filter is None:
-            key: frozenset[str] | None = None
-            nodes = self._nodes
-        else:
-            nodes = [n for n in self._nodes if node_filter(n)]
-            key = frozenset(n.name for n in nodes)
-        have = self._snapshots.get(key)
-        if have is None:
-            prev = self._snapshots.get(None) or self._previous.get(key) or \
-                self._previous.get(None)
-            have = self._snapshots[key] = gang.Snapshot(nodes, self._inventory, self._used,
-                                                        previous=prev)
-            if len(self._snapshots) > 64:  # one per policy scope in use; bounded
-                self._snapshots.pop(next(iter(self._snapshots)))
-        return have
+    def problems(self) -> list[str]:
+        """Objects left out of the inventory, each with why."""
+        self._inventory.sync()
+        return [f"{what}: {why}" for what, why in sorted(self._inventory.problems().items())]
 
     def plan(self, gang_: gang.Gang, shapes: Collection[str] | None = None,
              node_filter: NodeFilter | None = None) -> plan.PlanResult:
-        with self._plan_lock:  # one decision at a time: snapshots are shared state
-            self._rebuild()
-            snap = self._snapshot(node_filter)
-            offered = [s for name, s in sorted(self._shapes.items())
-                       if shapes is None or name in shapes]
-            return plan.plan(gang_, snap, offered)
+        return self._inventory.plan(gang_, shapes=shapes, node_filter=node_filter)
+
+    def close(self) -> None:
+        self._inventory.close()
 
 
 # ----------------------------------------------------------------------- verdicts

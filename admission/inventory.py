@@ -58,6 +58,8 @@ ENGINE_KINDS = (kinds.DEVICE_CLASS, kinds.NODE, kinds.RESOURCE_SLICE, kinds.RESO
                 kinds.POD, kinds.NODE_SHAPE)
 #: Every kind whose store ClusterInventory subscribes to.
 WATCHED = (*ENGINE_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE)
+#: What an idle cluster is made of: nodes, their devices, classes and shapes (no usage).
+IDLE_KINDS = (kinds.DEVICE_CLASS, kinds.NODE, kinds.RESOURCE_SLICE, kinds.NODE_SHAPE)
 
 EVENT_SECONDS = prometheus_client.Histogram(
     "fitgate_inventory_event_seconds",
@@ -100,10 +102,15 @@ class ClusterInventory:
     """See the module docstring. `store_of`: the cache's stores (`Informers.store`)."""
 
     def __init__(self, store_of: StoreOf, *, timeout: float = 30.0,
-                 kept_problems: int | None = None, background: bool = True) -> None:
+                 kept_problems: int | None = None, background: bool = True,
+                 idle: bool = False) -> None:
         """`background`: apply queued events on the decision thread as they come (the
         service); False leaves them queued until the next decision or `sync` (tests and
-        benchmarks that time the engine's work on their own thread)."""
+        benchmarks that time the engine's work on their own thread).
+
+        `idle`: read only what an idle cluster is made of (`IDLE_KINDS`: no allocated
+        ResourceClaims, no bound Pods), to ask "could this gang ever fit, as configured?"
+        (the webhook and the gate, before quota)."""
         self.timeout = timeout
         self._background = background
         self.generation = 0  # bumped on every event queued for the engine
@@ -122,7 +129,7 @@ class ClusterInventory:
         self._refs = workload.References()
         self._shapes: dict[str, NodeShape] = {}
         self._node_names: set[str] = set()
-        for kind in WATCHED:
+        for kind in (*IDLE_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE) if idle else WATCHED:
             s = store_of(kind)
             for obj in s.list():
                 self._on_event(kind, client.WatchEvent("ADDED", obj), None)
