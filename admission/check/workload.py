@@ -48,7 +48,7 @@ from typing import Any, Protocol
 import structlog
 
 from admission import clock as clock_
-from admission import controller, gangs, metrics, provisioning, release, serve
+from admission import controller, gangs, metrics, policy, provisioning, release, serve
 from admission.check import constants as c
 from admission.check import events, podsetupdates, predicates
 from admission.check.predicates import Verdict
@@ -104,6 +104,9 @@ class Stores:
     resource_slices: store.Store
     node_shapes: store.Store
     claims: store.Store | None = None
+    fit_policies: store.Store | None = None  # None: no FitPolicy restricts any gang
+    namespaces: store.Store | None = None
+    cluster_queues: store.Store | None = None
 
     @classmethod
     def of(cls, by_kind: Mapping[kinds.Kind, store.Store]) -> Stores:
@@ -114,7 +117,14 @@ class Stores:
             provisioning_requests=by_kind[kinds.PROVISIONING_REQUEST],
             pod_templates=by_kind[kinds.POD_TEMPLATE], nodes=by_kind[kinds.NODE],
             resource_slices=by_kind[kinds.RESOURCE_SLICE],
-            node_shapes=by_kind[kinds.NODE_SHAPE], claims=by_kind.get(kinds.RESOURCE_CLAIM))
+            node_shapes=by_kind[kinds.NODE_SHAPE], claims=by_kind.get(kinds.RESOURCE_CLAIM),
+            fit_policies=by_kind.get(kinds.FIT_POLICY), namespaces=by_kind.get(kinds.NAMESPACE),
+            cluster_queues=by_kind.get(kinds.CLUSTER_QUEUE))
+
+
+def _labels(obj: Mapping[str, Any] | None) -> dict[str, str]:
+    raw = _meta(obj).get("labels") if obj is not None else None
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -145,6 +155,8 @@ class WorkloadReconciler:
         self.settings = settings or Settings()
         self.recorder = recorder or events.Recorder(api, self.clock)
         self._finished: set[str] = set()  # uids whose placements were deleted
+        self.policies = (policy.Policies(stores.fit_policies)
+                         if stores.fit_policies is not None else None)
 
     # ------------------------------------------------------------------ pipeline
 
@@ -233,6 +245,30 @@ class WorkloadReconciler:
 
     # -------------------------------------------------------------------- plan
 
+    def scope_of(self, wl: client.Obj) -> policy.Scope | None:
+        """What the Workload's FitPolicies let it use (None: no policy applies). The same
+        scope the gate and the webhook apply before quota, here on the ClusterQueue that
+        reserved the quota: fitgate never places a gang, on existing or planned nodes,
+        where its policy forbids."""
+        if self.policies is None:
+            return None
+        policies, bad = self.policies.current()
+        for err in bad:
+            log.warning("FitPolicy ignored", error=str(err))
+        if not policies:
+            return None
+        namespace = str(_meta(wl).get("namespace") or "")
+        ns = self.stores.namespaces.get(namespace) if self.stores.namespaces else None
+        admission = (wl.get("status") or {}).get("admission") or {}
+        cq_name = admission.get("clusterQueue") if isinstance(admission, Mapping) else None
+        cq = (self.stores.cluster_queues.get(cq_name)
+              if self.stores.cluster_queues is not None and isinstance(cq_name, str) else None)
+        scope = policy.scope(policies, self.stores.node_shapes.list(), namespace=namespace,
+                             namespace_labels=_labels(ns),
+                             cluster_queue=cq_name if isinstance(cq_name, str) else None,
+                             cluster_queue_labels=_labels(cq))
+        return scope if scope.restricted else None
+
     def gang_of(self, wl: client.Obj) -> gangs.WorkloadGang:
         return gangs.gang_of(wl, templates=self.stores.claim_templates,
                              flavors=self.stores.resource_flavors, claims=self.stores.claims)
@@ -246,7 +282,14 @@ class WorkloadReconciler:
                 entry, "configuration", "the workload cannot be read: "
                 + "; ".join(exc.problems)))
         started = time.perf_counter()
-        result = await self.inventory.plan_async(wg.gang)
+        scope = self.scope_of(wl)
+        result = await self.inventory.plan_async(
+            wg.gang, shapes=scope.shapes if scope else None,
+            node_filter=scope.node_filter if scope else None)
+        if scope is not None and result.verdict == "unsatisfiable":
+            result = dataclasses.replace(result, reasons=(
+                f"FitPolicy {', '.join(scope.applied) or '(reserved capacity)'} allows "
+                f"{scope.description}", *result.reasons))
         metrics.DECISION_SECONDS.labels(operation="plan").observe(
             time.perf_counter() - started)
         if result.verdict == "fits":
@@ -403,7 +446,9 @@ class WorkloadReconciler:
         except gangs.BadInput:
             return False, None
         started = time.perf_counter()
-        result = await self.inventory.fit_async(wg.gang)
+        scope = self.scope_of(wl)
+        result = await self.inventory.fit_async(
+            wg.gang, node_filter=scope.node_filter if scope else None)
         metrics.DECISION_SECONDS.labels(operation="fit").observe(
             time.perf_counter() - started)
         if result.verdict != "fits":
@@ -480,7 +525,9 @@ class WorkloadReconciler:
                 entry, "configuration", "the workload cannot be read: "
                 + "; ".join(exc.problems)))
         started = time.perf_counter()
-        result = await self.inventory.verify_async(wg.gang, planned)
+        scope = self.scope_of(wl)
+        result = await self.inventory.verify_async(
+            wg.gang, planned, node_filter=scope.node_filter if scope else None)
         metrics.DECISION_SECONDS.labels(operation="verify").observe(
             time.perf_counter() - started)
         if result.verdict == "fits":
@@ -743,7 +790,8 @@ def component(ctx: serve.Context) -> serve.Component:
     stores = Stores.of({k: ctx.informers.store(k) for k in (
         kinds.WORKLOAD, kinds.ADMISSION_CHECK, kinds.RESOURCE_FLAVOR,
         kinds.RESOURCE_CLAIM_TEMPLATE, kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE,
-        kinds.NODE, kinds.RESOURCE_SLICE, kinds.NODE_SHAPE, kinds.RESOURCE_CLAIM)})
+        kinds.NODE, kinds.RESOURCE_SLICE, kinds.NODE_SHAPE, kinds.RESOURCE_CLAIM,
+        kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE)})
     return serve.Component(controllers=[
         WorkloadReconciler(ctx.api, stores, ctx.inventory, clock=ctx.clock,
                            settings=settings),

@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 from admission import provisioning
 from admission.check import constants as c
 from admission.kube import errors, kinds
+from tests.admission import builders as ab
 from tests.admission import world as w
 
 
@@ -567,3 +568,26 @@ async def test_a_plan_across_provisioning_classes_is_a_configuration_retry(
     assert "mixes shapes of different provisioning classes" in e["message"]
     assert e["message"].startswith("configuration: cannot ask for the planned nodes")
     assert world.requests() == []
+
+
+async def test_a_fitpolicy_keeps_the_plan_off_a_shape_it_does_not_allow(world: w.World) -> None:
+    # Two shapes would do; the cheaper one is reserved for another tenant, so the check
+    # (after quota, as the gate before it) plans the other.
+    world.seed(*w.base(), w.shape("h100", price=1), w.shape("h100-dear", price=5),
+               w.admitted(w.workers(4)))
+    await world.reconcile()
+    assert world.request_names() == ["train-fitgate-1"]
+    planned = provisioning.plan_from_json(
+        world.requests()[0]["metadata"]["annotations"][c.PLAN_ANNOTATION])
+    assert [s.shape for s in planned.shapes] == ["h100"]
+
+    other = w.admitted(w.workers(4), name="other")
+    world.seed(other, ab.fit_policy("team-x-reserves-h100",
+                                    subjects={"namespaces": ["team-x"]},
+                                    reserved={"nodeShapes": ["h100"]}))
+    await world.reconcile(name="other")
+    mine = [r for r in world.requests()
+            if r["metadata"]["labels"][c.WORKLOAD_NAME_LABEL] == "other"]
+    assert len(mine) == 1
+    planned = provisioning.plan_from_json(mine[0]["metadata"]["annotations"][c.PLAN_ANNOTATION])
+    assert [s.shape for s in planned.shapes] == ["h100-dear"]
