@@ -402,8 +402,12 @@ class WorkloadReconciler:
             wg = self.gang_of(wl)
         except gangs.BadInput:
             return False, None
+        # Only nodes that were there before the request: nodes the autoscaler has added
+        # for it (before it says Provisioned) are the request's, verified on that path.
+        existing = self.existing_nodes(request)
         started = time.perf_counter()
-        result = await self.inventory.fit_async(wg.gang)
+        result = await self.inventory.fit_async(
+            wg.gang, node_filter=lambda node: node.name in existing)
         metrics.DECISION_SECONDS.labels(operation="fit").observe(
             time.perf_counter() - started)
         if result.verdict != "fits":
