@@ -445,10 +445,16 @@ class WorkloadReconciler:
             wg = self.gang_of(wl)
         except gangs.BadInput:
             return False, None
+        # Only nodes that were there before the request: nodes the autoscaler has added
+        # for it (before it says Provisioned) are the request's, verified on that path.
+        existing = self.existing_nodes(request)
         started = time.perf_counter()
         scope = self.scope_of(wl)
-        result = await self.inventory.fit_async(
-            wg.gang, node_filter=scope.node_filter if scope else None)
+        allowed = scope.node_filter if scope is not None else None
+
+        def node_filter(node: Any) -> bool:
+            return node.name in existing and (allowed is None or allowed(node))
+        result = await self.inventory.fit_async(wg.gang, node_filter=node_filter)
         metrics.DECISION_SECONDS.labels(operation="fit").observe(
             time.perf_counter() - started)
         if result.verdict != "fits":

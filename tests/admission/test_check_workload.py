@@ -179,6 +179,25 @@ async def test_capacity_freed_while_pending_admits_and_drops_the_request(
     assert world.api.objects(kinds.POD_TEMPLATE) == []
 
 
+async def test_nodes_added_for_the_request_before_it_says_provisioned_are_not_taken(
+        world: w.World) -> None:
+    """The autoscaler may add the nodes before its Provisioned condition is written (a
+    conflict delays it): they are the request's, and are verified and consumed on the
+    Provisioned path, not taken as freed capacity."""
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    world.set_request_condition("train-fitgate-1", c.ACCEPTED)
+    world.seed(*w.node("h100-a", created=w.NEW, shape="h100"))
+    await world.reconcile()
+    assert world.entry()["state"] == "Pending"
+    assert world.request_names() == ["train-fitgate-1"]
+    world.set_request_condition("train-fitgate-1", c.PROVISIONED)
+    await world.reconcile()
+    e = world.entry()
+    assert e["state"] == "Ready"
+    assert e["podSetUpdates"][0]["annotations"][c.CONSUME_ANNOTATION] == "train-fitgate-1"
+
+
 # ----------------------------------------------------------- restart safety
 
 
