@@ -399,7 +399,8 @@ async def test_self_managed_certificates_with_only_the_charts_rbac(
         tools: Tools, e2e: harness.Harness, tmp_path: pathlib.Path) -> None:
     """certificates.mode=self-managed: `fitgate serve` with the chart's token, environment
     and configuration creates its Secret, writes the CA into both webhook configurations
-    and serves the webhook with a certificate that CA verifies for the Service's name."""
+    (which a `helm upgrade` keeps) and serves the webhook with a certificate that CA
+    verifies for the Service's name."""
     if e2e.cluster is None:
         pytest.skip("needs the local cluster (token_for, local processes)")
     release, ns = "fg-certs", f"fitgate-certs-{uuid.uuid4().hex[:6]}"
@@ -447,6 +448,11 @@ async def test_self_managed_certificates_with_only_the_charts_rbac(
                     return False
             return True
         await e2e.wait_for(trusted, 60, "the CA in both webhook configurations")
+        # An upgrade of the release keeps the caBundle fitgate wrote (the chart renders
+        # none in this mode, and helm leaves fields it does not manage alone).
+        tools.helm("upgrade", release, str(CHART), "--namespace", ns, "--reuse-values",
+                   "--set", "logLevel=debug", "--timeout", "120s")
+        assert await trusted(), "helm upgrade dropped the caBundle fitgate wrote"
 
         context = ssl.create_default_context(cadata=ca.decode())
         service = f"{env['FITGATE_WEBHOOK_SERVICE']}.{ns}.svc"
