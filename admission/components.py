@@ -21,5 +21,6 @@ if TYPE_CHECKING:
 
 def factories() -> list[serve.Factory]:
     from admission.check import admissioncheck, workload
+    from admission.webhook import component as webhook
 
-    return [admissioncheck.component, workload.component]
+    return [admissioncheck.component, workload.component, webhook.component]
