@@ -25,7 +25,7 @@ demo: setup
 
 lint: setup
 	$(VENV)/bin/ruff check fitcore admission tests bench e2e
-	$(VENV)/bin/mypy fitcore admission
+	$(VENV)/bin/mypy fitcore admission e2e
 	$(VENV)/bin/lint-imports
 
 ## The helm binary the chart tests (tests/chart) render with: built from Go modules and

@@ -8,6 +8,15 @@ guard; the processes are in their own process groups and are killed by pid). Set
 
 The binaries must be built before pytest starts (``make e2e`` does it; see e2e.mk), so
 that no test timeout covers a cold build. Startup itself is bounded per component.
+
+When a test fails, ``pytest_runtest_makereport`` adds a "fitgate e2e diagnostics"
+section to its report (``diagnostics.report``): the conditions of the Workloads,
+ProvisioningRequests and Pods in its namespace, its events, and the end of every
+component's and test process's log.
+
+After each test: components the test stopped (``local.stop_component``) are started
+again, the harness deletes what the test made and what the autoscaler added for it, and
+the cluster must still be whole (``check_alive``).
 """
 
 from __future__ import annotations
@@ -23,8 +32,11 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from kubernetes_asyncio import config
 
-from e2e import harness, kube
+from e2e import diagnostics, harness, kube
 from e2e.cluster.local import cluster
+
+_CLUSTER = pytest.StashKey["ClusterInfo"]()
+_HARNESS = pytest.StashKey[harness.Harness]()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,10 +46,12 @@ class ClusterInfo:
 
 
 @pytest.fixture(scope="session")
-def e2e_cluster() -> Iterator[ClusterInfo]:
+def e2e_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
     external = os.environ.get("FITGATE_E2E_KUBECONFIG")
     if external:
-        yield ClusterInfo(pathlib.Path(external), None)
+        info = ClusterInfo(pathlib.Path(external), None)
+        request.config.stash[_CLUSTER] = info
+        yield info
         return
     local = cluster.LocalCluster(cluster.default_workdir(), node_groups=(harness.GPU_NODE_GROUP,))
     atexit.register(local.stop)
@@ -46,7 +60,9 @@ def e2e_cluster() -> Iterator[ClusterInfo]:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         local.start()
-        yield ClusterInfo(local.kubeconfig, local)
+        info = ClusterInfo(local.kubeconfig, local)
+        request.config.stash[_CLUSTER] = info
+        yield info
     finally:
         local.stop()
         atexit.unregister(local.stop)
@@ -70,8 +86,16 @@ async def kube_client(kubeconfig: pathlib.Path) -> AsyncIterator[kube.Kube]:
 
 
 @pytest.fixture
-async def e2e(kube_client: kube.Kube, e2e_cluster: ClusterInfo
-              ) -> AsyncIterator[harness.Harness]:
+def local_cluster(e2e_cluster: ClusterInfo) -> cluster.LocalCluster:
+    """The local cluster (token_for, fault methods); skips the test on an external one."""
+    if e2e_cluster.local is None:
+        pytest.skip("needs the local cluster (FITGATE_E2E_KUBECONFIG is set)")
+    return e2e_cluster.local
+
+
+@pytest.fixture
+async def e2e(kube_client: kube.Kube, e2e_cluster: ClusterInfo,
+              request: pytest.FixtureRequest) -> AsyncIterator[harness.Harness]:
     """A harness bound to a fresh namespace, cleaned up after the test."""
     if e2e_cluster.local is not None:
         e2e_cluster.local.check_alive()
@@ -82,11 +106,34 @@ async def e2e(kube_client: kube.Kube, e2e_cluster: ClusterInfo
     async def default_sa() -> bool:
         return await kube_client.get("v1", "ServiceAccount", "default", name) is not None
     await kube.wait_for(default_sa, 30, f"default ServiceAccount in {name}")
-    h = harness.Harness(kube_client, name)
+    node_groups = (e2e_cluster.local.node_groups if e2e_cluster.local is not None
+                   else (harness.GPU_NODE_GROUP,))
+    h = harness.Harness(kube_client, name, local=e2e_cluster.local, node_groups=node_groups)
+    request.node.stash[_HARNESS] = h
     try:
         yield h
     finally:
-        await h.cleanup()
-        await kube_client.delete("v1", "Namespace", name)
         if e2e_cluster.local is not None:
-            e2e_cluster.local.check_alive()
+            e2e_cluster.local.start_stopped()
+        try:
+            await h.cleanup()
+        finally:
+            if e2e_cluster.local is not None:
+                e2e_cluster.local.check_alive()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Iterator[None]:
+    """On a failed test (setup or body), attach the cluster's diagnostics to its report."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not report.failed or report.when not in ("setup", "call"):
+        return
+    info = item.config.stash.get(_CLUSTER, None)
+    if info is None:
+        return
+    h = item.stash.get(_HARNESS, None)
+    text = diagnostics.report(info.local, info.kubeconfig, h.namespace if h else None,
+                              h.processes if h else ())
+    report.sections.append(("fitgate e2e diagnostics", text))

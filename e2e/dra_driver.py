@@ -144,7 +144,7 @@ class Driver:
     async def reconcile(self) -> None:
         shapes = await self.shapes()
         resp = await self.core.list_node(label_selector=SHAPE_LABEL, _preload_content=False)
-        nodes = json.loads(await resp.read())["items"]
+        nodes = json.loads(await resp.read())["items"]  # type: ignore[attr-defined]  # raw response
         existing = await self.custom.list_cluster_custom_object(
             *RESOURCE, "resourceslices", label_selector=f"{MANAGED_LABEL}={MANAGER}")
         current = {s["metadata"]["name"]: s for s in existing["items"]}

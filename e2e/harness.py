@@ -4,20 +4,33 @@ A ``Harness`` is bound to one test: its namespace, and the cluster-scoped object
 created (nodes, queues), which it deletes at the end of the test. Node pools are kwok
 nodes labelled with a shape; the fake DRA driver publishes that shape's ResourceSlices
 for them (after the shape's delay, or the shape's faulty devices for faulty nodes).
+
+After every test (``cleanup``) the harness also undoes what cluster-autoscaler did for
+it: once the test's ProvisioningRequests and pods are gone, it deletes the nodes the
+autoscaler added to its node groups and waits (bounded) until the autoscaler reports
+every group back at its minimum size, so no test inherits another's nodes.
+
+``start_process`` runs a local process (``fitgate serve`` ...) tied to the test
+(``runner.LocalProcess``); ``cluster`` is the ``LocalCluster`` (None on an external
+cluster) with ``token_for`` and the fault methods.
 """
 
 from __future__ import annotations
 
 import contextlib
+import pathlib
+import ssl
 from typing import Any
 
 import yaml
 
-from e2e import builders, dra_driver, kube
+from e2e import builders, dra_driver, kube, runner
 from e2e.cluster.local import cluster
 
 SYSTEM_NAMESPACE = cluster.SYSTEM_NAMESPACE
 DEFAULT_TIMEOUT_S = 60.0
+CLEANUP_TIMEOUT_S = 60.0
+AUTOSCALER_STATUS = "cluster-autoscaler-status"
 # The node group cluster-autoscaler may grow in tests (kwok provider; see cluster.py).
 # Its nodes carry the shape label "gpu-pool": 4 GPUs, 2 per PCIe root.
 GPU_NODE_GROUP = cluster.NodeGroup(name="gpu-pool", shape="gpu-pool", max_size=8,
@@ -26,10 +39,18 @@ GPU_NODE_GROUP = cluster.NodeGroup(name="gpu-pool", shape="gpu-pool", max_size=8
 
 class Harness:
     def __init__(self, client: kube.Kube, namespace: str,
-                 system_namespace: str = SYSTEM_NAMESPACE) -> None:
+                 system_namespace: str = SYSTEM_NAMESPACE,
+                 local: cluster.LocalCluster | None = None,
+                 node_groups: tuple[cluster.NodeGroup, ...] = (),
+                 run_dir: pathlib.Path | None = None) -> None:
         self.kube = client
         self.namespace = namespace
         self.system_namespace = system_namespace
+        self.cluster = local
+        self.node_groups = node_groups or (local.node_groups if local else ())
+        base = local.workdir if local else cluster.default_workdir()
+        self.run_dir = run_dir or base / "tests" / namespace
+        self.processes: list[runner.LocalProcess] = []
         self._cluster_objects: list[tuple[str, str, str]] = []  # apiVersion, kind, name
 
     wait_for = staticmethod(kube.wait_for)
@@ -162,10 +183,76 @@ class Harness:
                 "metadata": {"annotations": {cluster.POD_COMPLETE_ANNOTATION: "true"}}},
                 namespace=self.namespace)
 
+    # -- local processes --------------------------------------------------------------------
+
+    async def start_process(self, name: str, argv: list[str],
+                            env: dict[str, str] | None = None,
+                            ready_url: str | None = None,
+                            ready_context: ssl.SSLContext | None = None,
+                            cwd: pathlib.Path | None = None,
+                            timeout: float = runner.READY_TIMEOUT_S) -> runner.LocalProcess:
+        """Start ``argv`` as a process of this test (stopped at its end; its log goes
+        into the failure report). With ``ready_url``, returns once it answers 200."""
+        if any(p.name == name for p in self.processes):
+            raise ValueError(f"this test already has a process named {name!r}")
+        proc = runner.LocalProcess(name, argv, self.run_dir, env, cwd, ready_url,
+                                   ready_context)
+        self.processes.append(proc)
+        await proc.start(timeout)
+        return proc
+
     # -- cleanup ---------------------------------------------------------------------------
 
     async def cleanup(self) -> None:
+        """Undo the test: its processes, cluster objects, namespace and autoscaled nodes.
+
+        Raises (after doing all it can) if the autoscaler's node groups do not come back
+        to their minimum size in time: the next test would inherit nodes.
+        """
+        for proc in reversed(self.processes):
+            await proc.stop()
         for api_version, kind, name in reversed(self._cluster_objects):
             with contextlib.suppress(Exception):
                 await self.kube.delete(api_version, kind, name)
         self._cluster_objects.clear()
+        with contextlib.suppress(kube.NotFound):
+            await self.kube.delete("v1", "Namespace", self.namespace)
+        if self.node_groups:
+            await self.reset_node_groups()
+
+    async def reset_node_groups(self, timeout: float = CLEANUP_TIMEOUT_S) -> None:
+        """Delete the nodes cluster-autoscaler added to its node groups, once nothing of
+        this test asks for them any more, and wait until it reports each group at its
+        minimum size (the kwok provider counts a group's target from its nodes)."""
+        async def nothing_pending() -> bool:
+            prs = await self.kube.list(builders.AUTOSCALING, "ProvisioningRequest",
+                                       self.namespace)
+            pods = await self.kube.list("v1", "Pod", self.namespace)
+            return not prs and not pods
+        await kube.wait_for(nothing_pending, timeout,
+                            f"ProvisioningRequests and pods of {self.namespace} deleted")
+        names = {g.name for g in self.node_groups}
+        labelled = await self.kube.list("v1", "Node", label_selector=cluster.NODEGROUP_LABEL)
+        grown = [n for n in labelled
+                 if n["metadata"]["labels"].get(cluster.NODEGROUP_LABEL) in names]
+        before = await self.kube.get("v1", "ConfigMap", AUTOSCALER_STATUS,
+                                     self.system_namespace)
+        for node in grown:
+            with contextlib.suppress(kube.NotFound):
+                await self.kube.delete("v1", "Node", node["metadata"]["name"])
+        if before is None or not grown:
+            return  # no autoscaler here (external cluster), or it grew nothing
+
+        async def at_min() -> bool:
+            cm = await self.kube.get("v1", "ConfigMap", AUTOSCALER_STATUS,
+                                     self.system_namespace)
+            if cm is None or (cm["metadata"]["resourceVersion"]
+                              == before["metadata"]["resourceVersion"]):
+                return False  # no loop of the autoscaler since the nodes went
+            status = yaml.safe_load((cm.get("data") or {}).get("status") or "{}") or {}
+            groups = {g.get("name"): g.get("health") or {}
+                      for g in status.get("nodeGroups") or []}
+            return all(g.name in groups and groups[g.name].get("cloudProviderTarget")
+                       == groups[g.name].get("minSize") for g in self.node_groups)
+        await kube.wait_for(at_min, timeout,
+                            f"cluster-autoscaler node groups {sorted(names)} at min size")

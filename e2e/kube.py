@@ -89,6 +89,12 @@ class Kube:
                 raise NotFound(f"{method} {path}: not found") from err
             raise
         data = await resp.read()
+        # Without preloading, the client returns error responses instead of raising them.
+        if resp.status == 404:
+            raise NotFound(f"{method} {path}: not found")
+        if not 200 <= resp.status <= 299:
+            raise ApiException(status=resp.status, reason=f"{method} {path}: "
+                               f"{data.decode(errors='replace')[:1000]}")
         return json.loads(data) if data else {}
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -151,8 +157,8 @@ def has_condition(obj: dict[str, Any] | None, ctype: str, status: str = "True") 
     return cond is not None and cond.get("status") == status
 
 
-async def wait_for(predicate: Callable[[], Awaitable[T]], timeout: float, what: str = "",
-                   interval: float = 0.5) -> T:
+async def wait_for(predicate: Callable[[], Awaitable[T | None]], timeout: float,
+                   what: str = "", interval: float = 0.5) -> T:
     """Poll ``predicate`` until it returns something truthy; return that.
 
     Bounded: gives up after ``timeout`` seconds with a TimeoutError naming ``what`` and
@@ -162,12 +168,13 @@ async def wait_for(predicate: Callable[[], Awaitable[T]], timeout: float, what: 
     last: Any = None
     while True:
         try:
-            last = await predicate()
+            value = await predicate()
         except (ApiException, NotFound, KeyError, IndexError, TypeError) as err:
             last = err
         else:
-            if last:
-                return last
+            last = value
+            if value:
+                return value
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for "
                                f"{what or predicate!r}; last: {str(last)[:2000]}")

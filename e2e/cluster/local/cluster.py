@@ -4,9 +4,9 @@
 
 1. etcd (client TLS, ``--unsafe-no-fsync``: data is throw-away);
 2. kube-apiserver with TLS, ``--authorization-mode=Node,RBAC``, the DRA API
-   (resource.k8s.io/v1 is GA and on) and the Workload/PodGroup API
-   (``--runtime-config=scheduling.k8s.io/v1alpha2=true`` with the GenericWorkload,
-   GangScheduling and DRAWorkloadResourceClaims gates);
+   (resource.k8s.io/v1 is GA and on) and the Workload/PodGroup API with the gates it
+   needs, which depend on the Kubernetes minor (``KUBE_PROFILES``: scheduling.k8s.io
+   v1alpha2 on 1.36, v1beta1 on 1.37);
 3. kube-controller-manager (Job, ResourceClaim, GC, ... controllers; one service-account
    credential per controller, as kubeadm runs it) and kube-scheduler (which allocates
    DRA claims), each with its own RBAC identity and the same gates;
@@ -17,14 +17,23 @@
 5. kwok, managing nodes annotated ``kwok.x-k8s.io/node=fake`` with stages that make nodes
    Ready and bound pods Running, and *keep* Job pods Running until a test asks for them
    to finish (annotation ``e2e.fitgate.io/complete=true``; see ``POD_COMPLETE_ANNOTATION``);
-6. Kueue (manager as a local process; webhook server on 127.0.0.1 with a certificate of
-   our CA; ``AdmissionGatedBy`` on);
+6. Kueue (manager as a local process in a mount namespace of its own, see
+   ``_kueue_argv``; webhook server on 127.0.0.1 with a certificate of our CA;
+   ``AdmissionGatedBy``, beta and on by default in v0.19; ProvisioningRequest admission
+   checks; ``waitForPodsReady`` only when asked for, ``configure_kueue``);
 7. fitgate's fake DRA driver (``e2e.dra_driver``), which publishes ResourceSlices for nodes
    by their shape label and creates the DeviceClasses;
 8. cluster-autoscaler with the kwok cloud provider and ProvisioningRequests enabled.
 
-``stop()`` ends every process (process groups, SIGTERM then SIGKILL) and removes what was
-written outside the work directory. Everything else lives in ``workdir``.
+``stop()`` ends every process (process groups, SIGTERM then SIGKILL). Everything a run
+writes lives in ``workdir``, which carries a marker file (``WORKDIR_MARKER``): ``start()``
+deletes an existing workdir only when it has that marker, so a mistyped
+``FITGATE_E2E_WORKDIR`` never costs anyone a directory. Nothing is written outside it.
+
+Fault tests stop and start components mid-run: ``restart_apiserver()``,
+``stop_component(name)`` / ``start_component(name)`` (``stop_autoscaler()`` /
+``start_autoscaler()``), ``configure_kueue(...)``. ``token_for(sa, namespace)`` gives a
+ServiceAccount's bearer token and a kubeconfig that uses it (never the admin's).
 """
 
 from __future__ import annotations
@@ -57,15 +66,48 @@ DRIVER_NAME = dra_driver.DEFAULT_DRIVER
 # for DeviceClasses mapped to a resource name; ClusterQueues give quota for that name.
 KUEUE_DRA_RESOURCE = builders.KUEUE_DRA_RESOURCE
 
-KUBE_FEATURE_GATES = "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true"
+
+@dataclasses.dataclass(frozen=True)
+class KubeProfile:
+    """What differs between the Kubernetes minors the harness runs."""
+
+    feature_gates: str
+    runtime_config: str
+    workload_api: str  # the scheduling.k8s.io version serving Workload and PodGroup
+    controllers: str  # kube-controller-manager --controllers
+
+
 # resource.k8s.io/v1 is GA and on by default; named anyway. v1beta1/v1beta2 serve the
-# 1.33-era cluster-autoscaler's informers.
-KUBE_RUNTIME_CONFIG = ("scheduling.k8s.io/v1alpha2=true,resource.k8s.io/v1=true,"
-                       "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true")
-# Kueue reads these metrics certificates from a hard-coded path whenever its internal
-# certificate management is off (cmd/kueue/main.go); we write them there and remove them.
-KUEUE_METRICS_CERT_DIR = pathlib.Path("/etc/kueue/metrics/certs")
-_OURS_MARKER = ".fitgate-e2e"  # marks certificates a run of ours wrote (and may replace)
+# 1.33-era cluster-autoscaler's informers. 1.37 moved Workload/PodGroup to v1beta1 (beta
+# APIs are off by default, hence the runtime config), removed v1alpha2, and dropped the
+# GangScheduling gate (gang scheduling follows GenericWorkload there). nodeipam would need
+# pod CIDRs; the cloud controllers need a cloud (1.37 no longer has them in KCM at all).
+_RESOURCE_APIS = ("resource.k8s.io/v1=true,resource.k8s.io/v1beta1=true,"
+                  "resource.k8s.io/v1beta2=true")
+KUBE_PROFILES = {
+    "1.36": KubeProfile(
+        "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true",
+        f"scheduling.k8s.io/v1alpha2=true,{_RESOURCE_APIS}", "scheduling.k8s.io/v1alpha2",
+        "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller"),
+    "1.37": KubeProfile(
+        "GenericWorkload=true,DRAWorkloadResourceClaims=true",
+        f"scheduling.k8s.io/v1beta1=true,{_RESOURCE_APIS}", "scheduling.k8s.io/v1beta1",
+        "*,-nodeipam"),
+}
+
+
+def kube_profile() -> KubeProfile:
+    """The profile of the Kubernetes minor selected by ``FITGATE_KUBE_VERSION``."""
+    return KUBE_PROFILES[build.kube_minor()]
+
+
+# Kueue reads its metrics certificate from the hard-coded /etc/kueue/metrics/certs when
+# its internal certificate management is off (cmd/kueue/main.go, v0.19.2 too: no flag or
+# config field moves it). Two clusters on one host must not share that directory, so each
+# Kueue runs in a private mount namespace where /etc is an overlay whose upper layer, in
+# this cluster's workdir, holds that cluster's certificate; the host's /etc is untouched.
+KUEUE_METRICS_CERT_PATH = "kueue/metrics/certs"  # under /etc, as Kueue sees it
+WORKDIR_MARKER = ".fitgate-e2e-workdir"
 
 START_TIMEOUT_S = 120.0
 KUBECTL_TIMEOUT_S = 120
@@ -109,14 +151,21 @@ class LocalCluster:
     """The local control plane; use as a context manager or call start()/stop()."""
 
     def __init__(self, workdir: pathlib.Path, node_groups: tuple[NodeGroup, ...] = (),
-                 with_autoscaler: bool = True) -> None:
+                 with_autoscaler: bool = True,
+                 kueue_config: dict[str, Any] | None = None) -> None:
         self.workdir = workdir.resolve()
         self.node_groups = node_groups
         self.with_autoscaler = with_autoscaler
+        # Top-level fields merged into Kueue's Configuration, e.g.
+        # {"waitForPodsReady": {"timeout": "30s"}}; see configure_kueue().
+        self.kueue_config: dict[str, Any] = dict(kueue_config or {})
+        self.kube_minor = build.kube_minor()
+        self.profile = KUBE_PROFILES[self.kube_minor]
         self.ports = Ports()
         self.procs: list[processes.Process] = []
         self.binaries: dict[str, pathlib.Path] = {}
-        self._wrote_kueue_metrics_certs = False
+        self._starters: dict[str, Any] = {}  # component name -> its start step
+        self.stopped: set[str] = set()  # components stopped on purpose (stop_component)
         self.pki_dir = self.workdir / "pki"
         self.kubeconfig = self.workdir / "kubeconfig"
         self.timings: dict[str, float] = {}
@@ -145,14 +194,19 @@ class LocalCluster:
         ended = processes.kill_recorded(self.workdir)
         if ended:
             _log("ended processes an earlier run left behind: " + ", ".join(ended))
-        self.binaries = build.ensure()
+        self.binaries = build.ensure(minor=self.kube_minor)
         # A fresh cluster every time: no etcd data, certificates or logs of an earlier run.
-        if self.workdir.exists():
-            shutil.rmtree(self.workdir)
+        prepare_workdir(self.workdir)
         for d in ("etcd-data", "logs", "pids"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         try:
             self._step("pki", self._make_pki)
+            self._starters = {
+                "etcd": self._start_etcd, "kube-apiserver": self._start_apiserver,
+                "kube-controller-manager": self._start_kcm,
+                "kube-scheduler": self._start_scheduler, "kwok": self._start_kwok,
+                "kueue": self._start_kueue, "fake-dra-driver": self._start_driver,
+                "cluster-autoscaler": self._start_autoscaler}
             self._step("etcd", self._start_etcd)
             self._step("kube-apiserver", self._start_apiserver)
             self._step("kube-controller-manager + kube-scheduler", self._start_kcm_scheduler)
@@ -169,6 +223,7 @@ class LocalCluster:
         _log(f"cluster up in {self.timings['total']:.1f}s; KUBECONFIG={self.kubeconfig}")
         (self.workdir / "cluster.json").write_text(json.dumps(
             {"kubeconfig": str(self.kubeconfig), "server": self.server,
+             "kubernetes": build.kube_version(self.kube_minor),
              "pids": {p.name: p.popen.pid for p in self.procs},
              "ports": dataclasses.asdict(self.ports), "timings_s": self.timings}, indent=2))
 
@@ -177,20 +232,12 @@ class LocalCluster:
         for proc in reversed(self.procs):
             proc.stop()
         self.procs.clear()
-        if self._wrote_kueue_metrics_certs:
-            for f in ("tls.crt", "tls.key", _OURS_MARKER):
-                (KUEUE_METRICS_CERT_DIR / f).unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                KUEUE_METRICS_CERT_DIR.rmdir()
-                KUEUE_METRICS_CERT_DIR.parent.rmdir()
-                KUEUE_METRICS_CERT_DIR.parent.parent.rmdir()
-            self._wrote_kueue_metrics_certs = False
         processes.kill_recorded(self.workdir)
 
     def check_alive(self) -> None:
         """Raise if a component died (with the end of its log)."""
         for proc in self.procs:
-            if not proc.alive():
+            if proc.name not in self.stopped and not proc.alive():
                 raise RuntimeError(f"{proc.name} exited ({proc.popen.returncode}); "
                                    f"log {proc.log_path}:\n{proc.log_tail()}")
 
@@ -211,6 +258,100 @@ class LocalCluster:
         self.kubectl("apply", "--server-side", "--force-conflicts",
                      "--field-manager=fitgate-e2e", "-f", "-", input_text=text)
 
+    def process(self, name: str) -> processes.Process:
+        """The running process of component ``name`` (e.g. ``"kueue"``)."""
+        for proc in self.procs:
+            if proc.name == name:
+                return proc
+        raise KeyError(f"no component {name!r} is running; running: "
+                       + ", ".join(p.name for p in self.procs))
+
+    # -- credentials -------------------------------------------------------------------
+
+    def token_for(self, service_account: str, namespace: str, duration: str = "1h",
+                  create: bool = False) -> Credentials:
+        """A bearer token of ``namespace/service_account`` and a kubeconfig that uses it.
+
+        The token comes from the TokenRequest API (``kubectl create token``), so it has
+        exactly the ServiceAccount's RBAC: run ``fitgate serve`` with it as the chart
+        would, never as admin. ``create`` makes the ServiceAccount first if it is missing.
+        """
+        if create:
+            self.apply([{"apiVersion": "v1", "kind": "ServiceAccount",
+                         "metadata": {"name": service_account, "namespace": namespace}}])
+        token = self.kubectl("create", "token", service_account, "-n", namespace,
+                             f"--duration={duration}").stdout.strip()
+        path = self.workdir / "tokens" / f"{namespace}.{service_account}.kubeconfig"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pki.write_token_kubeconfig(path, self.server, self.ca.ca.cert, token,
+                                   f"{namespace}:{service_account}", namespace)
+        return Credentials(token, path)
+
+    # -- faults: stop, start and restart components mid-run -----------------------------
+
+    def stop_component(self, name: str) -> None:
+        """Stop one component (SIGTERM, bounded, then SIGKILL); ``start_component`` brings
+        it back with the same ports, certificates and data."""
+        self.process(name).stop()
+        self.stopped.add(name)
+
+    def start_component(self, name: str) -> None:
+        """Start a stopped component again and wait until it is healthy (bounded)."""
+        if name not in self._starters:
+            raise KeyError(f"unknown component {name!r}; known: " + ", ".join(self._starters))
+        with contextlib.suppress(KeyError):
+            if self.process(name).alive():
+                raise RuntimeError(f"{name} is running; stop it first")
+        start = time.monotonic()
+        self._starters[name]()
+        self.stopped.discard(name)
+        _log(f"{name}: started again in {time.monotonic() - start:.1f}s")
+
+    def start_stopped(self) -> list[str]:
+        """Start every component a test stopped and left stopped; returns their names."""
+        names = [p.name for p in self.procs if p.name in self.stopped]
+        for name in names:
+            self.start_component(name)
+        return names
+
+    def restart_component(self, name: str) -> None:
+        self.stop_component(name)
+        self.start_component(name)
+
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again on the same port (etcd keeps the data);
+        returns once it is ready. Clients see connection errors in between."""
+        self.restart_component("kube-apiserver")
+
+    def stop_autoscaler(self) -> None:
+        self.stop_component("cluster-autoscaler")
+
+    def start_autoscaler(self) -> None:
+        self.start_component("cluster-autoscaler")
+
+    def configure_kueue(self, **fields: Any) -> None:
+        """Restart Kueue with these top-level Configuration fields (None removes one),
+        e.g. ``configure_kueue(waitForPodsReady={"timeout": "30s"})``."""
+        for key, value in fields.items():
+            if value is None:
+                self.kueue_config.pop(key, None)
+            else:
+                self.kueue_config[key] = value
+        self.restart_component("kueue")
+
+    def autoscaler_status(self) -> dict[str, Any] | None:
+        """cluster-autoscaler's status ConfigMap, parsed (None before its first loop)."""
+        proc = self.kubectl("get", "configmap", "cluster-autoscaler-status", "-n",
+                            SYSTEM_NAMESPACE, "-o", "json", check=False)
+        if proc.returncode != 0:
+            return None
+        cm = json.loads(proc.stdout)
+        status = _load_yaml((cm.get("data") or {}).get("status") or "null")
+        if not isinstance(status, dict):
+            return None
+        status["resourceVersion"] = cm["metadata"]["resourceVersion"]
+        return status
+
     # -- steps -------------------------------------------------------------------------
 
     def _step(self, name: str, fn: Any) -> None:
@@ -219,10 +360,17 @@ class LocalCluster:
         self.timings[name] = round(time.monotonic() - start, 2)
         _log(f"{name}: ready in {self.timings[name]:.1f}s")
 
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None
-               ) -> processes.Process:
-        proc = processes.Process(name, argv, self.workdir, env)
-        self.procs.append(proc)
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+               exe: str | None = None) -> processes.Process:
+        """Start a component; a restarted one keeps its place in the teardown order."""
+        proc = processes.Process(name, argv, self.workdir, env, exe=exe)
+        for i, old in enumerate(self.procs):
+            if old.name == name:
+                old.stop()
+                self.procs[i] = proc
+                break
+        else:
+            self.procs.append(proc)
         return proc
 
     def _make_pki(self) -> None:
@@ -306,8 +454,8 @@ class LocalCluster:
             "--authorization-mode=Node,RBAC", "--allow-privileged=true",
             "--endpoint-reconciler-type=none",  # no Service endpoints on loopback addresses
             "--enable-priority-and-fairness=false",
-            f"--runtime-config={KUBE_RUNTIME_CONFIG}",
-            f"--feature-gates={KUBE_FEATURE_GATES}",
+            f"--runtime-config={self.profile.runtime_config}",
+            f"--feature-gates={self.profile.feature_gates}",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             "--profiling=false", "--v=1",
         ])
@@ -318,6 +466,10 @@ class LocalCluster:
                              START_TIMEOUT_S, proc)
 
     def _start_kcm_scheduler(self) -> None:
+        self._start_kcm()
+        self._start_scheduler()
+
+    def _start_kcm(self) -> None:
         p = self.ports
         kcm = self._spawn("kube-controller-manager", [
             str(self.binaries["kube-controller-manager"]),
@@ -330,11 +482,17 @@ class LocalCluster:
             "--leader-elect=false", "--use-service-account-credentials=true",
             f"--service-account-private-key-file={self.sa_key.key}",
             f"--root-ca-file={self.ca.ca.cert}",
-            # nodeipam would need pod CIDRs; the cloud ones need a cloud.
-            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,"
-            "-node-route-controller",
-            f"--feature-gates={KUBE_FEATURE_GATES}", "--v=1",
+            f"--controllers={self.profile.controllers}",
+            f"--feature-gates={self.profile.feature_gates}", "--v=1",
         ])
+        ctx = processes.https_context(self.ca.ca.cert)
+        processes.wait_until(
+            "kube-controller-manager /healthz",
+            lambda: processes.probe(f"https://127.0.0.1:{p.controller_manager}/healthz", ctx),
+            START_TIMEOUT_S, kcm)
+
+    def _start_scheduler(self) -> None:
+        p = self.ports
         sched = self._spawn("kube-scheduler", [
             str(self.binaries["kube-scheduler"]),
             f"--kubeconfig={self.scheduler_kubeconfig}",
@@ -344,13 +502,9 @@ class LocalCluster:
             f"--tls-cert-file={self.scheduler_cert.cert}",
             f"--tls-private-key-file={self.scheduler_cert.key}",
             "--leader-elect=false",
-            f"--feature-gates={KUBE_FEATURE_GATES}", "--v=1",
+            f"--feature-gates={self.profile.feature_gates}", "--v=1",
         ])
         ctx = processes.https_context(self.ca.ca.cert)
-        processes.wait_until(
-            "kube-controller-manager /healthz",
-            lambda: processes.probe(f"https://127.0.0.1:{p.controller_manager}/healthz", ctx),
-            START_TIMEOUT_S, kcm)
         processes.wait_until(
             "kube-scheduler /readyz",
             lambda: processes.probe(f"https://127.0.0.1:{p.scheduler}/readyz", ctx),
@@ -408,8 +562,7 @@ class LocalCluster:
         cert_dir.mkdir(exist_ok=True)
         (cert_dir / "tls.crt").write_bytes(self.kueue_cert.cert.read_bytes())
         (cert_dir / "tls.key").write_bytes(self.kueue_cert.key.read_bytes())
-        self._place_kueue_metrics_certs()
-        config = {
+        config: dict[str, Any] = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
             "kind": "Configuration",
             "namespace": KUEUE_NAMESPACE,
@@ -420,16 +573,20 @@ class LocalCluster:
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
             "integrations": {"frameworks": ["batch/job"]},
-            "featureGates": {"AdmissionGatedBy": True, "VisibilityOnDemand": False},
+            # AdmissionGatedBy is beta and on by default in v0.19: no gate needed. The
+            # visibility API server would need certificates in /visibility.
+            "featureGates": {"VisibilityOnDemand": False},
             "resources": {"deviceClassMappings": [
                 {"name": KUEUE_DRA_RESOURCE, "deviceClassNames": [DRIVER_NAME]}]},
+            **self.kueue_config,
         }
         config_path = self.workdir / "kueue-config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        proc = self._spawn("kueue", [
+        argv, env = self._kueue_argv([
             str(self.binaries["kueue"]), f"--config={config_path}",
-            f"--kubeconfig={self.kubeconfig}", "--zap-log-level=2",
-        ], env={"KUBECONFIG": str(self.kubeconfig)})
+            f"--kubeconfig={self.kubeconfig}", "--zap-log-level=2"])
+        proc = self._spawn("kueue", argv, env={"KUBECONFIG": str(self.kubeconfig), **env},
+                           exe=str(self.binaries["kueue"]))
         processes.wait_until(
             "kueue /readyz",
             lambda: processes.probe(f"http://127.0.0.1:{p.kueue_health}/readyz"),
@@ -443,22 +600,29 @@ class LocalCluster:
                                  input_text=json.dumps(probe), check=False).returncode == 0,
             START_TIMEOUT_S, proc)
 
-    def _place_kueue_metrics_certs(self) -> None:
-        crt, key = KUEUE_METRICS_CERT_DIR / "tls.crt", KUEUE_METRICS_CERT_DIR / "tls.key"
-        marker = KUEUE_METRICS_CERT_DIR / _OURS_MARKER
-        if crt.exists() and key.exists() and not marker.exists():
-            return  # someone else's: any valid pair serves, and we leave it alone
-        try:
-            KUEUE_METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
-            marker.write_text("written by fitgate's e2e/cluster/local; removed at teardown\n")
-            crt.write_bytes(self.kueue_cert.cert.read_bytes())
-            key.write_bytes(self.kueue_cert.key.read_bytes())
-        except OSError as err:
+    def _kueue_argv(self, kueue: list[str]) -> tuple[list[str], dict[str, str]]:
+        """Run Kueue in a private mount namespace whose /etc is an overlay holding this
+        cluster's metrics certificate at /etc/kueue/metrics/certs (see
+        ``KUEUE_METRICS_CERT_PATH``). Needs root (CI and the dev machines run as root);
+        the host's /etc never changes, so clusters side by side do not clash."""
+        if shutil.which("unshare") is None or os.geteuid() != 0:
             raise RuntimeError(
-                f"Kueue (internal cert management off) reads its metrics certificate from "
-                f"{KUEUE_METRICS_CERT_DIR}, which cannot be written here: {err}. Run as root "
-                f"or create that directory writable for this user.") from err
-        self._wrote_kueue_metrics_certs = True
+                "Kueue reads its metrics certificate from the fixed /etc/kueue/metrics/certs; "
+                "to give each cluster its own, the harness runs Kueue in a private mount "
+                "namespace (unshare --mount, util-linux), which needs root")
+        layer = self.workdir / "kueue-etc"
+        certs = layer / "upper" / KUEUE_METRICS_CERT_PATH
+        certs.mkdir(parents=True, exist_ok=True)
+        (layer / "work").mkdir(exist_ok=True)
+        (certs / "tls.crt").write_bytes(self.kueue_cert.cert.read_bytes())
+        (certs / "tls.key").write_bytes(self.kueue_cert.key.read_bytes())
+        script = ('mount -t overlay fitgate-kueue-etc '
+                  '-o "lowerdir=/etc,upperdir=$FITGATE_ETC_UPPER,workdir=$FITGATE_ETC_WORK" '
+                  '/etc && exec "$@"')
+        argv = ["unshare", "--mount", "--propagation", "private", "--",
+                "/bin/sh", "-c", script, "kueue", *kueue]
+        return argv, {"FITGATE_ETC_UPPER": str(layer / "upper"),
+                      "FITGATE_ETC_WORK": str(layer / "work")}
 
     def _start_driver(self) -> None:
         port = self.ports.driver_health
@@ -475,7 +639,7 @@ class LocalCluster:
         proc = self._spawn("cluster-autoscaler", [
             str(self.binaries["cluster-autoscaler"]), f"--kubeconfig={self.kubeconfig}",
             "--cloud-provider=kwok", f"--namespace={SYSTEM_NAMESPACE}",
-            "--enable-provisioning-requests=true", "--scan-interval=2s",
+            "--enable-provisioning-requests=true", "--scan-interval=1s",
             "--leader-elect=false", "--scale-down-enabled=false",
             "--max-node-provision-time=2m", f"--address=127.0.0.1:{port}",
             "--expander=least-waste", "--v=2",
@@ -607,6 +771,52 @@ def kwok_provider_configmaps(groups: tuple[NodeGroup, ...]) -> list[dict[str, An
          "metadata": {"name": "kwok-provider-templates", "namespace": SYSTEM_NAMESPACE},
          "data": {"templates": yaml.safe_dump(templates)}},
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Credentials:
+    """A ServiceAccount's bearer token and a kubeconfig file that uses only it."""
+
+    token: str
+    kubeconfig: pathlib.Path
+
+
+def _unsafe_workdir(path: pathlib.Path) -> str | None:
+    """Why ``path`` must never be deleted wholesale, or None."""
+    path = path.resolve()
+    home = pathlib.Path.home().resolve()
+    repo = pathlib.Path(__file__).resolve().parents[3]
+    if path == pathlib.Path(path.anchor) or len(path.parts) < 3:
+        return "it is / or a top-level directory"
+    if path in (home, repo, pathlib.Path.cwd().resolve()):
+        return "it is $HOME, the checkout or the current directory"
+    if path in home.parents or path in repo.parents:
+        return "it contains $HOME or the checkout"
+    return None
+
+
+def prepare_workdir(workdir: pathlib.Path) -> None:
+    """Empty ``workdir`` for a fresh run and mark it as the harness's.
+
+    An existing directory is deleted only if it carries ``WORKDIR_MARKER`` (written here
+    on every run) or is empty, and never if it is /, a top-level directory, $HOME, the
+    checkout, the current directory or one of their parents.
+    """
+    reason = _unsafe_workdir(workdir)
+    if reason:
+        raise RuntimeError(f"refusing to use {workdir} as the cluster workdir: {reason}")
+    if workdir.exists():
+        if not workdir.is_dir():
+            raise RuntimeError(f"cluster workdir {workdir} exists and is not a directory")
+        if not (workdir / WORKDIR_MARKER).is_file() and any(workdir.iterdir()):
+            raise RuntimeError(
+                f"refusing to delete {workdir}: it is not empty and has no {WORKDIR_MARKER} "
+                f"(so the e2e harness did not create it); remove it yourself or point "
+                f"FITGATE_E2E_WORKDIR elsewhere")
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    (workdir / WORKDIR_MARKER).write_text(
+        "work directory of fitgate's e2e local cluster; deleted by the next run\n")
 
 
 def default_workdir() -> pathlib.Path:

@@ -98,3 +98,23 @@ def write_kubeconfig(path: pathlib.Path, server: str, ca: pathlib.Path, client: 
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def write_token_kubeconfig(path: pathlib.Path, server: str, ca: pathlib.Path, token: str,
+                           user: str, namespace: str) -> pathlib.Path:
+    """A kubeconfig that authenticates with a bearer token only (no client certificate);
+    its context defaults to ``namespace``. Readable by its owner only."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fitgate-e2e",
+                      "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "fitgate-e2e", "context": {"cluster": "fitgate-e2e",
+                                                          "user": user,
+                                                          "namespace": namespace}}],
+        "current-context": "fitgate-e2e",
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+    return path

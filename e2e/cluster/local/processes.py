@@ -47,10 +47,16 @@ class Process:
     """One running component."""
 
     def __init__(self, name: str, argv: list[str], workdir: pathlib.Path,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, exe: str | None = None,
+                 log_dir: pathlib.Path | None = None, cwd: pathlib.Path | None = None
+                 ) -> None:
+        """Start ``argv``; ``exe`` is the binary that ends up running when ``argv`` is a
+        wrapper that execs it (what ``kill_recorded`` checks the pid against)."""
         self.name = name
         self.argv = argv
-        self.log_path = workdir / "logs" / f"{name}.log"
+        self.env = env
+        self.exe = exe or argv[0]
+        self.log_path = (log_dir or workdir / "logs") / f"{name}.log"
         self.pid_path = workdir / "pids" / name
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.pid_path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,8 +66,9 @@ class Process:
             self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True,
                                           preexec_fn=_die_with_parent,
-                                          cwd=workdir, env={**os.environ, **(env or {})})
-        self.pid_path.write_text(f"{self.popen.pid} {argv[0]}\n")
+                                          cwd=cwd or workdir,
+                                          env={**os.environ, **(env or {})})
+        self.pid_path.write_text(f"{self.popen.pid} {self.exe}\n")
 
     def alive(self) -> bool:
         return self.popen.poll() is None
