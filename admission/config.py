@@ -60,8 +60,9 @@ class Config(pydantic.BaseModel):
     # Controllers and decisions
     workers: int = pydantic.Field(4, ge=1, le=64, description="reconciles in flight per "
                                                               "controller")
-    decision_budget: int = pydantic.Field(2_000_000, ge=1, description="fitcore allocator "
-                                                                       "steps per decision")
+    decision_timeout: float = pydantic.Field(
+        30.0, gt=0, description="seconds a decision may take before it is undecided "
+                                "(each is also bounded by fitcore's work budget)")
     provisioning_wait: float = pydantic.Field(
         600.0, gt=0, description="seconds to wait for provisioned nodes and their "
                                  "ResourceSlices before verifying")

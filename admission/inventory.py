@@ -1,62 +1,75 @@
-"""The fitcore inventory, kept current from the watch caches, incrementally.
+"""The fitcore inventory, kept current from the watch caches, and decisions off the loop.
 
 `ClusterInventory` subscribes to the Node, Pod, ResourceSlice, ResourceClaim, DeviceClass
-and NodeShape stores (and ResourceClaimTemplates, for the references a gang's pod
-templates make). On each event it parses only the object that changed and keeps the
-parsed piece per object:
+and NodeShape stores and feeds their events to one `fitcore.inventory.Inventory`, the
+engine's incremental inventory (parsed objects by name, per-node index entries recomputed
+for changed nodes only, kept work per gang content); it also keeps the
+ResourceClaimTemplates and ResourceClaims that gangs' pod templates name
+(`references()`), and the parsed NodeShapes (`shapes()`).
 
-- Node → `model.Node`; ResourceSlice → `model.ResourceSlice`; DeviceClass →
-  `model.DeviceClass`; ResourceClaim → its allocated devices; Pod → (node, requests) of a
-  bound, unfinished pod, summed per node; NodeShape → `shapes.NodeShape`.
-- When the parsed piece equals the one kept (a Node's heartbeat, a Pod's status update),
-  the kept object stays (same identity) and nothing is marked changed.
-- An object that cannot be parsed is dropped from the inventory and listed by
-  `problems()` with why; every other object keeps being served.
+Threads. The engine's inventory is not thread-safe, and a decision on a large cluster can
+take seconds, which must not stall the event loop (health checks, Lease renewals,
+watches). So:
 
-A decision (`fit`, `plan`, `verify`) rebuilds the `gang.Snapshot` only when something
-changed since the last one, passing the previous snapshot so that nodes whose objects are
-unchanged (by identity) keep their index entries: a rebuild is a pass over the nodes, never
-a re-list or re-parse of the world. A `node_filter` (FitPolicy: which nodes a gang may
-use) builds a filtered snapshot the same way, reusing the full snapshot's entries.
+- On the loop's thread, a store event is only queued (coalesced per object: the latest
+  event of an object replaces an earlier one still waiting) — a few microseconds. A
+  MODIFIED Node or Pod that changed none of the fields fitcore reads (a heartbeat, a
+  status update) is not even queued.
+- One decision thread owns the engine's inventory: it applies the queued events (as soon
+  as any are queued, and before every decision) and runs the decisions, one at a time.
+- The `*_async` forms run a decision there and answer `undecided` (with the reason) past
+  `timeout` seconds; the synchronous forms (tests, tools) run on the caller's thread
+  under the same lock.
 
-Decisions run fitcore with its work budget (`budget`, allocator steps): past it, the
-verdict is `undecided` with a reason, never an unbounded search. They run on the calling
-thread (fitcore's index structures are not shared across threads).
-
-When fitcore gains its own incremental `Inventory` (branch fitcore-scale), this class
-delegates to it behind the same methods.
+Bad objects: `Inventory.apply` refuses an object that does not parse (and keeps what it
+had for it); `problems()` names each such object and why. Every other object keeps
+being served. Decisions are bounded by fitcore's work budget (a verdict `undecided`,
+never an unbounded search).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
+import collections
+import concurrent.futures
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import prometheus_client
 
 from admission.kube import client, kinds, store
-from fitcore import api, errors, gang, kube, model, plan, shapes, values, workload
+from fitcore import errors, gang, model, plan, shapes, workload
+from fitcore import inventory as engine
 
 NodeFilter = Callable[[model.Node], bool]
+StoreOf = Callable[[kinds.Kind], store.Store]
+Key = tuple[str, str]
 # (The methods `plan` and `shapes` hide those modules' names inside the class.)
 PlanResult = plan.PlanResult
 VerifyResult = plan.VerifyResult
 Plan = plan.Plan
 NodeShape = shapes.NodeShape
-StoreOf = Callable[[kinds.Kind], store.Store]
-Key = tuple[str, str]
 
-#: The kinds whose events change the inventory.
-WATCHED = (kinds.DEVICE_CLASS, kinds.NODE, kinds.RESOURCE_SLICE, kinds.RESOURCE_CLAIM,
-           kinds.POD, kinds.NODE_SHAPE, kinds.RESOURCE_CLAIM_TEMPLATE)
+#: The kinds the engine's inventory reads.
+ENGINE_KINDS = (kinds.DEVICE_CLASS, kinds.NODE, kinds.RESOURCE_SLICE, kinds.RESOURCE_CLAIM,
+                kinds.POD, kinds.NODE_SHAPE)
+#: Every kind whose store ClusterInventory subscribes to.
+WATCHED = (*ENGINE_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE)
 
 EVENT_SECONDS = prometheus_client.Histogram(
-    "fitgate_inventory_event_seconds", "Time to apply one cache event to the inventory",
-    buckets=(1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 0.1))
-SNAPSHOT_SECONDS = prometheus_client.Histogram(
-    "fitgate_inventory_snapshot_seconds", "Time to rebuild the placement snapshot")
+    "fitgate_inventory_event_seconds",
+    "Time to take one cache event on the event loop (queue it for the engine)",
+    buckets=(2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 1e-3, 1e-2))
+APPLY_SECONDS = prometheus_client.Histogram(
+    "fitgate_inventory_apply_seconds",
+    "Time to apply one batch of queued events to the engine's inventory",
+    buckets=(1e-4, 1e-3, 1e-2, 0.1, 1, 10))
+DECISION_SECONDS = prometheus_client.Histogram(
+    "fitgate_inventory_decision_seconds", "Time of one fit, plan or verify (queued events "
+    "applied first included)", ["decision"], buckets=(1e-3, 1e-2, 0.1, 0.5, 1, 5, 30))
 
 
 def _key(obj: Mapping[str, Any]) -> Key:
@@ -64,252 +77,233 @@ def _key(obj: Mapping[str, Any]) -> Key:
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
-def _label(kind: kinds.Kind, key: Key) -> str:
-    return f"{kind.kind} {key[0]}/{key[1]}" if key[0] else f"{kind.kind} {key[1]}"
-
-
-Handler = Callable[[client.WatchEvent, "client.Obj | None"], None]
+def _label(kind: str, key: Key) -> str:
+    return f"{kind} {key[0]}/{key[1]}" if key[0] else f"{kind} {key[1]}"
 
 
 def _node_fields(o: client.Obj) -> tuple[Any, ...]:
-    """What `fitcore.kube.node` reads (heartbeats change none of it)."""
+    """What fitcore reads of a Node (heartbeats change none of it)."""
     meta, status = o.get("metadata") or {}, o.get("status") or {}
     return (meta.get("labels"), o.get("spec"), status.get("allocatable"))
 
 
 def _pod_fields(o: client.Obj) -> tuple[Any, ...]:
-    """What `fitcore.workload.pod_usage` reads."""
+    """What fitcore reads of a Pod (its spec: node and requests; whether it finished)."""
     return (o.get("spec"), (o.get("status") or {}).get("phase"))
 
 
-def _same(event: client.WatchEvent, before: client.Obj | None,
-          fields: Callable[[client.Obj], tuple[Any, ...]]) -> bool:
-    """A MODIFIED event that changed none of the fields the parser reads (the object was
-    parsed before, with the same outcome)."""
-    return (event.type == "MODIFIED" and before is not None
-            and fields(event.object) == fields(before))
-
-
-@dataclasses.dataclass
-class _Dirty:
-    slices: bool = True
-    claims: bool = True
-    snapshot: bool = True
+_UNCHANGED: dict[str, Callable[[client.Obj], tuple[Any, ...]]] = {
+    kinds.NODE.kind: _node_fields, kinds.POD.kind: _pod_fields}
 
 
 class ClusterInventory:
     """See the module docstring. `store_of`: the cache's stores (`Informers.store`)."""
 
-    def __init__(self, store_of: StoreOf, *, budget: int = api.DEFAULT_BUDGET,
-                 engine: api.Engine = "auto") -> None:
-        self.budget = budget
-        self.engine: api.Engine = engine
-        self.generation = 0  # bumped on every change that matters to decisions
-        self._nodes: dict[str, model.Node] = {}
-        self._slices: dict[str, model.ResourceSlice] = {}
-        self._classes: dict[str, model.DeviceClass] = {}
-        self._claims: dict[Key, tuple[model.AllocatedDevice, ...]] = {}
-        self._pods: dict[Key, tuple[str, dict[str, values.Quantity]]] = {}
-        self._used: dict[str, dict[str, values.Quantity]] = {}
-        self._shapes: dict[str, NodeShape] = {}
+    def __init__(self, store_of: StoreOf, *, timeout: float = 30.0,
+                 kept_problems: int | None = None, background: bool = True) -> None:
+        """`background`: apply queued events on the decision thread as they come (the
+        service); False leaves them queued until the next decision or `sync` (tests and
+        benchmarks that time the engine's work on their own thread)."""
+        self.timeout = timeout
+        self._background = background
+        self.generation = 0  # bumped on every event queued for the engine
+        self._engine = engine.Inventory(kept_problems=kept_problems)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="fitgate-decide")
+        # An inventory dropped without close() (tests) does not leave its thread behind.
+        weakref.finalize(self, self._executor.shutdown, wait=False)
+        self._lock = threading.Lock()  # the engine: applying events, deciding
+        self._queue_lock = threading.Lock()
+        self._queue: collections.OrderedDict[tuple[str, Key], tuple[str, client.Obj]] = \
+            collections.OrderedDict()
+        self._drain_scheduled = False
         self._problems: dict[str, str] = {}
+        self._problems_lock = threading.Lock()
         self._refs = workload.References()
-        self._dirty = _Dirty()
-        self._slice_tuple: tuple[model.ResourceSlice, ...] = ()
-        self._allocated = model.AllocatedState()
-        self._snapshot: gang.Snapshot | None = None
-        handlers: dict[str, Handler] = {
-            kinds.NODE.kind: self._on_node, kinds.RESOURCE_SLICE.kind: self._on_slice,
-            kinds.DEVICE_CLASS.kind: self._on_class,
-            kinds.RESOURCE_CLAIM.kind: self._on_claim, kinds.POD.kind: self._on_pod,
-            kinds.NODE_SHAPE.kind: self._on_shape,
-            kinds.RESOURCE_CLAIM_TEMPLATE.kind: self._on_template}
+        self._shapes: dict[str, NodeShape] = {}
+        self._node_names: set[str] = set()
         for kind in WATCHED:
             s = store_of(kind)
-            handler = handlers[kind.kind]
             for obj in s.list():
-                handler(client.WatchEvent("ADDED", obj), None)
-            s.subscribe(self._timed(handler))
+                self._on_event(kind, client.WatchEvent("ADDED", obj), None)
+            s.subscribe(self._subscriber(kind))
 
-    # ------------------------------------------------------------------ events
+    # ------------------------------------------------------------ loop side
 
-    @staticmethod
-    def _timed(handler: Handler) -> store.Subscriber:
+    def _subscriber(self, kind: kinds.Kind) -> store.Subscriber:
         def on_event(event: client.WatchEvent, before: client.Obj | None) -> None:
             started = time.perf_counter()
-            handler(event, before)
+            self._on_event(kind, event, before)
             EVENT_SECONDS.observe(time.perf_counter() - started)
         return on_event
 
-    def _parse(self, kind: kinds.Kind, event: client.WatchEvent, fn: Callable[..., Any]
-               ) -> tuple[Key, Any, bool]:
-        """(key, parsed or None, deleted). A parse error is recorded as a problem and
-        treated as if the object were gone."""
-        key = _key(event.object)
-        label = _label(kind, key)
-        if event.type == "DELETED":
-            self._problems.pop(label, None)
-            return key, None, True
-        try:
-            parsed = fn(event.object)
-        except (errors.InputError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            self._problems[label] = str(exc) or type(exc).__name__
-            return key, None, True
-        self._problems.pop(label, None)
-        return key, parsed, False
-
-    def _changed(self) -> None:
-        self._dirty.snapshot = True
+    def _on_event(self, kind: kinds.Kind, event: client.WatchEvent,
+                  before: client.Obj | None) -> None:
+        obj, key = event.object, _key(event.object)
+        if kind == kinds.RESOURCE_CLAIM_TEMPLATE:
+            self._ref(self._refs.templates, event, key)
+            return
+        if kind == kinds.RESOURCE_CLAIM:
+            self._ref(self._refs.claims, event, key)
+        elif kind == kinds.NODE_SHAPE:
+            self._on_shape(event, key)
+        elif kind == kinds.NODE:
+            (self._node_names.discard if event.type == "DELETED"
+             else self._node_names.add)(key[1])
+        same = _UNCHANGED.get(kind.kind)
+        if (same is not None and event.type == "MODIFIED" and before is not None
+                and same(obj) == same(before)):
+            return
+        if "kind" not in obj:  # the engine dispatches on it; list items may lack it
+            obj = {**obj, "apiVersion": kind.api_version, "kind": kind.kind}
+        with self._queue_lock:
+            qk = (kind.kind, key)
+            self._queue.pop(qk, None)  # the latest event of an object is what counts
+            self._queue[qk] = (event.type, obj)
         self.generation += 1
+        if self._background and not self._drain_scheduled:
+            self._drain_scheduled = True
+            try:
+                self._executor.submit(self._drain_in_background)
+            except RuntimeError:  # closed (shutting down): the event stays queued
+                self._drain_scheduled = False
 
-    def _on_node(self, event: client.WatchEvent, before: client.Obj | None) -> None:
-        if _same(event, before, _node_fields):  # a heartbeat: nothing fitcore reads
+    def _on_shape(self, event: client.WatchEvent, key: Key) -> None:
+        if event.type == "DELETED":
+            self._shapes.pop(key[1], None)
             return
-        (_, name), parsed, gone = self._parse(kinds.NODE, event, kube.node)
-        if self._put(self._nodes, name, parsed, gone):
-            self._changed()
-
-    def _on_slice(self, event: client.WatchEvent, before: client.Obj | None) -> None:
-        (_, name), parsed, gone = self._parse(kinds.RESOURCE_SLICE, event, kube.resource_slice)
-        if self._put(self._slices, name, parsed, gone):
-            self._dirty.slices = True
-            self._changed()
-
-    def _on_class(self, event: client.WatchEvent, before: client.Obj | None) -> None:
-        (_, name), parsed, gone = self._parse(kinds.DEVICE_CLASS, event, kube.device_class)
-        if self._put(self._classes, name, parsed, gone):
-            self._dirty.slices = True  # the Inventory object is rebuilt with its classes
-            self._changed()
-
-    def _on_claim(self, event: client.WatchEvent, before: client.Obj | None) -> None:
-        key, parsed, gone = self._parse(kinds.RESOURCE_CLAIM, event,
-                                        lambda o: tuple(kube.allocated_devices(o)))
-        self._ref(self._refs.claims, event, key)
-        if self._put(self._claims, key, parsed or None, gone or not parsed):
-            self._dirty.claims = True
-            self._changed()
-
-    def _on_template(self, event: client.WatchEvent, before: client.Obj | None) -> None:
-        self._ref(self._refs.templates, event, _key(event.object))
-
-    def _on_pod(self, event: client.WatchEvent, before: client.Obj | None) -> None:
-        if _same(event, before, _pod_fields):  # a status update: same node, phase, spec
-            return
-        key, parsed, gone = self._parse(kinds.POD, event, workload.pod_usage)
-        old = self._pods.get(key)
-        new = None if gone else parsed
-        if old == new:
-            return
-        if old is not None:
-            self._add_usage(old[0], old[1], -1)
-            del self._pods[key]
-        if new is not None:
-            self._pods[key] = new
-            self._add_usage(new[0], new[1], 1)
-        self._changed()
-
-    def _on_shape(self, event: client.WatchEvent, before: client.Obj | None) -> None:
-        (_, name), parsed, gone = self._parse(kinds.NODE_SHAPE, event, workload.node_shape)
-        if self._put(self._shapes, name, parsed, gone):
-            self.generation += 1
-
-    @staticmethod
-    def _put(into: dict[Any, Any], key: Any, parsed: Any, gone: bool) -> bool:
-        """Keep `parsed` under `key` (or drop it); True when that changed anything."""
-        if gone:
-            return into.pop(key, None) is not None
-        if into.get(key) == parsed:
-            return False
-        into[key] = parsed
-        return True
+        try:
+            self._shapes[key[1]] = workload.node_shape(event.object)
+        except errors.InputError:
+            self._shapes.pop(key[1], None)  # the engine reports it in problems()
 
     @staticmethod
     def _ref(into: dict[Key, workload.Document], event: client.WatchEvent, key: Key) -> None:
-        # References are keyed as fitcore.workload keys them (namespace "default" if none).
-        ref_key = (key[0] or "default", key[1])
+        ref_key = (key[0] or "default", key[1])  # as fitcore.workload keys references
         if event.type == "DELETED":
             into.pop(ref_key, None)
         else:
             into[ref_key] = (event.object, None)
 
-    def _add_usage(self, node: str, requests: Mapping[str, values.Quantity], sign: int
-                   ) -> None:
-        into = self._used.setdefault(node, {})
-        for k, q in requests.items():
-            have = into.get(k)
-            if sign > 0:
-                into[k] = have + q if have is not None else q
-            else:
-                left = (have - q) if have is not None else None
-                if left is None or left.value == 0:
-                    into.pop(k, None)
-                else:
-                    into[k] = left
-        if not into:
-            del self._used[node]
+    # ------------------------------------------------------------ engine side
 
-    # ------------------------------------------------------------------ snapshot
+    def _drain_in_background(self) -> None:
+        with self._lock:
+            self._drain_scheduled = False
+            self._drain()
 
-    def snapshot(self) -> gang.Snapshot:
-        """The placement snapshot of the current inventory (rebuilt only after changes)."""
-        if self._snapshot is not None and not self._dirty.snapshot:
-            return self._snapshot
+    def _drain(self) -> None:
+        """Apply every queued event to the engine (holding `_lock`)."""
+        with self._queue_lock:
+            batch = list(self._queue.items())
+            self._queue.clear()
+        if not batch:
+            return
         started = time.perf_counter()
-        if self._dirty.slices:
-            self._slice_tuple = tuple(self._slices[n] for n in sorted(self._slices))
-            self._dirty.slices = False
-        if self._dirty.claims:
-            results: list[model.AllocatedDevice] = []
-            for devices in self._claims.values():
-                results.extend(devices)
-            self._allocated = model.AllocatedState.from_results(results)
-            self._dirty.claims = False
-        inv = model.Inventory(self._slice_tuple, dict(self._classes), self._allocated)
-        self._snapshot = gang.Snapshot(list(self._nodes.values()), inv, self._used,
-                                       previous=self._snapshot)
-        self._dirty.snapshot = False
-        SNAPSHOT_SECONDS.observe(time.perf_counter() - started)
-        return self._snapshot
+        for (kind, key), (etype, obj) in batch:
+            label = _label(kind, key)
+            try:
+                self._engine.apply(etype, obj)  # type: ignore[arg-type]
+            except errors.InputError as exc:
+                with self._problems_lock:
+                    self._problems[label] = str(exc)
+                continue
+            if self._problems:
+                with self._problems_lock:
+                    self._problems.pop(label, None)
+        APPLY_SECONDS.observe(time.perf_counter() - started)
 
-    def _snapshot_for(self, node_filter: NodeFilter | None) -> gang.Snapshot:
-        full = self.snapshot()
-        if node_filter is None:
-            return full
-        kept = [e.node for e in full.entries if node_filter(e.node)]
-        return gang.Snapshot(kept, full.inventory, self._used, previous=full)
+    def _decide(self, name: str, fn: Callable[[], Any]) -> Any:
+        with self._lock:
+            started = time.perf_counter()
+            self._drain()
+            try:
+                return fn()
+            finally:
+                DECISION_SECONDS.labels(name).observe(time.perf_counter() - started)
 
-    # ------------------------------------------------------------------ decisions
+    # ------------------------------------------------------------ decisions
 
     def fit(self, gang_: gang.Gang, *, node_filter: NodeFilter | None = None
             ) -> PlanResult:
         """Does the gang fit the existing nodes now (no new nodes considered)?"""
-        return plan.plan(gang_, self._snapshot_for(node_filter), [], engine=self.engine,
-                         budget=self.budget)
+        result: PlanResult = self._decide(
+            "fit", lambda: self._engine.fit(gang_, node_filter=node_filter))
+        return result
 
     def plan(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
              node_filter: NodeFilter | None = None) -> PlanResult:
         """Fit on existing nodes, or the cheapest new nodes of the allowed NodeShapes
         (`shapes`: names; None = all) that make the gang fit."""
-        allowed = self.shapes() if shapes is None else [
-            self._shapes[n] for n in sorted(set(shapes)) if n in self._shapes]
-        return plan.plan(gang_, self._snapshot_for(node_filter), allowed, engine=self.engine,
-                         budget=self.budget)
+        allowed = None if shapes is None else sorted(set(shapes))
+        result: PlanResult = self._decide(
+            "plan", lambda: self._engine.plan(gang_, shapes=allowed, node_filter=node_filter))
+        return result
 
     def verify(self, gang_: gang.Gang, plan_: Plan, *,
                node_filter: NodeFilter | None = None) -> VerifyResult:
         """After provisioning: does the gang fit the real inventory, and how do the new
         nodes differ from what their shapes promised?"""
-        return plan.verify(gang_, self._snapshot_for(node_filter), plan_, self.shapes(),
-                           engine=self.engine, budget=self.budget)
+        result: VerifyResult = self._decide(
+            "verify", lambda: self._engine.verify(gang_, plan_, node_filter=node_filter))
+        return result
 
-    # ------------------------------------------------------------------ reading
+    async def _off_loop(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await asyncio.wait_for(
+            loop.run_in_executor(self._executor, lambda: fn(*args, **kw)), self.timeout)
+
+    def _too_long(self) -> str:
+        return (f"the decision took longer than {self.timeout:g} s (fitgate's "
+                "decision_timeout); it is tried again later")
+
+    async def fit_async(self, gang_: gang.Gang, *, node_filter: NodeFilter | None = None
+                        ) -> PlanResult:
+        """`fit` on the decision thread; past `timeout` seconds, `undecided`."""
+        try:
+            result: PlanResult = await self._off_loop(self.fit, gang_,
+                                                      node_filter=node_filter)
+        except TimeoutError:
+            return plan.PlanResult("undecided", reasons=(self._too_long(),))
+        return result
+
+    async def plan_async(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
+                         node_filter: NodeFilter | None = None) -> PlanResult:
+        """`plan` on the decision thread; past `timeout` seconds, `undecided`."""
+        try:
+            result: PlanResult = await self._off_loop(self.plan, gang_, shapes=shapes,
+                                                      node_filter=node_filter)
+        except TimeoutError:
+            return plan.PlanResult("undecided", reasons=(self._too_long(),))
+        return result
+
+    async def verify_async(self, gang_: gang.Gang, plan_: Plan, *,
+                           node_filter: NodeFilter | None = None) -> VerifyResult:
+        """`verify` on the decision thread; past `timeout` seconds, `undecided`."""
+        try:
+            result: VerifyResult = await self._off_loop(self.verify, gang_, plan_,
+                                                        node_filter=node_filter)
+        except TimeoutError:
+            return plan.VerifyResult("undecided", reasons=(self._too_long(),))
+        return result
+
+    # ------------------------------------------------------------ reading
+
+    def sync(self) -> None:
+        """Apply every queued event now (waits for a decision in progress): afterwards
+        `problems()` and `stats()` describe everything the stores held."""
+        with self._lock:
+            self._drain()
 
     def shapes(self) -> list[NodeShape]:
+        """The NodeShapes that parse, by name."""
         return [self._shapes[n] for n in sorted(self._shapes)]
 
     def problems(self) -> dict[str, str]:
-        """Objects that could not be read ("Kind namespace/name" → why)."""
-        return dict(self._problems)
+        """Objects the engine refused ("Kind namespace/name" → why), as of the events
+        applied so far (`sync` first to include those still queued)."""
+        with self._problems_lock:
+            return dict(self._problems)
 
     def references(self) -> workload.References:
         """ResourceClaimTemplates and ResourceClaims a gang's pod templates may name, for
@@ -317,4 +311,14 @@ class ClusterInventory:
         return self._refs
 
     def nodes(self) -> int:
-        return len(self._nodes)
+        return len(self._node_names)
+
+    def stats(self) -> dict[str, int]:
+        """The engine's sizes (objects, kept work), after applying what is queued."""
+        with self._lock:
+            self._drain()
+            return self._engine.stats()
+
+    def close(self) -> None:
+        """Stop the decision thread (a decision still running finishes on its own)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)

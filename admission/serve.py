@@ -10,7 +10,8 @@ Start-up, in order:
 5. the health server on `health_port`, on every replica: `/healthz` (the process is alive),
    `/readyz` (200 once every informer is synced; the body lists each kind's state, e.g. a
    CRD that is not installed), `/metrics` (prometheus_client's default registry);
-6. wait until the informers are ready, start the every-replica controllers;
+6. wait until the informers are ready and the inventory has applied what they hold, start
+   the every-replica controllers;
 7. leader election on the Lease (`kube.lease.Elector`): while leading, the leader-only
    controllers run; when leadership is lost they stop, and start again if it returns.
 
@@ -29,6 +30,7 @@ import contextlib
 import dataclasses
 import json
 import signal
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -122,7 +124,7 @@ class Service:
         self.clock = clock or clock_.SystemClock()
         self.informers = cache.Informers(api, specs)
         self.inventory = inventory.ClusterInventory(self.informers.store,
-                                                    budget=cfg.decision_budget)
+                                                    timeout=cfg.decision_timeout)
         self.runtime = controller.Runtime(self.informers.store, clock=self.clock,
                                           workers=cfg.workers)
         self.elector = lease.Elector(
@@ -173,6 +175,7 @@ class Service:
                 with contextlib.suppress(Exception):
                     await s.stop()
             await self.informers.stop()
+            self.inventory.close()
             await runner.cleanup()
             log.info("serve.stopped")
 
@@ -184,6 +187,13 @@ class Service:
                         informers={k: v for k, v in self.informers.status().items()
                                    if v != "synced"})
         log.info("serve.ready", informers=self.informers.status())
+        # The engine applies the initial objects on its own thread: controllers start once
+        # it has caught up, so their first decisions see the whole cluster.
+        started = time.perf_counter()
+        stats = await asyncio.to_thread(self.inventory.stats)  # applies what is queued
+        log.info("serve.inventory_ready", seconds=round(time.perf_counter() - started, 3),
+                 problems=len(self.inventory.problems()),
+                 **{k: v for k, v in stats.items() if k in ("nodes", "devices", "pods")})
 
     async def _lead(self) -> None:
         """Run the leader-only controllers while this replica leads."""

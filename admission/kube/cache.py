@@ -5,7 +5,8 @@ the list's resourceVersion, applying each event to the store, which tells its su
 What can go wrong, and what it does:
 
 - The watch ends (the server's watch timeout, a proxy closing it): watch again from the
-  last resourceVersion seen (an event's, or a BOOKMARK's).
+  last resourceVersion seen (an event's, or a BOOKMARK's); a watch that ended at once
+  with nothing in it backs off first, so a proxy that cuts watches is not hammered.
 - 410 Gone (the resourceVersion is older than the server's history): list again and
   `Store.replace`, which tells subscribers exactly the differences (objects added, changed
   or deleted while the watch was away): nothing lost, nothing told twice.
@@ -19,6 +20,10 @@ What can go wrong, and what it does:
 
 `synced` is set after the first successful list and stays set through relists (the store
 then holds the last known state, which readers may use while the informer catches up).
+
+Objects are stored without `metadata.managedFields` (server-side apply bookkeeping that no
+reader uses, often the largest part of a small object), as controller-runtime's
+cache transforms do.
 """
 
 from __future__ import annotations
@@ -26,14 +31,27 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable
 
+import prometheus_client
 import structlog
 
 from admission.kube import client, errors, kinds, store
 
 Sleep = Callable[[float], Awaitable[None]]
 log = structlog.get_logger("fitgate.cache")
+
+SYNCED = prometheus_client.Gauge(
+    "fitgate_informer_synced", "1 once the kind's cache has listed (0: not yet, or not "
+    "served)", ["kind"])
+LISTS = prometheus_client.Counter(
+    "fitgate_informer_lists_total", "Lists of a kind (the first and every relist)", ["kind"])
+RECONNECTS = prometheus_client.Counter(
+    "fitgate_informer_reconnects_total", "Watches of a kind started again after an error "
+    "(not after a normal close)", ["kind"])
+EVENTS = prometheus_client.Counter(
+    "fitgate_informer_events_total", "Watch events applied to a kind's cache", ["kind"])
 
 #: PodTemplates fitgate creates carry this label; only they are cached.
 POD_TEMPLATE_SELECTOR = "app.kubernetes.io/managed-by=fitgate"
@@ -77,7 +95,18 @@ class Backoff:
         return float(d * (1 + self.jitter * random.random()))
 
 
+#: A watch that ends sooner than this, having delivered nothing, counts as a failure.
+QUICK_CLOSE_SECONDS = 1.0
+
 _Store = store.Store  # (the name `store` is a method of Informers)
+
+
+def strip(obj: client.Obj) -> client.Obj:
+    """The object as cached: without metadata.managedFields."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
 
 
 def _retryable(exc: errors.ApiError) -> bool:
@@ -124,7 +153,7 @@ class Informer:
         unserved = exc.status == 404
         why = (f"{self.spec.kind.plural}.{self.spec.kind.group or 'core'} is not served "
                f"by the API server (CRD not installed?)" if unserved
-               else f"cannot list {self.spec.kind.plural}: {exc}")
+               else f"cannot list or watch {self.spec.kind.plural}: {exc}")
         if why != self.problem:
             (self._log.warning if unserved or not _retryable(exc) else self._log.info)(
                 "informer.problem", problem=why)
@@ -133,7 +162,9 @@ class Informer:
     async def _list(self) -> None:
         listing = await self.api.list(self.spec.kind, label_selector=self.spec.label_selector)
         self.lists += 1
-        self.store.replace(listing.items)
+        self.store.replace([strip(o) for o in listing.items])
+        LISTS.labels(self.spec.kind.kind).inc()
+        SYNCED.labels(self.spec.kind.kind).set(1)
         self._rv = listing.resource_version
         if self.problem:
             self._log.info("informer.recovered", objects=len(listing.items))
@@ -145,16 +176,23 @@ class Informer:
         on Gone (the caller lists again)."""
         failures = 0
         while True:
+            started, seen = time.monotonic(), False
             try:
                 async for ev in self.api.watch(self.spec.kind, self._rv,
                                                label_selector=self.spec.label_selector):
                     rv = (ev.object.get("metadata") or {}).get("resourceVersion")
                     if ev.type != "BOOKMARK":
-                        self.store.apply(ev)
+                        self.store.apply(client.WatchEvent(ev.type, strip(ev.object)))
+                        EVENTS.labels(self.spec.kind.kind).inc()
                     if rv:
                         self._rv = rv
-                    failures = 0
+                    failures, seen = 0, True
                     self.problem = None
+                if not seen and time.monotonic() - started < QUICK_CLOSE_SECONDS:
+                    # Closed at once with nothing in it (a proxy cutting watches, say):
+                    # back off rather than spin.
+                    failures += 1
+                    await self._sleep(self.backoff.delay(failures))
             except errors.Gone:
                 self._log.info("informer.gone", resource_version=self._rv)
                 return
@@ -162,6 +200,7 @@ class Informer:
                 if not _retryable(exc):
                     raise
                 failures += 1
+                RECONNECTS.labels(self.spec.kind.kind).inc()
                 self.problem = f"watch of {self.spec.kind.plural} interrupted: {exc}"
                 self._log.info("informer.reconnect", error=str(exc), failures=failures)
                 await self._sleep(self.backoff.delay(failures))

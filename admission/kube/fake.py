@@ -169,6 +169,10 @@ class FakeClient:
         for _ in range(times):
             self._failures.append((verb, kind.kind if kind else None, error))
 
+    def clear_failures(self) -> None:
+        """Forget failures still pending from `fail_next` (the outage is over)."""
+        self._failures.clear()
+
     def compact(self) -> None:
         """Forget the watch history: a watch from an older resourceVersion gets Gone."""
         self._compacted = self._last_rv

@@ -206,3 +206,40 @@ async def test_bookmarks_advance_the_resource_version_without_touching_the_store
     await _stop(task)
 
 
+
+
+async def test_managed_fields_are_not_cached() -> None:
+    c = fake.FakeClient()
+    mf = [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+    c.seed(kinds.NODE, {"metadata": {"name": "a", "managedFields": mf}})
+    inf, rec, task = await _running(c, cache.Spec(kinds.NODE))
+    c.seed(kinds.NODE, {"metadata": {"name": "b", "managedFields": mf}})
+    await _until(lambda: ("ADDED", "b") in rec.events, "b")
+    assert all("managedFields" not in o["metadata"] for o in inf.store.list())
+    assert c.find(kinds.NODE, "a")["metadata"]["managedFields"] == mf  # (only the cache)
+    await _stop(task)
+
+
+async def test_watches_that_close_at_once_back_off_instead_of_spinning() -> None:
+    class Cutting(fake.FakeClient):
+        async def watch(self, kind, resource_version, namespace=None,  # type: ignore[override]
+                        label_selector=None):
+            self.watches = getattr(self, "watches", 0) + 1
+            return
+            yield  # (an async generator that ends at once)
+
+    c = Cutting()
+    c.seed(kinds.NODE, _node("a"))
+    slept: list[float] = []
+
+    async def sleep(d: float) -> None:
+        slept.append(d)
+        await asyncio.sleep(0)
+
+    inf = cache.Informer(c, cache.Spec(kinds.NODE),
+                         backoff=cache.Backoff(base=0.5, ceiling=8, jitter=0), sleep=sleep)
+    task = asyncio.create_task(inf.run())
+    await _until(lambda: len(slept) >= 6, "six back-offs")
+    await _stop(task)
+    assert slept[:6] == [0.5, 1, 2, 4, 8, 8]
+    assert c.watches <= len(slept) + 1

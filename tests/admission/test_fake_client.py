@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from admission.kube import errors, fake, kinds, rbac
+from admission.kube import client, errors, fake, kinds, rbac
 
 
 def _wl(name: str, ns: str = "team-a") -> dict:
@@ -101,3 +101,27 @@ def test_cluster_role_grants_exactly_the_declared_calls() -> None:
     assert granted == declared
     assert ("coordination.k8s.io", "leases", "update") in granted
     assert ("kueue.x-k8s.io", "admissionchecks/status", "patch") in granted
+
+
+@pytest.mark.parametrize(("status", "body", "expected"), [
+    (404, {"reason": "NotFound", "message": "leases \"x\" not found"}, errors.NotFound),
+    (409, {"reason": "AlreadyExists", "message": "exists"}, errors.AlreadyExists),
+    (409, {"reason": "Conflict", "message": "modified"}, errors.Conflict),
+    (410, {"reason": "Expired", "message": "too old resource version"}, errors.Gone),
+    (500, "internal error", errors.ApiError),
+], ids=["not-found", "already-exists", "conflict", "gone", "text-body"])
+def test_api_errors_map_to_the_error_family(status: int, body: object,
+                                            expected: type[errors.ApiError]) -> None:
+    err = client.error_of(status, body, "GET /x")
+    assert type(err) is expected
+    assert err.status == status
+    assert err.message
+
+
+def test_rest_paths() -> None:
+    assert client.path(kinds.NODE) == "/api/v1/nodes"
+    assert client.path(kinds.POD, "ns", "p") == "/api/v1/namespaces/ns/pods/p"
+    assert client.path(kinds.WORKLOAD, "ns", "w", "status") == \
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads/w/status"
+    assert client.path(kinds.ADMISSION_CHECK, None, "c") == \
+        "/apis/kueue.x-k8s.io/v1beta2/admissionchecks/c"

@@ -3,6 +3,7 @@ objects reported and skipped."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -44,13 +45,14 @@ def _gang(inv: inventory.ClusterInventory, count: int) -> gang.Gang:
     return workload.workload(wl, inv.references())
 
 
-def _cluster(nodes: int = 2) -> tuple[Stores, inventory.ClusterInventory]:
+def _cluster(nodes: int = 2, background: bool = False
+             ) -> tuple[Stores, inventory.ClusterInventory]:
     stores = Stores()
     objs: list[dict[str, Any]] = [*gb.classes(), gb.template()]
     for i in range(nodes):
         objs += gb.gpu_node(f"n{i}")
     stores.put(*_rv(objs))
-    return stores, inventory.ClusterInventory(stores)
+    return stores, inventory.ClusterInventory(stores, background=background)
 
 
 def test_fit_plan_and_problems_over_the_stores() -> None:
@@ -103,26 +105,28 @@ def test_bound_pods_count_against_their_node_and_finish() -> None:
     assert inv.fit(g).verdict == "fits"
 
 
-def test_unchanged_parse_keeps_the_snapshot_and_a_change_rebuilds_it() -> None:
+def test_heartbeats_are_not_queued_and_events_of_one_object_coalesce() -> None:
     stores, inv = _cluster(3)
-    first = inv.snapshot()
+    inv.sync()
     gen = inv.generation
     heartbeat = copy.deepcopy(stores(kinds.NODE).get("n1"))
     assert heartbeat is not None
     heartbeat["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     heartbeat["metadata"]["resourceVersion"] = "99"
     stores.put(heartbeat)
-    assert inv.snapshot() is first  # a heartbeat changes nothing fitcore reads
-    assert inv.generation == gen
-    relabeled = copy.deepcopy(heartbeat)
-    relabeled["metadata"]["labels"]["zone"] = "z1"
-    relabeled["metadata"]["resourceVersion"] = "100"
-    stores.put(relabeled)
-    second = inv.snapshot()
-    assert second is not first
-    # Unchanged nodes keep their index entries (same objects).
-    by_name = {e.node.name: e for e in first.entries}
-    assert all(by_name[e.node.name] is e for e in second.entries if e.node.name != "n1")
+    assert inv.generation == gen  # a heartbeat changes nothing fitcore reads
+    assert inv._queue == {}
+    for i in range(3):
+        relabeled = copy.deepcopy(heartbeat)
+        relabeled["metadata"]["labels"]["zone"] = f"z{i}"
+        relabeled["metadata"]["resourceVersion"] = str(100 + i)
+        stores.put(relabeled)
+    assert inv.generation == gen + 3
+    assert list(inv._queue) == [("Node", ("", "n1"))]  # the latest event only
+    inv.sync()
+    g = _gang(inv, 2)
+    zoned = inv.fit(g, node_filter=lambda n: n.labels.get("zone") == "z2")
+    assert {p.node for p in zoned.placements} == {"n1"}
 
 
 def test_a_bad_object_is_reported_and_the_others_keep_serving() -> None:
@@ -130,11 +134,13 @@ def test_a_bad_object_is_reported_and_the_others_keep_serving() -> None:
     bad = gb.gpu_node("broken")
     bad[1]["spec"]["devices"][0]["attributes"] = {"x": {"int": "not-a-number"}}
     stores.put(*bad)
+    inv.sync()
     problems = inv.problems()
     assert list(problems) == ["ResourceSlice broken-gpu"]
     assert "spec.devices[0].attributes" in problems["ResourceSlice broken-gpu"]
     assert inv.fit(_gang(inv, 4)).verdict == "fits"
     stores.delete(kinds.RESOURCE_SLICE, "broken-gpu")
+    inv.sync()
     assert inv.problems() == {}
 
 
@@ -159,7 +165,39 @@ def test_verify_on_the_nodes_that_came() -> None:
     assert inv.verify(g, planned.plan).verdict == "fits"
 
 
-def test_budget_exhaustion_is_a_verdict() -> None:
-    _stores, inv = _cluster(4)
-    inv.budget = 1
-    assert inv.fit(_gang(inv, 8)).verdict == "undecided"
+async def test_async_decisions_run_off_the_loop_and_time_out_as_undecided() -> None:
+    stores, inv = _cluster(2, background=True)
+    try:
+        assert (await inv.fit_async(_gang(inv, 4))).verdict == "fits"
+        stores.put(gb.shape("rail", price=12))
+        planned = await inv.plan_async(_gang(inv, 5))
+        assert planned.verdict == "needs-capacity" and planned.plan is not None
+        assert (await inv.verify_async(_gang(inv, 5), planned.plan)).verdict == "misfit"
+        # A decision that cannot finish in time (here: an earlier one still holds the
+        # decision lock) ends as undecided, with the reason.
+        inv.timeout = 0.05
+        with inv._lock:
+            slow = await inv.plan_async(_gang(inv, 6))
+        assert slow.verdict == "undecided"
+        assert "longer than 0.05 s" in slow.reasons[0]
+        inv.timeout = 30
+        # The late decision finishes on its own; the next one waits for it, then answers.
+        assert (await inv.fit_async(_gang(inv, 4))).verdict == "fits"
+    finally:
+        inv.close()
+
+
+async def test_events_are_applied_in_the_background_as_they_come() -> None:
+    stores, inv = _cluster(1, background=True)
+    try:
+        bad = gb.gpu_node("broken")
+        bad[1]["spec"]["devices"][0]["attributes"] = {"x": {"int": "not-a-number"}}
+        stores.put(*bad)
+
+        async def reported() -> None:
+            while "ResourceSlice broken-gpu" not in inv.problems():
+                await asyncio.sleep(0.01)
+        await asyncio.wait_for(reported(), 5)  # no decision, no sync: the thread did it
+        assert inv._queue == {}
+    finally:
+        inv.close()

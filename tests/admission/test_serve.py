@@ -68,6 +68,8 @@ async def test_serve_lifecycle() -> None:
     assert held is not None and held["spec"]["holderIdentity"] == "replica-1"
     status, metrics = await _get(svc.health_port, "/metrics")
     assert status == 200 and 'fitgate_reconcile_total{controller="admissioncheck"' in metrics
+    assert 'fitgate_informer_synced{kind="Workload"} 1.0' in metrics
+    assert 'fitgate_informer_lists_total{kind="Workload"}' in metrics
     stop.set()
     await asyncio.wait_for(task, 5)
     released = api.find(kinds.LEASE, "fitgate", "fitgate-system")
@@ -88,5 +90,25 @@ async def test_not_ready_while_a_required_kind_is_missing() -> None:
     assert "workloads.kueue.x-k8s.io is not served" in json.loads(body)["informers"][
         "Workload"]
     assert api.find(kinds.LEASE, "fitgate", "fitgate-system") is None  # no campaign yet
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_leader_only_controllers_stop_when_the_lease_is_lost_and_resume() -> None:
+    api = fake.FakeClient()
+    svc = serve.Service(_cfg(), api)
+    stop = asyncio.Event()
+    task = asyncio.create_task(svc.run(stop))
+    queue = svc.runtime.queues["admissioncheck"]
+    await _until(lambda: queue.running, "the leader-only controller running")
+    assert svc.elector is not None and svc.elector.is_leader
+    # The API refuses every Lease call for longer than renew_deadline (0.5 s).
+    api.fail_next(errors.ApiError(0, "Unreachable", "partitioned"), kind=kinds.LEASE,
+                  times=1000)
+    await _until(lambda: not queue.running, "the controller stopped with the Lease lost")
+    assert not svc.elector.is_leader
+    api.clear_failures()  # the partition heals
+    await _until(lambda: queue.running, "the controller running again")
+    assert svc.elector.transitions == 2
     stop.set()
     await asyncio.wait_for(task, 5)
