@@ -37,8 +37,11 @@ from typing import Any, Literal
 from admission.check import constants as c
 from admission.check import predicates
 from admission.kube import client, kinds
-from fitcore import gang, plan, shapes, values
+from fitcore import gang, plan, shapes
 
+#: fitcore's quantity, as `gang.PodSet.requests` holds it (admission reads fitcore only
+#: through its inventory API modules: the type is not imported).
+Quantity = Any
 MAX_NAME = 253
 MAX_LABEL_VALUE = 63
 MAX_POD_SETS = 32  # a ProvisioningRequest's spec.podSets
@@ -155,12 +158,12 @@ def shape_of_new_node(node: str, shape_names: Iterable[str]) -> str | None:
     return head if head in set(shape_names) else None
 
 
-def node_shares(g: gang.Gang, p: plan.Plan) -> dict[str, dict[str, values.Quantity]]:
+def node_shares(g: gang.Gang, p: plan.Plan) -> dict[str, dict[str, Quantity]]:
     """Per shape of the plan: one node's share of the gang, the per-resource maximum over
     the shape's new nodes of what the plan's pods there request (DRA claims aside)."""
     names = {s.shape for s in p.shapes}
     requests = {ps.name: ps.requests for ps in g.pod_sets}
-    per_node: dict[str, dict[str, values.Quantity]] = {}
+    per_node: dict[str, dict[str, Quantity]] = {}
     node_shape: dict[str, str] = {}
     for pl in p.placements:
         shape = shape_of_new_node(pl.node, names)
@@ -170,7 +173,7 @@ def node_shares(g: gang.Gang, p: plan.Plan) -> dict[str, dict[str, values.Quanti
         into = per_node.setdefault(pl.node, {})
         for k, q in requests.get(pl.pod_set, {}).items():
             into[k] = into[k] + q if k in into else q
-    out: dict[str, dict[str, values.Quantity]] = {n: {} for n in names}
+    out: dict[str, dict[str, Quantity]] = {n: {} for n in names}
     for node, reqs in per_node.items():
         share = out[node_shape[node]]
         for k, q in reqs.items():
@@ -194,7 +197,7 @@ def provisioning_class(shape: shapes.NodeShape) -> str:
 
 
 def pod_template(*, name: str, namespace: str, request: str, shape: shapes.NodeShape,
-                 share: Mapping[str, values.Quantity], labels: Mapping[str, str]
+                 share: Mapping[str, Quantity], labels: Mapping[str, str]
                  ) -> client.Obj:
     """The placeholder pod of one node of `shape` for `request` (module docstring)."""
     repel = {c.PLACEHOLDER_LABEL: label_value(request)}

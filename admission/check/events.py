@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
+import uuid
 from collections.abc import Mapping
 from typing import Any, Literal
+
+import structlog
 
 from admission import clock as clock_
 from admission.check import constants as c
 from admission.check import predicates
 from admission.kube import client, errors, kinds
 
+log = structlog.get_logger(__name__)
+
 
 class Recorder:
-    """Writes an Event regarding an object; a failure to write one is logged by the
-    caller's retry, never fatal to the decision."""
+    """Writes an Event regarding an object; a failure to write one is logged, never
+    fatal to the decision."""
 
     def __init__(self, api: client.Client, clock: clock_.Clock,
                  instance: str = "fitgate") -> None:
@@ -24,11 +28,15 @@ class Recorder:
         self.instance = instance
 
     async def record(self, regarding: Mapping[str, Any], type_: Literal["Normal", "Warning"],
-                     reason: str, note: str, action: str = "Decide") -> None:
+                     reason: str, note: str, action: str = "Decide",
+                     kind: kinds.Kind = kinds.WORKLOAD) -> None:
         meta = regarding.get("metadata") or {}
         event = {
             "apiVersion": kinds.EVENT.api_version, "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'fitgate')}.",
+            # As client-go names events: the object's name, a dot, a unique suffix (a
+            # generateName may not end in a dot).
+            "metadata": {"name": f"{str(meta.get('name', 'fitgate'))[:236]}."
+                                 f"{uuid.uuid4().hex[:16]}",
                          "namespace": meta.get("namespace") or "default"},
             "eventTime": self.clock.now().astimezone(datetime.UTC).strftime(
                 "%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -36,10 +44,13 @@ class Recorder:
             "reportingInstance": self.instance,
             "action": action, "reason": reason, "type": type_,
             "note": predicates.message(None, note, limit=1024),
-            "regarding": {"apiVersion": regarding.get("apiVersion"),
-                          "kind": regarding.get("kind"), "name": meta.get("name"),
+            # Objects from a list carry no apiVersion/kind: the caller names the kind.
+            "regarding": {"apiVersion": regarding.get("apiVersion") or kind.api_version,
+                          "kind": regarding.get("kind") or kind.kind, "name": meta.get("name"),
                           "namespace": meta.get("namespace"), "uid": meta.get("uid")},
         }
-        # An event is a courtesy: the check's message carries the same words.
-        with contextlib.suppress(errors.ApiError):
+        try:
             await self.api.create(kinds.EVENT, event)
+        except errors.ApiError as exc:
+            # An event is a courtesy: the check's message carries the same words.
+            log.warning("event not recorded", reason=reason, error=str(exc))

@@ -13,11 +13,13 @@ For a Workload whose quota Kueue has reserved and whose fitgate check is Pending
    - can never fit (no node and no shape hosts some pod) → Rejected;
    - does not fit within the shapes' limits now, or undecided within fitcore's work
      budget → Retry with a backoff;
-3. follow the request: Provisioned → wait (bounded) for the new Nodes Ready and their
-   ResourceSlices published, then verify the gang on the real inventory: fits → Ready
-   with the autoscaler's consume annotations and the pins; misfit → Retry, an Event, the
-   mismatch recorded on the NodeShape and the request deleted so the idle nodes scale
-   down. Failed / BookingExpired / CapacityRevoked → the next ranked plan, or Retry.
+3. follow the request: while it is not answered, a gang that fits freed capacity is
+   admitted there and the request deleted. Provisioned → wait (bounded) for the new Nodes
+   Ready and their ResourceSlices published, then verify the gang on the real inventory:
+   fits → Ready with the autoscaler's consume annotations and the pins; misfit → Retry,
+   an Event, the mismatch recorded on the NodeShape and the request deleted so the idle
+   nodes scale down. Failed / BookingExpired / CapacityRevoked → the next ranked plan, or
+   Retry.
 4. clean up: fitgate deletes its requests (and their templates) when the Workload is
    deleted, finishes or is evicted, and when its check is retried.
 
@@ -57,20 +59,24 @@ from fitcore import gang, plan, shapes, workload
 log = structlog.get_logger(__name__)
 
 
-# The Protocol's method `plan` hides the module inside the class body.
+# (Type names for the Protocol below.)
 PlanResult = plan.PlanResult
 Plan = plan.Plan
 VerifyResult = plan.VerifyResult
 
 
 class Inventory(Protocol):
-    """The fitcore inventory the process keeps current (`admission.inventory`)."""
+    """The fitcore inventory the process keeps current (`admission.inventory`): decisions
+    run off the event loop, bounded in time (past it, `undecided`)."""
 
-    def plan(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
-             node_filter: Any = None) -> PlanResult: ...
+    async def plan_async(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
+                         node_filter: Any = None) -> PlanResult: ...
 
-    def verify(self, gang_: gang.Gang, plan_: Plan, *, node_filter: Any = None
-               ) -> VerifyResult: ...
+    async def verify_async(self, gang_: gang.Gang, plan_: Plan, *, node_filter: Any = None
+                           ) -> VerifyResult: ...
+
+    async def fit_async(self, gang_: gang.Gang, *, node_filter: Any = None
+                        ) -> PlanResult: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -240,7 +246,7 @@ class WorkloadReconciler:
                 entry, "configuration", "the workload cannot be read: "
                 + "; ".join(exc.problems)))
         started = time.perf_counter()
-        result = self.inventory.plan(wg.gang)
+        result = await self.inventory.plan_async(wg.gang)
         metrics.DECISION_SECONDS.labels(operation="plan").observe(
             time.perf_counter() - started)
         if result.verdict == "fits":
@@ -374,6 +380,11 @@ class WorkloadReconciler:
             await self.delete_request(request, state)
             return wait
         if state != "provisioned":
+            # Capacity may have freed up while the autoscaler works: then admit on it and
+            # give the request up (nodes nobody waits for are not bought).
+            admitted, wait = await self.sync_fits_meanwhile(wl, entry, request)
+            if admitted:
+                return wait
             text = (f"waiting for the autoscaler: {provisioning.describe_plan(planned)} "
                     f"asked by ProvisioningRequest {name}"
                     + (" (accepted)" if state == "accepted" else ""))
@@ -381,6 +392,33 @@ class WorkloadReconciler:
                 c.PENDING, predicates.message("capacity", text), "capacity"))
             return float(self.settings.pending_poll_seconds)
         return await self.sync_verify(wl, entry, request, planned, cond)
+
+    async def sync_fits_meanwhile(self, wl: client.Obj, entry: Mapping[str, Any],
+                                  request: client.Obj) -> tuple[bool, float | None]:
+        """Ready on existing nodes, and the request deleted, when the gang fits them now
+        (True, requeue); (False, None) when it does not, or cannot be read (the request's
+        own path reports that)."""
+        try:
+            wg = self.gang_of(wl)
+        except gangs.BadInput:
+            return False, None
+        # Only nodes that were there before the request: nodes the autoscaler has added
+        # for it (before it says Provisioned) are the request's, verified on that path.
+        existing = self.existing_nodes(request)
+        started = time.perf_counter()
+        result = await self.inventory.fit_async(
+            wg.gang, node_filter=lambda node: node.name in existing)
+        metrics.DECISION_SECONDS.labels(operation="fit").observe(
+            time.perf_counter() - started)
+        if result.verdict != "fits":
+            return False, None
+        name = _meta(request)["name"]
+        wait = await self.sync_ready(
+            wl, entry, wg, result.placements, result.domains,
+            f"fits on existing nodes (freed while ProvisioningRequest {name} was pending): "
+            + _where(result.placements))
+        await self.delete_request(request, "fits on existing nodes meanwhile")
+        return True, wait
 
     def existing_nodes(self, request: Mapping[str, Any]) -> set[str]:
         """Nodes that existed before the request: created before it."""
@@ -446,7 +484,7 @@ class WorkloadReconciler:
                 entry, "configuration", "the workload cannot be read: "
                 + "; ".join(exc.problems)))
         started = time.perf_counter()
-        result = self.inventory.verify(wg.gang, planned)
+        result = await self.inventory.verify_async(wg.gang, planned)
         metrics.DECISION_SECONDS.labels(operation="verify").observe(
             time.perf_counter() - started)
         if result.verdict == "fits":

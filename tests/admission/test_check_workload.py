@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 
 import pytest
 from prometheus_client import REGISTRY
@@ -14,8 +16,10 @@ from tests.admission import world as w
 
 
 @pytest.fixture
-def world() -> w.World:
-    return w.World()
+def world() -> Iterator[w.World]:
+    out = w.World()
+    yield out
+    out.inventory.inner.close()
 
 
 def metric(name: str, **labels: str) -> float:
@@ -157,6 +161,42 @@ async def test_pending_request_keeps_the_check_pending(world: w.World) -> None:
     assert world.request_names() == ["train-fitgate-1"]
 
 
+async def test_capacity_freed_while_pending_admits_and_drops_the_request(
+        world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    assert world.request_names() == ["train-fitgate-1"]
+    world.set_request_condition("train-fitgate-1", c.ACCEPTED)
+    world.seed(*w.node("n1"))  # a node freed up (or was added by someone else)
+    assert await world.reconcile() is None
+    e = world.entry()
+    assert e["state"] == "Ready"
+    assert e["message"].startswith("fits on existing nodes (freed while ProvisioningRequest "
+                                   "train-fitgate-1 was pending): 2 pods on 1 nodes (n1)")
+    assert "annotations" not in e["podSetUpdates"][0]  # nothing to consume
+    assert world.requests() == []
+    assert world.api.objects(kinds.POD_TEMPLATE) == []
+
+
+async def test_nodes_added_for_the_request_before_it_says_provisioned_are_not_taken(
+        world: w.World) -> None:
+    """The autoscaler may add the nodes before its Provisioned condition is written (a
+    conflict delays it): they are the request's, and are verified and consumed on the
+    Provisioned path, not taken as freed capacity."""
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    world.set_request_condition("train-fitgate-1", c.ACCEPTED)
+    world.seed(*w.node("h100-a", created=w.NEW, shape="h100"))
+    await world.reconcile()
+    assert world.entry()["state"] == "Pending"
+    assert world.request_names() == ["train-fitgate-1"]
+    world.set_request_condition("train-fitgate-1", c.PROVISIONED)
+    await world.reconcile()
+    e = world.entry()
+    assert e["state"] == "Ready"
+    assert e["podSetUpdates"][0]["annotations"][c.CONSUME_ANNOTATION] == "train-fitgate-1"
+
+
 # ----------------------------------------------------------- restart safety
 
 
@@ -267,7 +307,11 @@ async def test_misfit_retries_records_the_shape_and_releases_the_nodes(world: w.
     (event,) = world.api.objects(kinds.EVENT)
     assert event["reason"] == "ProvisionedNodesMisfit"
     assert event["type"] == "Warning"
-    assert event["regarding"]["name"] == "train"
+    assert event["regarding"] == {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                                  "name": "train", "namespace": "default",
+                                  "uid": world.workload()["metadata"]["uid"]}
+    # a DNS subdomain, as the API server validates it (a generateName may not end in ".")
+    assert re.fullmatch(r"train\.[0-9a-f]{16}", event["metadata"]["name"])
     assert metric("fitgate_verification_mismatches_total", shape="h100") >= before + 6
     # 10 minutes since Provisioned (00:01 → 00:11) for one node nobody used
     assert metric("fitgate_unused_node_seconds_total", shape="h100") >= 600
@@ -443,7 +487,7 @@ async def test_undecided_within_the_budget_is_a_message_not_a_hang(world: w.Worl
     world.seed(*w.base(), *w.node("n1"), w.admitted(w.workers(2)))
 
     class Undecided(w.Recorded):
-        def plan(self, gang_, *, shapes=None, node_filter=None):  # type: ignore[no-untyped-def]
+        async def plan_async(self, gang_, *, shapes=None, node_filter=None):  # type: ignore[no-untyped-def]
             return plan.PlanResult("undecided", reasons=("work budget of 1 steps exceeded",))
 
     r = world.reconciler()
@@ -488,3 +532,57 @@ def test_serve_runs_the_workload_and_release_controllers() -> None:
     svc = serve.Service(config.Config(leader_election=False), w.fake.FakeClient(),
                         factories=components.factories())
     assert {"workload", "release", "admissioncheck"} <= set(svc.runtime.queues)
+
+
+# ------------------------------------------------------------- odd states
+
+
+async def test_an_unreadable_plan_annotation_is_asked_again(world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    (pr,) = world.requests()
+    pr["metadata"]["annotations"][c.PLAN_ANNOTATION] = "{not json"
+    world.seed(pr)
+    assert await world.reconcile() == 1.0
+    assert world.requests() == []
+    await world.reconcile()
+    (again,) = world.requests()
+    assert provisioning.plan_from_json(again["metadata"]["annotations"][c.PLAN_ANNOTATION])
+
+
+async def test_after_a_crash_between_two_plans_the_newest_request_wins(
+        world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100", price=10), w.shape("h200", price=20),
+               w.admitted(w.workers(2)))
+    await world.reconcile()
+    world.set_request_condition("train-fitgate-1", c.FAILED)
+    # The next plan's request was created, then the controller died before deleting the
+    # failed one.
+    world.api.fail_next(errors.ApiError(0, "Unavailable", "gone"), verb="delete",
+                        kind=kinds.PROVISIONING_REQUEST)
+    with pytest.raises(errors.ApiError):
+        await world.reconcile()
+    assert world.request_names() == ["train-fitgate-1", "train-fitgate-1-alt1"]
+    await world.reconcile(world.reconciler())
+    assert world.request_names() == ["train-fitgate-1-alt1"]
+    assert world.entry()["message"].startswith("capacity: waiting for the autoscaler: 1 × h200")
+
+
+async def test_a_plan_across_provisioning_classes_is_a_configuration_retry(
+        world: w.World) -> None:
+    launcher = w.workers(1)
+    launcher["name"] = "launcher"
+    cpu = w.shape("cpu", gpus=0, nics=[])
+    cpu["spec"]["resourceSlices"] = []
+    cpu["spec"]["provisioning"] = {"className": "check-capacity.autoscaling.x-k8s.io"}
+    launcher["template"]["spec"].pop("resourceClaims")
+    launcher["template"]["spec"]["nodeSelector"] = {w.SHAPE_LABEL: "cpu"}
+    gpu_workers = w.workers(2, node_selector={w.SHAPE_LABEL: "h100"})
+    wl = w.admitted(launcher, gpu_workers)
+    world.seed(*w.base(), w.shape("h100"), cpu, wl)
+    await world.reconcile()
+    e = world.entry()
+    assert e["state"] == "Retry"
+    assert "mixes shapes of different provisioning classes" in e["message"]
+    assert e["message"].startswith("configuration: cannot ask for the planned nodes")
+    assert world.requests() == []

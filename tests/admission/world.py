@@ -29,15 +29,20 @@ class Recorded:
         self.inner = inventory.ClusterInventory(lambda k: stores[k])
         self.calls: list[str] = []
 
-    def plan(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
-             node_filter: Any = None) -> plan.PlanResult:
+    async def plan_async(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
+                         node_filter: Any = None) -> plan.PlanResult:
         self.calls.append("plan")
-        return self.inner.plan(gang_, shapes=shapes, node_filter=node_filter)
+        return await self.inner.plan_async(gang_, shapes=shapes, node_filter=node_filter)
 
-    def verify(self, gang_: gang.Gang, plan_: plan.Plan, *, node_filter: Any = None
-               ) -> plan.VerifyResult:
+    async def fit_async(self, gang_: gang.Gang, *, node_filter: Any = None
+                        ) -> plan.PlanResult:
+        self.calls.append("fit")
+        return await self.inner.fit_async(gang_, node_filter=node_filter)
+
+    async def verify_async(self, gang_: gang.Gang, plan_: plan.Plan, *,
+                           node_filter: Any = None) -> plan.VerifyResult:
         self.calls.append("verify")
-        return self.inner.verify(gang_, plan_, node_filter=node_filter)
+        return await self.inner.verify_async(gang_, plan_, node_filter=node_filter)
 
 
 class Clock:
