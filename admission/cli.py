@@ -353,7 +353,8 @@ def _parser() -> argparse.ArgumentParser:
         description="TARGET: NAMESPACE/NAME, or [KIND/]NAME with -n (KIND: workload, job, "
                     "jobset, ...), as in `kubectl fitgate explain job/train -n team-a`")
     explain.add_argument("target", metavar="TARGET")
-    explain.add_argument("-n", "--namespace", help="namespace (default: default)")
+    explain.add_argument("-n", "--namespace",
+                         help="namespace (default: the kubeconfig context's, else default)")
     explain.add_argument("-o", "--output", choices=("text", "json"), default="text")
     explain.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, "
                                               "~/.kube/config, or in-cluster)")
@@ -376,19 +377,48 @@ def run_serve(args: argparse.Namespace) -> int:
     return asyncio.run(serve.serve(cfg))
 
 
-def explain_target(target: str, namespace: str | None) -> tuple[str, str, str | None]:
-    """(namespace, name, kind or None) of `fitgate explain`'s TARGET."""
+def context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
+    """The namespace of the kubeconfig context (the current one unless named), as kubectl
+    takes it when -n is not given; None when there is none or no readable kubeconfig."""
+    paths = ([kubeconfig] if kubeconfig else
+             [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+             or [str(pathlib.Path.home() / ".kube" / "config")])
+    docs = []
+    for path in paths:
+        try:
+            doc = yaml.safe_load(pathlib.Path(path).read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, Mapping):
+            docs.append(doc)
+    current = context or next((d.get("current-context") for d in docs
+                               if d.get("current-context")), None)
+    for doc in docs:
+        for entry in doc.get("contexts") or []:
+            if isinstance(entry, Mapping) and entry.get("name") == current:
+                ctx = entry.get("context")
+                ns = ctx.get("namespace") if isinstance(ctx, Mapping) else None
+                return str(ns) if ns else None
+    return None
+
+
+def explain_target(target: str, namespace: str | None, default_namespace: str | None = None
+                   ) -> tuple[str, str, str | None]:
+    """(namespace, name, kind or None) of `fitgate explain`'s TARGET: NAMESPACE/NAME, or
+    [KIND/]NAME in `namespace` (-n), else in `default_namespace` (the kubeconfig
+    context's), else in "default"."""
     from admission import explain
 
+    fallback = namespace or default_namespace or "default"
     parts = target.split("/")
     if len(parts) == 1 and parts[0]:
-        return namespace or "default", parts[0], None
+        return fallback, parts[0], None
     if len(parts) == 2 and all(parts):
         head, name = parts
         is_kind = explain.job_kind(head) is not None or head.lower() in (
             "workload", "workloads", "wl")
         if namespace or is_kind:
-            return namespace or "default", name, head
+            return fallback, name, head
         return head, name, None
     raise UsageError(f"{target!r}: expected NAMESPACE/NAME or [KIND/]NAME with -n")
 
@@ -401,7 +431,8 @@ def run_explain(args: argparse.Namespace, connect: Any = None) -> int:
     from admission.kube import errors as kube_errors
 
     try:
-        namespace, name, kind = explain_target(args.target, args.namespace)
+        namespace, name, kind = explain_target(
+            args.target, args.namespace, context_namespace(args.kubeconfig, args.context))
     except UsageError as exc:
         print(f"fitgate explain: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

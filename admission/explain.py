@@ -108,7 +108,8 @@ class Report:
                          + (f" ({f['category']})" if f.get("category") else "")
                          + (f"; allowed: {f['allowed']}" if f.get("allowed") else ""))
             for ps in f["podSets"]:
-                lines.append(f"pod set {ps['name']} ({ps['count']} pods):")
+                pods = "pod" if ps["count"] == 1 else "pods"
+                lines.append(f"pod set {ps['name']} ({ps['count']} {pods}):")
                 lines.extend(f"  - {r}" for r in ps["reasons"] or ["fits"])
             for r in f["other"]:
                 lines.append(f"  - {r}")
@@ -359,7 +360,11 @@ async def _fit_now(api: client.Client, report: Report, wl: client.Obj, namespace
     for r in (*verdict.messages, *(result.reasons if not verdict.messages else ())):
         named = next((n for n in per_pod_set if f"pod set {n}:" in r or r.endswith(
             f"pod of {n}")), None)
-        (per_pod_set[named] if named else other).append(r)
+        if named is None:
+            other.append(r)
+            continue
+        lead = f"pod set {named}: "  # said once, in the heading
+        per_pod_set[named].append(r[len(lead):] if r.startswith(lead) else r)
     report.fit = {
         "verdict": result.verdict, "category": result.category,
         "policyViolation": verdict.violation, "allowed": scope.description,

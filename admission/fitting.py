@@ -36,6 +36,33 @@ NodeFilter = Callable[[model.Node], bool]
 #: What the engine reads, by kind.
 INVENTORY_KINDS = (kinds.NODE, kinds.RESOURCE_SLICE, kinds.DEVICE_CLASS, kinds.RESOURCE_CLAIM,
                    kinds.POD, kinds.NODE_SHAPE)
+#: What an idle cluster is made of: the nodes, their devices and the shapes (no usage).
+IDLE_KINDS = (kinds.NODE, kinds.RESOURCE_SLICE, kinds.DEVICE_CLASS, kinds.NODE_SHAPE)
+
+
+def _view(kind: kinds.Kind, obj: client.Obj | None) -> Any:
+    """What of an object a fit decision reads (a Node's heartbeat changes none of it)."""
+    if obj is None:
+        return None
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    spec = obj.get("spec")
+    if kind == kinds.NODE:
+        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+        assert isinstance(status, Mapping)
+        taints = spec.get("taints") if isinstance(spec, Mapping) else None
+        unschedulable = spec.get("unschedulable") if isinstance(spec, Mapping) else None
+        return (meta.get("labels"), taints, unschedulable, status.get("allocatable"))
+    if kind in (kinds.POD, kinds.RESOURCE_CLAIM):
+        return (spec, obj.get("status"))  # where a pod runs, what a claim holds
+    return (meta.get("labels"), spec)
+
+
+def relevant(kind: kinds.Kind, event: client.WatchEvent, before: client.Obj | None) -> bool:
+    """Whether a store event can change a fit decision."""
+    if event.type != "MODIFIED" or before is None:
+        return True
+    return bool(_view(kind, event.object) != _view(kind, before))
 
 
 class Engine(Protocol):
@@ -78,18 +105,28 @@ def gang_of(obj: Mapping[str, Any], stores: Mapping[kinds.Kind, store.Store]) ->
 
 
 class StoreEngine:
-    """`Engine` over stores; see the module docstring."""
+    """`Engine` over stores; see the module docstring.
 
-    def __init__(self, stores: Mapping[kinds.Kind, store.Store]) -> None:
+    `idle`: plan on the cluster as if nothing ran on it (no allocated ResourceClaims, no
+    bound Pods): the question "could this gang ever fit, as configured?", which the
+    webhook and the gate ask before quota. Busy nodes are the check's business (it plans
+    on the real usage once Kueue has reserved quota), and an idle cluster changes only
+    when nodes, devices or shapes do, not with every pod."""
+
+    def __init__(self, stores: Mapping[kinds.Kind, store.Store], *, idle: bool = False
+                 ) -> None:
+        self.idle = idle
         self._lock = threading.Lock()
-        self._objects: dict[str, dict[store.Key, client.Obj]] = {}
+        self._objects: dict[str, dict[store.Key, client.Obj]] = {
+            k.kind: {} for k in INVENTORY_KINDS}
         self._version = 0
-        for kind in INVENTORY_KINDS:
+        for kind in IDLE_KINDS if idle else INVENTORY_KINDS:
             s = stores.get(kind)
             self._objects[kind.kind] = {store.key_of(o): o for o in s.list()} if s else {}
             if s is not None:
                 s.subscribe(self._on_event(kind))
-        self._parsed: dict[int, tuple[client.Obj, Any]] = {}
+        # id(object) -> (object, parsed or None, why it could not be read or None)
+        self._parsed: dict[int, tuple[client.Obj, Any, str | None]] = {}
         self._built_version = -1
         self._nodes: list[model.Node] = []
         self._inventory = model.Inventory()
@@ -106,7 +143,9 @@ class StoreEngine:
         return self._version
 
     def _on_event(self, kind: kinds.Kind) -> store.Subscriber:
-        def on_event(event: client.WatchEvent, _before: client.Obj | None) -> None:
+        def on_event(event: client.WatchEvent, before: client.Obj | None) -> None:
+            if not relevant(kind, event, before):
+                return  # a heartbeat: the object kept is as good for deciding
             with self._lock:
                 objs = self._objects[kind.kind]
                 if event.type == "DELETED":
@@ -118,15 +157,15 @@ class StoreEngine:
 
     def _parse(self, obj: client.Obj, fn: Callable[[client.Obj], Any]) -> Any:
         have = self._parsed.get(id(obj))
-        if have is not None and have[0] is obj:
-            return have[1]
-        try:
-            parsed = fn(obj)
-        except errors.InputError as exc:
-            self.problems.append(str(exc))
-            parsed = None
-        self._parsed[id(obj)] = (obj, parsed)
-        return parsed
+        if have is None or have[0] is not obj:
+            try:
+                have = (obj, fn(obj), None)
+            except errors.InputError as exc:
+                have = (obj, None, str(exc))
+            self._parsed[id(obj)] = have
+        if have[2] is not None:
+            self.problems.append(have[2])
+        return have[1]
 
     def _rebuild(self) -> None:
         with self._lock:
@@ -207,7 +246,7 @@ class Verdict:
     result: plan.PlanResult | None = None
 
 
-def decide(engine: Engine, gang_: Any, scope: policy.Scope) -> Verdict:
+def decide(engine: Engine, gang_: gang.Gang, scope: policy.Scope) -> Verdict:
     """Whether a gang can never fit as configured (runs in the engine's thread)."""
     result = engine.plan(gang_, shapes=scope.shapes, node_filter=scope.node_filter)
     if result.verdict != "unsatisfiable":

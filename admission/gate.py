@@ -3,7 +3,9 @@
 The webhook adds `fitgate.io/topology-fit` to `kueue.x-k8s.io/admission-gated-by` on the
 job at CREATE; Kueue copies it to the Workload and keeps the Workload out of admission
 while it is there. For each such Workload the gate asks fitcore whether its gang could fit
-on the existing nodes or on new nodes of the NodeShapes, within what its FitPolicy allows:
+on the existing nodes or on new nodes of the NodeShapes, within what its FitPolicy allows
+(`component` gives it an engine over the idle cluster: could the gang ever fit as
+configured? Busy nodes are the check's to plan for, once Kueue has reserved quota):
 
     fetch the Workload (store) → skip what is not gated by us → find the owning job
     → read the gang → scope it by FitPolicy → plan → sync_ungate or sync_held
@@ -14,6 +16,8 @@ on the existing nodes or on new nodes of the NodeShapes, within what its FitPoli
   the value it read, so a concurrent change is retried, never overwritten. The check then
   decides with the full engine (availability first: an unreadable gang is the check's to
   report).
+- The Workload's ClusterQueue no longer uses fitgate's check: `sync_ungate` too (the gate
+  would otherwise never be lifted).
 - Unsatisfiable: `sync_held` keeps the gate, writes the verdict as JSON to the job's
   `fitgate.io/explanation` annotation (what `fitgate explain` reads) and records an Event
   on the Workload and on the job, both only when the verdict changed.
@@ -133,7 +137,8 @@ class GateController:
             elif gating.gated_by_us(event.object, self.config.gate):
                 yield key
             return
-        yield from sorted(self.held)
+        if fitting.relevant(kind, event, before):  # not a Node's heartbeat
+            yield from sorted(self.held)
 
     # ----------------------------------------------------------------- reconcile
 
@@ -151,6 +156,12 @@ class GateController:
                           "the gate stays (remove it from the Workload's owner)")
             return None
         job_kind, job_name = found
+        queue = self._queue(wl, namespace)
+        if queue is not None and queue.cluster_queue is not None and not queue.ours and \
+                self.stores[kinds.CLUSTER_QUEUE].get(queue.cluster_queue) is not None:
+            return await self.sync_ungate(
+                key, job_kind, job_name, wl, f"fitgate: ClusterQueue {queue.cluster_queue} "
+                "no longer uses fitgate's AdmissionCheck; removed its gate")
         try:
             gang_ = fitting.gang_of(wl, self.stores)
         except fitting.Unreadable as exc:
@@ -174,11 +185,14 @@ class GateController:
                                   verdict.result)
         return verdict
 
-    def _scope(self, wl: client.Obj, namespace: str) -> policy.Scope:
+    def _queue(self, wl: client.Obj, namespace: str) -> gating.Queue | None:
         spec = wl.get("spec") if isinstance(wl.get("spec"), Mapping) else {}
         assert isinstance(spec, Mapping)
         lq = spec.get("queueName")
-        queue = self.queues.resolve(namespace, lq) if isinstance(lq, str) and lq else None
+        return self.queues.resolve(namespace, lq) if isinstance(lq, str) and lq else None
+
+    def _scope(self, wl: client.Obj, namespace: str) -> policy.Scope:
+        queue = self._queue(wl, namespace)
         ns = self.stores[kinds.NAMESPACE].get(namespace)
         ns_labels = {str(k): str(v) for k, v in gating.labels_of(ns).items()} if ns else {}
         policies, bad = self.policies.current()

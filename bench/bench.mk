@@ -36,3 +36,10 @@ bench-serve: setup
 bench: bench-alloc bench-gang bench-compare
 
 .PHONY: bench-alloc bench-gang bench-compare bench-serve bench
+
+## Webhook latency over TLS on loopback at fixed request rates, 5,000-node inventory
+## (not part of `make test`; about 2 minutes).
+bench-webhook: setup
+	$(PY) -m bench.webhook
+
+.PHONY: bench-webhook

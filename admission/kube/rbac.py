@@ -53,6 +53,8 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.NODE_SHAPE, ""): frozenset({"get", "list", "watch"}),
     (kinds.NODE_SHAPE, "status"): frozenset({"patch"}),
     (kinds.FIT_POLICY, ""): frozenset({"get", "list", "watch"}),
+    # The Valid condition on each FitPolicy (admission/policy_status.py).
+    (kinds.FIT_POLICY, "status"): frozenset({"patch"}),
 }
 
 #: Calls made only when fitgate manages its own serving certificate (chart value

@@ -4,11 +4,13 @@
 - The webhook server runs on every replica (`serve.Server`): TLS from `cert_dir`
   (`tls.crt`, `tls.key`, reloaded when they change) on `webhook_port`; `/readyz` answers
   200 once the informers are synced.
-- The gate controller runs on the leader (`controller.Controller`).
+- The gate controller and the FitPolicy status controller (`Valid`) run on the leader
+  (`controller.Controller`).
 
-Each gets its own `fitting.StoreEngine` over the informers' stores: decisions run in a
-worker thread, so neither blocks the event loop that answers admission requests, and a
-gate decision never makes a review wait.
+Each gets its own `fitting.StoreEngine` over the informers' stores, of the idle cluster
+(could the gang ever fit as configured?): decisions run in a worker thread, so neither
+blocks the event loop that answers admission requests, and a gate decision never makes a
+review wait.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from admission import fitting, gate
+from admission import fitting, gate, policy_status
 from admission.kube import kinds, store
 from admission.webhook import review, server
 
@@ -60,9 +62,10 @@ def component(ctx: serve.Context) -> serve.Component:
     from admission import serve
 
     stores: dict[kinds.Kind, store.Store] = {k: ctx.informers.store(k) for k in KINDS}
-    hooks = review.Hooks(stores, fitting.StoreEngine(stores),
+    hooks = review.Hooks(stores, fitting.StoreEngine(stores, idle=True),
                          ready=lambda: bool(ctx.informers.ready))
-    gate_controller = gate.GateController(ctx.api, stores, fitting.StoreEngine(stores),
+    gate_controller = gate.GateController(ctx.api, stores,
+                                          fitting.StoreEngine(stores, idle=True),
                                           clock=ctx.clock)
     servers: list[serve.Server] = []
     if ctx.config.cert_dir:
@@ -70,4 +73,6 @@ def component(ctx: serve.Context) -> serve.Component:
                                      ctx.config.cert_dir))
     else:
         log.warning("webhook.disabled", reason="no cert_dir configured; the gate still runs")
-    return serve.Component(controllers=[gate_controller], servers=servers)
+    statuses = policy_status.PolicyStatusController(ctx.api, stores[kinds.FIT_POLICY],
+                                                    clock=ctx.clock)
+    return serve.Component(controllers=[gate_controller, statuses], servers=servers)

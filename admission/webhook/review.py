@@ -17,12 +17,18 @@ Three hooks:
   `fitgate.io/placement` to the pods of an admitted gang (labelled by the check's
   podSetUpdates) so the release controller binds them in fitcore's order.
 
+The question is whether the gang could ever fit as configured: `component` gives the
+hooks an engine over the idle cluster (`fitting.StoreEngine(idle=True)`), so a busy
+cluster never reads as "impossible" (that is the check's to plan for, after quota).
+
 Availability first: the AdmissionCheck is the enforcement point. A request the engine
 cannot read, a store not yet filled, or a decision that takes longer than the budget (set
 below the webhook configuration's `timeoutSeconds`) is allowed, with a warning where the
 user should know. Decisions run in one worker thread, so the event loop keeps answering
 (health checks, mutations) while the engine works; identical questions (same namespace,
-same job spec, same scope, same cluster state) share one decision.
+same job spec, same scope, same cluster state) share one decision, and when more than
+`max_pending` distinct decisions wait, a review is allowed at once with a warning rather
+than queued behind them.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from typing import Any, Literal
 import structlog
 
 from admission import fitting, gating, policy, release
-from admission.kube import kinds, store
+from admission.kube import client, kinds, store
 from admission.webhook import models
 
 log = structlog.get_logger("fitgate.webhook")
@@ -60,6 +66,13 @@ class Config:
     budget_seconds: float = 2.0
     #: Decisions remembered (per namespace, job spec, scope and cluster state).
     cache_size: int = 4096
+    #: Distinct decisions waiting for the engine at most; past it a review is allowed at
+    #: once with a warning (the engine is busy; the AdmissionCheck decides).
+    max_pending: int = 8
+
+
+class Busy(Exception):
+    """More distinct decisions wait for the engine than `Config.max_pending`."""
 
 
 class Hooks:
@@ -84,9 +97,11 @@ class Hooks:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="fitgate-webhook-engine")
         self._version = 0
-        for kind in (*fitting.INVENTORY_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE,
+        # A verdict depends on the idle cluster (nodes, devices, shapes), the claims the
+        # job names, and the policies: not on pods coming and going.
+        for kind in (*fitting.IDLE_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE,
                      kinds.FIT_POLICY, kinds.NAMESPACE):
-            self._store(kind).subscribe(self._changed)
+            self._store(kind).subscribe(self._changed(kind))
         self._cache: collections.OrderedDict[tuple[Any, ...], fitting.Verdict] = \
             collections.OrderedDict()
         self._inflight: dict[tuple[Any, ...], asyncio.Future[fitting.Verdict]] = {}
@@ -98,8 +113,11 @@ class Hooks:
             self.stores = {**self.stores, kind: s}
         return s
 
-    def _changed(self, *_: Any) -> None:
-        self._version += 1
+    def _changed(self, kind: kinds.Kind) -> store.Subscriber:
+        def on_event(event: client.WatchEvent, before: client.Obj | None) -> None:
+            if fitting.relevant(kind, event, before):
+                self._version += 1
+        return on_event
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -175,15 +193,22 @@ class Hooks:
         label = f"{kind} {request.namespace}/{request.name or gating_name(obj)}"
         body = {**obj, "kind": kind,
                 "metadata": {**(obj.get("metadata") or {}), "namespace": request.namespace}}
+        scope = self._scope(request.namespace, queue)
+        key = self._key(request.namespace, body, scope)
         try:
-            gang_ = fitting.gang_of(body, self.stores)
+            verdict = self._cache.get(key)
+            if verdict is not None:
+                self._cache.move_to_end(key)
+            else:
+                verdict = await self._decide(key, body, scope)
         except fitting.Unreadable as exc:
             if kind in ("Job", "Workload"):
                 return models.allow(request, warnings=_short([
                     f"fitgate cannot read {label}; its AdmissionCheck will report why: {exc}"]))
             return models.allow(request)  # judged by the gate on its Workload
-        scope = self._scope(request.namespace, queue)
-        verdict = await self._decide(gang_, body, scope)
+        except Busy:
+            return models.allow(request, warnings=[
+                f"fitgate is busy and did not check {label}; its AdmissionCheck will decide"])
         if not verdict.refuse:
             return models.allow(request)
         head = (f"{label} can never be admitted to ClusterQueue {queue.cluster_queue}: "
@@ -204,17 +229,23 @@ class Hooks:
                             cluster_queue=queue.cluster_queue,
                             cluster_queue_labels=queue.cluster_queue_labels)
 
-    async def _decide(self, gang_: Any, obj: Mapping[str, Any], scope: policy.Scope
-                      ) -> fitting.Verdict:
+    def _key(self, namespace: str, obj: Mapping[str, Any], scope: policy.Scope
+             ) -> tuple[Any, ...]:
+        """Questions with one answer: same namespace, kind and spec, same policy scope,
+        same cluster (nodes, devices, shapes, claim templates, policies)."""
         digest = hashlib.sha256(json.dumps(obj.get("spec"), sort_keys=True, default=str)
                                 .encode()).hexdigest()
-        key = (gang_.namespace, obj.get("kind"), digest, scope.key, self._version)
-        have = self._cache.get(key)
-        if have is not None:
-            self._cache.move_to_end(key)
-            return have
+        return (namespace, obj.get("kind"), digest, scope.key, self._version)
+
+    async def _decide(self, key: tuple[Any, ...], obj: Mapping[str, Any],
+                      scope: policy.Scope) -> fitting.Verdict:
+        """The verdict for a question not in the cache: read the gang (raises Unreadable)
+        and plan it in the engine's thread, once for all who ask the same meanwhile."""
         pending = self._inflight.get(key)
         if pending is None:
+            gang_ = fitting.gang_of(obj, self.stores)
+            if len(self._inflight) >= self.config.max_pending:
+                raise Busy
             loop = asyncio.get_running_loop()
             pending = asyncio.ensure_future(loop.run_in_executor(
                 self._executor, fitting.decide, self.engine, gang_, scope))

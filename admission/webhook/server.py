@@ -93,10 +93,9 @@ class Certificates:
             self.reload_if_changed()
 
 
-def _bad_request(reason: str) -> web.Response:
-    return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                              "reason": "BadRequest", "code": 400, "message": reason},
-                             status=400)
+def _status(reason: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "BadRequest",
+            "code": 400, "message": reason}
 
 
 def _validation_reason(exc: pydantic.ValidationError) -> str:
@@ -109,6 +108,25 @@ def _validation_reason(exc: pydantic.ValidationError) -> str:
             + (f"; and {more} more" if more > 0 else ""))
 
 
+async def answer(hooks: review.Hooks, hook: review.Hook, raw: bytes
+                 ) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON body) for one request body: 400 with the reason for anything that
+    is not an AdmissionReview v1, else 200 with the hooks' response. What the handler does
+    between reading the body and writing the answer, without the framework."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        return 400, _status(f"body is not JSON: {str(exc)[:200]}")
+    try:
+        admission = models.AdmissionReview.model_validate(data)
+    except pydantic.ValidationError as exc:
+        return 400, _status(_validation_reason(exc))
+    except RecursionError:
+        return 400, _status("body is nested too deeply")
+    response = await hooks.review(hook, admission.request)
+    return 200, response.review()
+
+
 def _handler(hook: review.Hook) -> Any:
     async def handle(request: web.Request) -> web.Response:
         limit = request.app[SETTINGS].max_body_bytes
@@ -116,18 +134,8 @@ def _handler(hook: review.Hook) -> Any:
             raise web.HTTPRequestEntityTooLarge(max_size=limit,
                                                 actual_size=request.content_length)
         raw = await request.read()  # aiohttp refuses more than client_max_size with 413
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            return _bad_request(f"body is not JSON: {str(exc)[:200]}")
-        try:
-            admission = models.AdmissionReview.model_validate(data)
-        except pydantic.ValidationError as exc:
-            return _bad_request(_validation_reason(exc))
-        except RecursionError:
-            return _bad_request("body is nested too deeply")
-        response = await request.app[HOOKS].review(hook, admission.request)
-        return web.json_response(response.review())
+        status, body = await answer(request.app[HOOKS], hook, raw)
+        return web.json_response(body, status=status)
     return handle
 
 

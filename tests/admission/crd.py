@@ -96,7 +96,10 @@ def defaulted(s: dict[str, Any], value: Any) -> Any:
 def has_path(s: dict[str, Any], json_path: str) -> bool:
     """Whether a printer column's `.a.b.c` names a property of the schema."""
     node = s
+    json_path = re.sub(r"\[\?\(.*?\)\]", "", json_path)  # a filter picks list items
     for part in json_path.strip(".").split("."):
+        if node.get("type") == "array":
+            node = node.get("items", {})
         props = node.get("properties", {})
         if part not in props:
             return False

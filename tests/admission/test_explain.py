@@ -207,3 +207,20 @@ def test_the_command_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["fit"]["verdict"] == "fits"
     bad = argparse.Namespace(**{**vars(args), "target": "a/b/c"})
     assert cli.run_explain(bad, connect) == cli.EXIT_BAD_INPUT
+
+
+def test_without_n_the_namespace_is_the_kubeconfig_contexts(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    kc = tmp_path / "config"
+    kc.write_text(json.dumps({
+        "current-context": "a", "contexts": [
+            {"name": "a", "context": {"cluster": "c", "namespace": "team-a"}},
+            {"name": "b", "context": {"cluster": "c"}}]}))
+    assert cli.context_namespace(str(kc), None) == "team-a"
+    assert cli.context_namespace(str(kc), "b") is None
+    monkeypatch.setenv("KUBECONFIG", str(kc))
+    assert cli.context_namespace(None, None) == "team-a"
+    assert cli.context_namespace(str(tmp_path / "missing"), None) is None
+    # The context's namespace is a default, not an -n: NAMESPACE/NAME still reads as such.
+    assert cli.explain_target("job/train", None, "team-a") == ("team-a", "train", "job")
+    assert cli.explain_target("team-b/train", None, "team-a") == ("team-b", "train", None)

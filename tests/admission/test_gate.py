@@ -30,7 +30,7 @@ class World:
                                 gb.template("gpus", gpus=template_gpus, namespace=ab.NS),
                                 self.workload, *objects)
         self.gate = gate.GateController(self.api, self.stores,
-                                        fitting.StoreEngine(self.stores),
+                                        fitting.StoreEngine(self.stores, idle=True),
                                         clock=clock.FakeClock(NOW))
         self.key = f"{ab.NS}/{self.workload['metadata']['name']}"
         self.enqueued: list[str] = []
@@ -94,6 +94,11 @@ async def test_a_held_gang_is_ungated_when_a_shape_that_fits_appears() -> None:
     await w.reconcile()
     assert w.job_annotations()[GATED] == gating.GATE
     w.enqueued.clear()
+    node = w.stores[kinds.NODE].get("gpu-0")
+    assert node is not None
+    w.stores[kinds.NODE].seed({**node, "status": {**node["status"], "conditions": [
+        {"type": "Ready", "status": "True"}]}})
+    assert w.enqueued == []  # a heartbeat changes nothing
     w.stores[kinds.NODE_SHAPE].seed(gb.shape("one-root", gpus=8, roots=1))
     assert w.enqueued == [w.key]  # the inventory changed: look again
     await w.reconcile()
@@ -152,3 +157,20 @@ async def test_workloads_not_gated_by_us_are_not_touched() -> None:
     assert await w.reconcile() is None
     assert w.api.calls == []
     assert w.enqueued == []
+
+
+async def test_a_gang_is_ungated_on_a_busy_cluster_it_would_fit_idle() -> None:
+    from tests.admission.test_webhook import busy
+
+    w = World(busy("gpu-0"), busy("gpu-1"))
+    assert await w.reconcile() is None
+    assert GATED not in w.job_annotations()
+
+
+async def test_a_gate_whose_queue_dropped_our_check_is_lifted() -> None:
+    w = World(template_gpus=6)  # can never fit...
+    w.stores[kinds.CLUSTER_QUEUE].seed(ab.cluster_queue("gpu"))  # ...but no longer ours
+    await w.reconcile()
+    assert GATED not in w.job_annotations()
+    [event] = w.events()
+    assert "no longer uses fitgate's AdmissionCheck" in event["note"]

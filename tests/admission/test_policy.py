@@ -3,13 +3,17 @@ combine, reservations, and that a policy forbidding a shape changes the plan."""
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import pytest
+import yaml
 
 from admission import fitting, policy
-from fitcore import model
+from admission.kube import kinds
+from fitcore import model, workload
 from tests.admission import builders as ab
+from tests.admission import crd
 from tests.gang import builders as gb
 
 
@@ -140,13 +144,6 @@ def test_a_policy_limiting_nodes_keeps_the_gang_off_the_others() -> None:
 
 # --------------------------------------------------------------------------- the CRDs
 
-import pathlib  # noqa: E402
-
-import yaml  # noqa: E402
-
-from fitcore import workload  # noqa: E402
-from tests.admission import crd  # noqa: E402
-
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "shapes"
 
 
@@ -243,3 +240,69 @@ def test_fit_policy_schema_accepts_what_the_controller_reads() -> None:
     wrong = yaml.safe_load(POLICY_EXAMPLE)
     wrong["spec"]["enforcement"] = "block"
     assert any("enforcement" in p for p in crd.check(s, wrong))
+
+
+def test_node_shape_status_keeps_what_the_check_records() -> None:
+    # The shape of admission/check/workload.py's sync_shape_mismatches patch: a status the
+    # schema would prune would be lost without an error.
+    s = crd.schema(crd.load("nodeshapes.fitgate.io"))
+    shape = gb.shape("h100")
+    shape["status"] = {"nodes": 3, "verification": {
+        "mismatchCount": 2, "lastMismatch": {
+            "time": "2026-12-03T08:00:00Z", "workload": "team-a/train",
+            "provisioningRequest": "train-topo-fit-1", "nodes": ["h100-abc"],
+            "details": ["node h100-abc (shape h100): label x is 'y', shape promised 'z'"]}}}
+    assert crd.check(s, shape) == []
+
+
+# ----------------------------------------------------------------- the Valid condition
+
+
+async def test_each_policy_says_whether_fitgate_can_read_it() -> None:
+    import datetime
+
+    from admission import clock, policy_status
+    from admission.kube import fake, kinds, store
+
+    api = fake.FakeClient()
+    good = api.seed(kinds.FIT_POLICY, ab.fit_policy("good", enforcement="deny"))
+    bad = api.seed(kinds.FIT_POLICY, ab.fit_policy("bad", enforcement="block"))
+    policies = store.Store(kinds.FIT_POLICY)
+    policies.seed(good, bad)
+    ctl = policy_status.PolicyStatusController(
+        api, policies, clock=clock.FakeClock(datetime.datetime(2026, 12, 3, tzinfo=datetime.UTC)))
+    for name in ("good", "bad"):
+        assert await ctl.reconcile(name) is None
+    valid = api.find(kinds.FIT_POLICY, "good")
+    invalid = api.find(kinds.FIT_POLICY, "bad")
+    assert valid is not None and invalid is not None
+    assert valid["status"]["conditions"] == [{
+        "type": "Valid", "status": "True", "reason": "Valid",
+        "message": "fitgate applies this policy", "lastTransitionTime": "2026-12-03T00:00:00Z"}]
+    assert valid["status"]["observedGeneration"] == 1
+    [cond] = invalid["status"]["conditions"]
+    assert cond["status"] == "False" and cond["reason"] == "Invalid"
+    assert "spec.enforcement: must be warn or deny, got 'block'" in cond["message"]
+    # Written once: the same verdict on the same generation writes nothing.
+    policies.seed(valid, invalid)
+    patches = len(api.verbs("patch"))
+    for name in ("good", "bad"):
+        await ctl.reconcile(name)
+    assert len(api.verbs("patch")) == patches
+    # The status it writes is one the schema keeps (the schema itself would refuse
+    # 'block'; the condition is for policies written before a schema change, or past it).
+    status = crd.schema(crd.load("fitpolicies.fitgate.io"))["properties"]["status"]
+    assert crd.check(status, valid["status"], ".status") == []
+    assert crd.check(status, invalid["status"], ".status") == []
+
+
+def test_an_unreadable_node_is_left_out_and_reported_every_time() -> None:
+    broken = gb.node("broken")
+    broken["status"]["allocatable"]["cpu"] = "lots"
+    stores = ab.stores(ab.cluster(1), broken, gb.template("gpus", gpus=4, namespace=ab.NS))
+    engine = fitting.StoreEngine(stores, idle=True)
+    gang_ = fitting.gang_of(ab.job(parallelism=1), stores)
+    for _ in range(2):
+        assert engine.plan(gang_).verdict == "fits"
+        assert any("Node broken" in p and "allocatable" in p for p in engine.problems)
+        stores[kinds.NODE].seed(gb.node("more"))  # a rebuild

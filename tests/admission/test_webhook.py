@@ -3,6 +3,7 @@ validating hook says about gangs that can never fit, pod gates, and availability
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -21,7 +22,7 @@ from tests.gang import builders as gb
 
 def hooks(*objects: Any, config: review.Config | None = None) -> review.Hooks:
     stores = ab.stores(*objects)
-    return review.Hooks(stores, fitting.StoreEngine(stores), config=config)
+    return review.Hooks(stores, fitting.StoreEngine(stores, idle=True), config=config)
 
 
 def request(obj: dict[str, Any] | None, **kw: Any) -> models.AdmissionRequest:
@@ -194,6 +195,29 @@ async def test_deny_enforcement_refuses_with_the_same_reasons() -> None:
     assert "largest group of usable devices has 5" in response.status.message
 
 
+def busy(node: str) -> dict[str, Any]:
+    """Every GPU and NIC of a node taken by another tenant's claim."""
+    from tests.fitcore import builders as b
+
+    claim = gb.allocated(f"busy-{node}", node, [(b.GPU, f"gpu-{i}") for i in range(8)]
+                         + [(b.NIC, "nic-0"), (b.NIC, "nic-1")])
+    claim["metadata"]["namespace"] = "other"
+    return claim
+
+
+async def test_a_busy_cluster_is_not_a_gang_that_can_never_fit() -> None:
+    objects = guarded(gb.template("gpus", gpus=4, namespace=ab.NS), busy("gpu-0"),
+                      busy("gpu-1"))
+    # The hooks ask about the idle cluster: every GPU in use is the check's concern.
+    response = await hooks(objects).review("validate-jobs", request(ab.job()))
+    assert response.allowed and response.warnings == []
+    # The same question on the busy cluster would read as "no node can host it".
+    stores = ab.stores(objects)
+    on_busy = review.Hooks(stores, fitting.StoreEngine(stores))
+    response = await on_busy.review("validate-jobs", request(ab.job()))
+    assert any("can never be admitted" in w for w in response.warnings)
+
+
 async def test_a_gang_only_a_shape_can_host_is_allowed() -> None:
     h = hooks(guarded(gb.template("gpus", gpus=6, namespace=ab.NS),
                       gb.shape("one-root", gpus=8, roots=1)))
@@ -284,3 +308,31 @@ async def test_identical_questions_share_one_decision_until_the_cluster_changes(
     stores[kinds.NODE].seed(gb.node("cpu-0"))
     await h.review("validate-jobs", request(ab.job("train-3")))
     assert len(calls) == 2
+    # A Node's heartbeat (its status conditions) changes nothing a decision reads.
+    beat = {**gb.node("cpu-0"), "status": {**gb.node("cpu-0")["status"], "conditions": [
+        {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-03T08:00:00Z"}]}}
+    stores[kinds.NODE].seed(beat)
+    await h.review("validate-jobs", request(ab.job("train-4")))
+    assert len(calls) == 2
+
+
+async def test_a_backlog_of_decisions_is_not_queued_behind() -> None:
+    release = threading.Event()
+
+    class Slow:
+        def plan(self, *_: Any, **__: Any) -> plan.PlanResult:
+            release.wait(5)
+            return plan.PlanResult("fits")
+
+    stores = ab.stores(guarded(gb.template("gpus", gpus=4, namespace=ab.NS)))
+    h = review.Hooks(stores, Slow(), config=review.Config(max_pending=1, budget_seconds=3))
+    try:
+        first = asyncio.ensure_future(h.review("validate-jobs", request(ab.job(parallelism=1))))
+        await asyncio.sleep(0.05)
+        second = await h.review("validate-jobs", request(ab.job(parallelism=2)))
+        assert second.allowed and "busy" in second.warnings[0]
+        release.set()
+        assert (await first).warnings == []
+    finally:
+        release.set()
+        h.close()
