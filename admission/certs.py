@@ -35,8 +35,9 @@ import os
 import pathlib
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import structlog
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -44,6 +45,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from admission.kube import client, errors, kinds
+
+if TYPE_CHECKING:
+    from admission import serve
+
+log = structlog.get_logger("fitgate.certs")
 
 Clock = Callable[[], datetime.datetime]
 
@@ -437,3 +443,69 @@ async def run(api: client.Client, config: CertConfig, *, interval_s: float = 360
         if on_outcome is not None:
             on_outcome(outcome)
         await asyncio.sleep(retry_s if outcome.missing else interval_s)
+
+
+# ---------------------------------------------------------------------- in fitgate serve
+
+
+class CertificateKeeper:
+    """A `serve.Server` on every replica: `start` returns once this replica's `cert_dir`
+    holds a good pair (the first `ensure`, retried while the API fails), so a webhook
+    server started after it finds its files; then `run` keeps them current until `stop`."""
+
+    def __init__(self, api: client.Client, config: CertConfig, *, clock: Clock = utcnow,
+                 retry_s: float = 5.0, interval_s: float = 3600.0) -> None:
+        self.api = api
+        self.config = config
+        self.clock = clock
+        self.retry_s = retry_s
+        self.interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        while True:
+            try:
+                outcome = await ensure(self.api, self.config, self.clock)
+                break
+            except (errors.ApiError, RuntimeError, OSError) as exc:
+                log.warning("certs.not_yet", secret=self.config.secret_name,
+                            error=str(exc), retry_s=self.retry_s)
+                await asyncio.sleep(self.retry_s)
+        _log_outcome(outcome)
+        self._task = asyncio.create_task(
+            run(self.api, self.config, interval_s=self.interval_s, retry_s=self.retry_s,
+                clock=self.clock, on_outcome=_log_outcome,
+                on_error=lambda exc: log.warning("certs.failed", error=str(exc))),
+            name="certs")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+def _log_outcome(outcome: Outcome) -> None:
+    if outcome.secret != "unchanged" or outcome.ca_bundle_patched or outcome.files_written:
+        log.info("certs.synced", secret=outcome.secret, reasons=list(outcome.reasons),
+                 ca_bundle_patched=list(outcome.ca_bundle_patched),
+                 files_written=outcome.files_written)
+    if outcome.missing:
+        log.warning("certs.webhook_configuration_missing", missing=list(outcome.missing))
+
+
+def component(ctx: serve.Context, env: Mapping[str, str] | None = None) -> serve.Component:
+    """The `fitgate serve` component (in `admission/components.py`, before the webhook's):
+    a CertificateKeeper when the chart says `FITGATE_CERT_MODE=self-managed`, nothing
+    otherwise."""
+    from admission import serve
+
+    settings = from_env(os.environ if env is None else env, ctx.config.namespace,
+                        ctx.config.cert_dir)
+    if settings is None:
+        return serve.Component()
+    if not settings.cert_dir:
+        raise CertConfigError("FITGATE_CERT_MODE=self-managed needs cert_dir (where the "
+                              "webhook server reads tls.crt and tls.key)")
+    return serve.Component(servers=[CertificateKeeper(ctx.api, settings, clock=utcnow)])

@@ -20,7 +20,10 @@ if TYPE_CHECKING:
 
 
 def factories() -> list[serve.Factory]:
+    from admission import certs
     from admission.check import admissioncheck, workload
     from admission.webhook import component as webhook
 
-    return [admissioncheck.component, workload.component, webhook.component]
+    # certs before webhook: servers start in this order, and the webhook server needs the
+    # certificate files the self-managed certificate keeper writes.
+    return [admissioncheck.component, workload.component, certs.component, webhook.component]

@@ -8,6 +8,7 @@ import base64
 import dataclasses
 import datetime
 import ssl
+import types
 
 import pytest
 from cryptography import x509
@@ -289,3 +290,44 @@ def test_settings_from_the_charts_environment() -> None:
 def test_bad_settings_are_named(change: dict, complaint: str) -> None:
     with pytest.raises(certs.CertConfigError, match=complaint.replace("(", r"\(")):
         certs.from_env({**CHART_ENV, **change}, "ns", None)
+
+
+async def test_the_keeper_starts_only_once_the_files_exist_and_keeps_them(tmp_path) -> None:
+    c = _cluster()
+    c.fail_next(errors.ApiError(503, "ServiceUnavailable", "down"), verb="get", times=2)
+    keeper = certs.CertificateKeeper(c, dataclasses.replace(CONFIG, cert_dir=str(tmp_path)),
+                                     retry_s=0.01, interval_s=0.01)
+    await asyncio.wait_for(keeper.start(), 5)
+    assert (tmp_path / "tls.crt").read_bytes() == _secret(c).cert  # before start returned
+    c.remove(kinds.SECRET, CONFIG.secret_name, NS)  # someone deletes the Secret
+
+    async def recreated() -> None:
+        while c.find(kinds.SECRET, CONFIG.secret_name, NS) is None:
+            await asyncio.sleep(0.01)
+    await asyncio.wait_for(recreated(), 5)
+    await keeper.stop()
+    # The pass that re-created the Secret wrote its new pair into the files.
+    assert (tmp_path / "tls.crt").read_bytes() == _secret(c).cert
+    assert (tmp_path / "tls.key").read_bytes() == _secret(c).key
+
+
+def _ctx(cert_dir: str | None) -> object:
+    return types.SimpleNamespace(config=types.SimpleNamespace(namespace="ns",
+                                                              cert_dir=cert_dir),
+                                 api=fake.FakeClient())
+
+
+def test_serve_component_runs_a_keeper_only_in_self_managed_mode() -> None:
+    assert certs.component(_ctx("/tls"), env={}).servers == ()
+    (keeper,) = certs.component(_ctx("/tls"), env=CHART_ENV).servers
+    assert isinstance(keeper, certs.CertificateKeeper)
+    assert keeper.config.cert_dir == "/tls" and keeper.config.namespace == "ns"
+    with pytest.raises(certs.CertConfigError, match="needs cert_dir"):
+        certs.component(_ctx(None), env=CHART_ENV)
+
+
+def test_the_keeper_starts_before_the_webhook_server() -> None:
+    from admission import components
+    from admission.webhook import component as webhook
+    order = components.factories()
+    assert order.index(certs.component) < order.index(webhook.component)

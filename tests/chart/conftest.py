@@ -2,8 +2,8 @@
 
 helm is the one the local control plane uses, built from Go modules into the cache by
 `e2e.cluster.local.build` (`make helm-bin`, a step of `make unit`). The schemas come from
-the Go module cache too: Kubernetes' OpenAPI v3 documents of the release the local control
-plane runs, Kueue's and cert-manager's CRDs.
+the Go module cache too: Kubernetes' OpenAPI v3 documents of each release the local control
+plane supports (1.36 and 1.37), Kueue's and cert-manager's CRDs.
 """
 
 from __future__ import annotations
@@ -97,6 +97,7 @@ def helm() -> Helm:
     return Helm(path)
 
 
+
 def by_kind(objects: Sequence[Mapping[str, Any]], kind: str) -> list[Mapping[str, Any]]:
     return [o for o in objects if o["kind"] == kind]
 
@@ -132,10 +133,12 @@ def cert_mode(objects: Sequence[Mapping[str, Any]]) -> str:
     return str(env_of(objects)["FITGATE_CERT_MODE"])
 
 
-@pytest.fixture(scope="session")
-def schemas() -> openapi.Schemas:
+@pytest.fixture(scope="session", params=sorted(build.KUBE_RELEASES),
+                ids=lambda minor: f"kubernetes-{minor}")
+def schemas(request: pytest.FixtureRequest) -> openapi.Schemas:
+    """The API schemas of each Kubernetes minor the local control plane supports."""
     s = openapi.Schemas()
-    kube = build.module_source("k8s.io/kubernetes", build.kube_version(),
+    kube = build.module_source("k8s.io/kubernetes", build.KUBE_RELEASES[request.param],
                                via="kube-apiserver")
     s.load_openapi(kube / "api" / "openapi-spec" / "v3")
     kueue = build.module_source("sigs.k8s.io/kueue", build.KUEUE_VERSION, via="kueue")

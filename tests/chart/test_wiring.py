@@ -1,0 +1,78 @@
+"""The chart and the code agree: the configuration file the chart writes is one `fitgate
+serve` loads, the certificate settings it passes are the ones `admission/certs.py` reads,
+the job kinds it gates are the ones the code handles, and the fitgate objects shipped as
+examples are valid against the CRDs the chart installs."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+import yaml
+
+from admission import certs, config
+from admission.kube import kinds
+from tests.chart import openapi
+from tests.chart.conftest import CHART, NAMESPACE, SCENARIOS, Helm, config_of, env_of, one
+
+REPO = CHART.parents[1]
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_serve_loads_the_charts_configuration(helm: Helm, tmp_path: pathlib.Path,
+                                               scenario: str) -> None:
+    objects = helm.template(SCENARIOS[scenario])
+    path = tmp_path / "config.yaml"
+    path.write_text(one(objects, "ConfigMap")["data"]["config.yaml"])
+    env = {k: v for k, v in env_of(objects).items() if isinstance(v, str)}
+    env["FITGATE_IDENTITY"] = "fitgate-7d9f-abcde"  # the pod name, from the downward API
+    cfg = config.load(str(path), env=env)
+    assert cfg.namespace == NAMESPACE
+    assert cfg.identity == "fitgate-7d9f-abcde"
+    assert cfg.lease_name == config_of(objects)["lease_name"]
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    if deployments:
+        (container,) = deployments[0]["spec"]["template"]["spec"]["containers"]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert (cfg.webhook_port, cfg.health_port) == (ports["webhook"], ports["http"])
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert cfg.cert_dir == mounts["tls"]
+        settings = certs.from_env(env, cfg.namespace, cfg.cert_dir)
+        if settings is not None:  # self-managed
+            service = one(objects, "Service")["metadata"]["name"]
+            assert settings.dns_names[0] == f"{service}.{NAMESPACE}.svc"
+            assert settings.mutating_webhook == one(
+                objects, "MutatingWebhookConfiguration")["metadata"]["name"]
+    else:
+        assert cfg.cert_dir is None  # a local fitgate serve is given its own
+
+
+def test_the_default_job_kinds_are_the_kinds_the_code_gates() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    chart = {(k["apiGroup"], k["apiVersion"], k["resource"])
+             for k in values["webhook"]["jobKinds"]}
+    assert chart == {(k.group, k.version, k.plural) for k in kinds.JOB_KINDS}
+
+
+def _fitgate_objects() -> list[tuple[str, dict]]:
+    found = []
+    for path in sorted(REPO.glob("examples/**/*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and str(doc.get("apiVersion", "")).startswith("fitgate.io/"):
+                found.append((f"{path.relative_to(REPO)}:{doc['metadata']['name']}", doc))
+    for page in sorted(REPO.glob("docs/*.md")):
+        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S):
+            for doc in yaml.safe_load_all(block):
+                if (isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith(
+                        "fitgate.io/") and "..." not in block):
+                    found.append((f"{page.relative_to(REPO)}:{doc['metadata']['name']}", doc))
+    return found
+
+
+def test_shipped_fitgate_objects_are_valid_against_the_charts_crds(
+        schemas: openapi.Schemas) -> None:
+    objects = _fitgate_objects()
+    assert {o["kind"] for _, o in objects} >= {"NodeShape", "FitPolicy"}
+    problems = {where: schemas.validate(o) for where, o in objects}
+    assert {k: v for k, v in problems.items() if v} == {}
