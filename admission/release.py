@@ -214,6 +214,16 @@ def decide(slots: Sequence[Slot] | None, pods: Sequence[Mapping[str, Any]]) -> l
 # ------------------------------------------------------------------ controller
 
 
+def _older(pod: Mapping[str, Any], than: Mapping[str, Any]) -> bool:
+    """Whether `pod` is an older version of the same pod than `than` (same uid, smaller
+    resourceVersion). Unknown or non-numeric versions count as not older: the store wins."""
+    a, b = _meta(pod), _meta(than)
+    if a.get("uid") != b.get("uid"):
+        return False
+    rv_a, rv_b = str(a.get("resourceVersion") or ""), str(b.get("resourceVersion") or "")
+    return rv_a.isdigit() and rv_b.isdigit() and int(rv_a) < int(rv_b)
+
+
 def key_of(pod: Mapping[str, Any]) -> store.Key | None:
     """The release controller's key of a pod: (namespace, workload uid)."""
     uid = workload_uid(pod)
@@ -236,6 +246,32 @@ class ReleaseController:
     def __init__(self, api: client.Client, pods: store.Store) -> None:
         self.api = api
         self.pods = pods
+        # The pods as our own patches returned them, per key, until the store catches up:
+        # the store lags the API, and deciding on a pod that does not show the slot we just
+        # gave it would give that slot to a second pod (two pods pinned to one node).
+        self._written: dict[str, dict[str, client.Obj]] = {}
+
+    def _current(self, key: str, pods: list[client.Obj]) -> list[client.Obj]:
+        """`pods` with each replaced by what our last patch returned for it, while the
+        store's copy is older than that (resourceVersions compared as etcd's integers)."""
+        written = self._written.get(key)
+        if not written:
+            return pods
+        out = []
+        for p in pods:
+            name = str(_meta(p).get("name"))
+            ours = written.get(name)
+            if ours is not None and _older(p, ours):
+                out.append(ours)
+                continue
+            written.pop(name, None)
+            out.append(p)
+        live = {str(_meta(p).get("name")) for p in pods}
+        for gone in set(written) - live:
+            del written[gone]
+        if not written:
+            del self._written[key]
+        return out
 
     async def placements(self, namespace: str, uid: str) -> list[Slot] | None:
         try:
@@ -250,7 +286,8 @@ class ReleaseController:
 
     async def reconcile(self, key: str) -> float | None:
         namespace, _, uid = key.rpartition("/")
-        pods = [p for p in self.pods.list(namespace) if workload_uid(p) == uid]
+        pods = self._current(key, [p for p in self.pods.list(namespace)
+                                   if workload_uid(p) == uid])
         if not any(_gate_index(p) is not None for p in pods):
             return None
         slots = await self.placements(namespace, uid)
@@ -260,8 +297,9 @@ class ReleaseController:
         again = False
         for action in decide(slots, pods):
             try:
-                await self.api.patch(kinds.POD, action.pod, action.patch,
-                                     namespace=namespace, patch_type="json")
+                written = await self.api.patch(kinds.POD, action.pod, action.patch,
+                                               namespace=namespace, patch_type="json")
+                self._written.setdefault(key, {})[action.pod] = written
             except errors.NotFound:
                 continue
             except errors.ApiError as exc:

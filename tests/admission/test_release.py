@@ -167,3 +167,26 @@ async def test_controller_releases_a_node_in_fitcores_order_as_pods_bind() -> No
     assert [n for n in order if n in ("w2", "w3")] == ["w2", "w3"]
     bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in api.objects(kinds.POD)}
     assert bound == {"l": "n1", "w0": "n1", "w1": "n1", "w2": "n2", "w3": "n2"}
+
+
+async def test_controller_never_gives_one_slot_to_two_pods_while_its_store_lags() -> None:
+    """Found by the e2e scenario 1: the Job's pods reach the store one by one and the store
+    lags the controller's own patches; a slot given to a pod must stay that pod's even when
+    the next reconcile still sees the pod without it."""
+    api = fake.FakeClient()
+    pods = store.Store(kinds.POD)
+    placements = [{"podSet": "workers", "index": i, "node": f"n{i}"} for i in range(4)]
+    api.seed(kinds.CONFIG_MAP, {"metadata": {"name": c.PLACEMENTS_PREFIX + UID,
+                                             "namespace": "default"},
+                                "data": {c.PLACEMENTS_KEY: json.dumps(placements)}})
+    created = [api.seed(kinds.POD, pod(f"w{i}")) for i in range(4)]
+    ctl = release.ReleaseController(api, pods)
+    pods.replace([created[1], created[3]])  # two pods have arrived
+    await ctl.reconcile(f"default/{UID}")
+    pods.replace(created)  # all four, but as they were before the controller's patches
+    await ctl.reconcile(f"default/{UID}")
+    nodes = [p["spec"]["nodeSelector"][c.HOSTNAME_LABEL] for p in api.objects(kinds.POD)]
+    assert sorted(nodes) == ["n0", "n1", "n2", "n3"], nodes
+    pods.replace(api.objects(kinds.POD))  # the store caught up: nothing left to write
+    await ctl.reconcile(f"default/{UID}")
+    assert not ctl._written
