@@ -36,7 +36,9 @@ def test_readme_names_the_make_test_stages_in_the_order_make_runs_them() -> None
     stages = re.findall(r"^TEST_TARGETS :?= (.+)$", makefile, re.M)[0].split()
     for include in re.findall(r"^-include (\S+)$", makefile, re.M):
         text = (REPO / include).read_text()
-        stages += [t for line in re.findall(r"^TEST_TARGETS \+= (.+)$", text, re.M)
+        variables = dict(re.findall(r"^(\w+) :?= (\S+)$", text, re.M))
+        stages += [re.sub(r"\$\((\w+)\)", lambda m: variables[m.group(1)], t)
+                   for line in re.findall(r"^TEST_TARGETS \+= (.+)$", text, re.M)
                    for t in line.split()]
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("`make test` runs, in order:"):]
