@@ -37,7 +37,7 @@ def test_readme_names_the_make_test_stages_in_the_order_make_runs_them() -> None
     for include in re.findall(r"^-include (\S+)$", makefile, re.M):
         text = (REPO / include).read_text()
         variables = dict(re.findall(r"^(\w+) :?= (\S+)$", text, re.M))
-        stages += [re.sub(r"\$\((\w+)\)", lambda m: variables[m.group(1)], t)
+        stages += [re.sub(r"\$\((\w+)\)", lambda m, v=variables: v[m.group(1)], t)
                    for line in re.findall(r"^TEST_TARGETS \+= (.+)$", text, re.M)
                    for t in line.split()]
     readme = (REPO / "README.md").read_text()
