@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export FITGATE_CACHE ?= $(HOME)/.cache/fitgate
 
-.PHONY: demo test setup lint unit helm-bin chart-rbac clean
+.PHONY: demo demo-offline test setup lint unit helm-bin chart-rbac clean
 
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard fitcore/*.pyx fitcore/*.pxd)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,15 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard fitcore/*.pyx fitcore/*.p
 
 setup: $(VENV)/.installed
 
-## The main job: fit a bundled example gang against a bundled inventory.
+## The main job: on the local control plane (built from Go modules on first use, with
+## progress; cached after), install fitgate with its chart and run scenario 1 once with
+## Kueue's built-in ProvisioningRequest check and once with fitgate, print the
+## comparison, tear everything down (e2e/demo.py).
 demo: setup
+	$(PY) -m e2e.demo
+
+## Without Go: `fitgate fit` on a bundled example gang and inventory.
+demo-offline: setup
 	$(VENV)/bin/fitgate fit --inventory examples/inventory --shapes examples/shapes \
 		--workload examples/workload.yaml
 

@@ -34,6 +34,7 @@ from kubernetes_asyncio import config
 
 from e2e import diagnostics, harness, kube
 from e2e.cluster.local import cluster
+from e2e.scenarios import topology
 
 _CLUSTER = pytest.StashKey["ClusterInfo"]()
 _HARNESS = pytest.StashKey[harness.Harness]()
@@ -53,7 +54,7 @@ def e2e_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
         request.config.stash[_CLUSTER] = info
         yield info
         return
-    local = cluster.LocalCluster(cluster.default_workdir(), node_groups=(harness.GPU_NODE_GROUP,))
+    local = cluster.LocalCluster(cluster.default_workdir(), node_groups=NODE_GROUPS)
     atexit.register(local.stop)
     # SIGTERM (a CI time-out, say) would end Python without running finalizers: turn it
     # into KeyboardInterrupt, which pytest handles by tearing down fixtures.
@@ -67,6 +68,11 @@ def e2e_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
         local.stop()
         atexit.unregister(local.stop)
         signal.signal(signal.SIGTERM, previous)
+
+
+# The node groups cluster-autoscaler may grow: the shared GPU pool and scenario 1's cheap
+# and dear groups (e2e/scenarios/topology.py).
+NODE_GROUPS = (harness.GPU_NODE_GROUP, *topology.NODE_GROUPS)
 
 
 def _interrupt(signum: int, frame: object) -> None:

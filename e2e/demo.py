@@ -35,19 +35,20 @@ def say(msg: str) -> None:
     print(f"==> {msg}", flush=True)
 
 
-async def scenario(local: cluster.LocalCluster, workdir: pathlib.Path,
-                   builtin_timeout: float) -> list[figures.Row]:
+async def scenario(local: cluster.LocalCluster, builtin_timeout: float
+                   ) -> list[figures.Row]:
     api = await config.new_client_from_config(config_file=str(local.kubeconfig))
     async with api:
         client = kube.Kube(api)
-        fg = fitgate.Fitgate(local.kubeconfig, local.binaries["helm"], workdir / "fitgate")
-        say("installing fitgate with its Helm chart; fitgate serve runs as a local process")
-        await fg.install(client)
         namespace = f"demo-{uuid.uuid4().hex[:6]}"
         await client.create({"apiVersion": "v1", "kind": "Namespace",
                              "metadata": {"name": namespace}})
-        h = harness.Harness(client, namespace)
+        h = harness.Harness(client, namespace, local=local)
+        fg = fitgate.Fitgate(h, local)
         try:
+            say("installing fitgate with its Helm chart; fitgate serve runs as a local "
+                "process with the chart's ServiceAccount")
+            await fg.install()
             say(f"scenario 1 with Kueue's built-in ProvisioningRequest check (gives up "
                 f"after {builtin_timeout:.0f} s)")
             builtin = await topology.run_builtin(h, builtin_timeout)
@@ -57,12 +58,13 @@ async def scenario(local: cluster.LocalCluster, workdir: pathlib.Path,
             say(f"fitgate: {fit.outcome}; nodes {fit.nodes}")
             return [builtin.row(), fit.row()]
         except BaseException:
-            print(fg.logs(60), file=sys.stderr)
+            for proc in h.processes:
+                print(f"--- {proc.name} ({proc.log_path}):\n{proc.log_tail(60)}",
+                      file=sys.stderr)
             raise
         finally:
+            await fg.uninstall()
             await h.cleanup()
-            await client.delete("v1", "Namespace", namespace)
-            await fg.uninstall(client)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         say("starting the local cluster")
         local.start()
-        rows = asyncio.run(scenario(local, args.workdir, args.builtin_timeout))
+        rows = asyncio.run(scenario(local, args.builtin_timeout))
     finally:
         say("tearing down")
         local.stop()

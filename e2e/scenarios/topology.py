@@ -175,7 +175,7 @@ async def _pending_reason(e2e: harness.Harness, job: str) -> str:
     for pod in await e2e.pods_of_job(job):
         cond = kube.condition(pod, "PodScheduled")
         if cond and cond.get("status") == "False" and cond.get("message"):
-            return str(cond["message"])[:160]
+            return str(cond["message"]).split(". ")[0][:160]  # not the preemption part
     return ""
 
 

@@ -733,7 +733,29 @@ def kwok_stages(src: pathlib.Path) -> list[dict[str, Any]]:
                   "operator": "In", "values": ["true"]})
     complete["spec"]["selector"]["matchExpressions"] = exprs
     stages.append(complete)
+    stages.append(NODE_HOSTNAME_STAGE)
     return stages
+
+
+# A kubelet labels its node kubernetes.io/hostname=<name>; nodes the kwok cloud provider
+# adds copy their group's template labels and so lack it. Whatever pins a pod to a node by
+# that label (fitgate's placements, topology spread, anti-affinity) needs it. kwok picks
+# one of the stages matching a node at random by weight, so this one outweighs the others
+# (weight 0) and runs first.
+NODE_HOSTNAME_STAGE: dict[str, Any] = {
+    "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage",
+    "metadata": {"name": "node-hostname-label"},
+    "spec": {
+        "resourceRef": {"apiGroup": "v1", "kind": "Node"},
+        "weight": 1000,
+        "selector": {"matchExpressions": [
+            {"key": '.metadata.labels["kubernetes.io/hostname"]',
+             "operator": "DoesNotExist"}]},
+        "next": {"patches": [{
+            "type": "merge", "root": "metadata",
+            "template": "labels:\n  kubernetes.io/hostname: {{ .metadata.name | Quote }}\n"}]},
+    },
+}
 
 
 def template_node(group: NodeGroup) -> dict[str, Any]:

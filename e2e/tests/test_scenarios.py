@@ -1,0 +1,38 @@
+"""The scenarios fitgate exists for (issue #13), each measured and printed.
+
+Scenario 1 runs the same gang twice in one test: through Kueue's built-in
+ProvisioningRequest check, then through fitgate (installed with the chart, ``fitgate
+serve`` as the chart's ServiceAccount). The figures go into the table printed at the end
+of the run (``e2e/tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from e2e import harness
+from e2e.scenarios import figures, fitgate, topology
+
+pytestmark = [pytest.mark.e2e]
+
+
+@pytest.mark.timeout(480)
+async def test_scenario_1_topology_mismatch_side_by_side(
+        e2e: harness.Harness, fitgate_installed: fitgate.Fitgate) -> None:
+    builtin = await topology.run_builtin(e2e)
+    fit = await topology.run_fitgate(e2e, fitgate.CHECK_NAME)
+    rows = [figures.record(builtin.row()), figures.record(fit.row())]
+    print("\n" + figures.table(rows))
+
+    # Kueue's check books CPU only: the autoscaler picks the cheap group, Kueue admits,
+    # and no pod can get 8 GPUs on one PCIe root there.
+    assert builtin.seconds is None, builtin
+    assert set(builtin.nodes) == {topology.group_name("builtin", "cheap")}, builtin
+    assert all(phase.startswith("Pending") for phase in builtin.pods.values()), builtin
+    assert builtin.unused_node_seconds > 0
+    # fitgate plans with the devices: 4 dear nodes, one pod each, all Running.
+    assert fit.seconds is not None, fit
+    dear = topology.group_name("fitgate", "dear")
+    assert {g: len(n) for g, n in fit.nodes.items()} == {dear: topology.GANG_PODS}, fit
+    hosts = {phase.split("@")[1] for phase in fit.pods.values()}
+    assert len(hosts) == topology.GANG_PODS and all(h.startswith(dear) for h in hosts), fit
