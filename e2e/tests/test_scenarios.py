@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from e2e import harness
-from e2e.scenarios import figures, fitgate, topology
+from e2e.scenarios import figures, fitgate, many, topology
 
 pytestmark = [pytest.mark.e2e]
 
@@ -36,3 +36,24 @@ async def test_scenario_1_topology_mismatch_side_by_side(
     assert {g: len(n) for g, n in fit.nodes.items()} == {dear: topology.GANG_PODS}, fit
     hosts = {phase.split("@")[1] for phase in fit.pods.values()}
     assert len(hosts) == topology.GANG_PODS and all(h.startswith(dear) for h in hosts), fit
+
+
+@pytest.mark.timeout(900)
+async def test_scenario_11_many_gangs_at_once_are_all_decided(
+        e2e: harness.Harness, fitgate_installed: fitgate.Fitgate) -> None:
+    try:
+        result = await many.run(e2e, fitgate.CHECK_NAME)
+        figures.record(result.row())
+        print("\n" + figures.table([result.row()]))
+        workloads = await e2e.kube.list("kueue.x-k8s.io/v1beta2", "Workload", e2e.namespace)
+    finally:
+        await many.delete_jobs(e2e)
+
+    assert not result.undecided, f"undecided after {many.DECIDE_TIMEOUT_S:.0f} s: " \
+        f"{result.undecided[:20]}"
+    assert result.admitted == result.expected["admitted"], result
+    assert result.explained == result.expected["explained"], result
+    assert many.duplicated_or_orphaned(result.requests, workloads) == []
+    # Only the big gang needed a new node: one dear node, nothing more.
+    dear = topology.group_name("fitgate", "dear")
+    assert {g: len(n) for g, n in result.nodes.items()} == {dear: many.BIG}, result.nodes
