@@ -176,7 +176,8 @@ def installed(tools: Tools, namespace: str) -> Iterator[dict[str, Any]]:
 def _live(tools: Tools, kind: str, name: str, namespace: str | None = None
           ) -> dict[str, Any]:
     args = ["get", kind, name, "-o", "json"] + (["-n", namespace] if namespace else [])
-    return json.loads(tools.kubectl(*args).stdout)
+    obj: dict[str, Any] = json.loads(tools.kubectl(*args).stdout)
+    return obj
 
 
 @pytest.mark.timeout(300)
@@ -369,7 +370,7 @@ async def test_fitgate_serve_runs_as_the_charts_service_account_behind_its_webho
 
         async def leading() -> bool:
             lease = await e2e.kube.get("coordination.k8s.io/v1", "Lease", lease_name, ns)
-            return bool(lease) and lease["spec"].get("holderIdentity") == "fitgate-local-0"
+            return bool((lease or {}).get("spec", {}).get("holderIdentity") == "fitgate-local-0")
         await e2e.wait_for(leading, 60, f"fitgate-local-0 holding Lease {ns}/{lease_name}")
 
         async def active() -> bool:
@@ -463,7 +464,7 @@ async def test_self_managed_certificates_with_only_the_charts_rbac(
                                                           server_hostname=service)
             except ConnectionRefusedError:
                 return None
-            peer = writer.get_extra_info("peercert")
+            peer: dict[str, Any] | None = writer.get_extra_info("peercert")
             writer.close()
             return peer
         peer = await e2e.wait_for(handshake, 30, "a TLS handshake the caBundle verifies")

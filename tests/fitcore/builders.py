@@ -15,7 +15,7 @@ def device(name: str, *, capacity: dict[str, Any] | None = None,
 
     Attribute names may use `__` for `/` and `_dot_` for `.` when a qualified name is needed.
     """
-    attrs = {}
+    attrs: dict[str, dict[str, Any]] = {}
     for key, value in attributes.items():
         key = key.replace("_dot_", ".").replace("__", "/")
         if isinstance(value, bool):
