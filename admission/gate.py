@@ -39,17 +39,17 @@ import dataclasses
 import datetime
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
 from admission import clock as clock_
 from admission import controller, fitting, gating, policy
+from admission.check import events
 from admission.kube import client, errors, kinds, store
 from fitcore import gang
 
 log = structlog.get_logger("fitgate.gate")
-_EVENT_NOTE_CHARS = 1024  # events.k8s.io/v1 note limit
 _MAX_REASONS = 20
 
 
@@ -282,25 +282,9 @@ class GateController:
         await self._event(job, job_kind, "Warning", "GateHeld", note)
         return recheck
 
-    async def _event(self, obj: client.Obj, kind: kinds.Kind, type_: str, reason: str,
-                     note: str) -> None:
-        meta = obj.get("metadata") or {}
-        now = self.clock.now()
-        event = {
-            "apiVersion": "events.k8s.io/v1", "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'fitgate')}.",
-                         "namespace": meta.get("namespace")},
-            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            "reportingController": self.config.controller,
-            "reportingInstance": self.config.instance,
-            "action": "Gate", "reason": reason, "type": type_,
-            "note": note if len(note) <= _EVENT_NOTE_CHARS
-            else note[:_EVENT_NOTE_CHARS - 1] + "…",
-            "regarding": {"apiVersion": kind.api_version, "kind": kind.kind,
-                          "name": meta.get("name"), "namespace": meta.get("namespace"),
-                          "uid": meta.get("uid")},
-        }
-        try:
-            await self.api.create(kinds.EVENT, event)
-        except errors.ApiError as exc:  # an event is a courtesy: never fail the decision
-            log.warning("event not recorded", reason=reason, error=str(exc))
+    async def _event(self, obj: client.Obj, kind: kinds.Kind,
+                     type_: Literal["Normal", "Warning"], reason: str, note: str) -> None:
+        """An Event regarding the Workload or its Job, written the way the check writes
+        its own (a failure to write one is logged, never fatal)."""
+        await events.Recorder(self.api, self.clock, instance=self.config.instance).record(
+            obj, type_, reason, note, action="Gate", kind=kind)

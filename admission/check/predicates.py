@@ -79,7 +79,12 @@ def message(category: Category | None, text: str, limit: int = c.MESSAGE_LIMIT) 
     line = " ".join(text.split())
     if category:
         line = f"{category}: {line}"
-    return line if len(line) <= limit else line[:limit - 1] + "…"
+    raw = line.encode()
+    if len(raw) <= limit:
+        return line
+    # Limits are in bytes where the API counts them (an Event's note), so cut by bytes:
+    # the text up to limit - 3 bytes, then the 3-byte ellipsis.
+    return raw[:limit - 3].decode(errors="ignore") + "…"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+import yaml
+
 from e2e import harness, kube, runner
 from e2e.cluster.local import cluster, pki, processes
 
@@ -80,9 +82,10 @@ class Fitgate:
         (cert_dir / "tls.key").write_bytes(pair.key.read_bytes())
         return cert_dir, ca.ca_bundle_b64()
 
-    async def install(self, replicas: int = 1) -> None:
-        """helm install in local development mode, then ``replicas`` serve processes;
-        returns when every replica is ready and the AdmissionCheck is Active."""
+    async def install(self, replicas: int = 1, order: tuple[int, ...] | None = None) -> None:
+        """helm install in local development mode, then ``replicas`` serve processes
+        started in ``order`` (default 0, 1, ...); the first one started leads (each
+        waits until the AdmissionCheck is Active before the next starts)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         _, ca_bundle = self.webhook_cert()
         started = time.monotonic()
@@ -96,9 +99,9 @@ class Fitgate:
         _log(f"helm install {RELEASE} (local development mode) in "
              f"{time.monotonic() - started:.1f}s")
         await self.write_chart_config()
-        for i in range(replicas):
+        for i in order or range(replicas):
             await self.start(i)
-        await self.wait_active()
+            await self.wait_active()
 
     async def uninstall(self) -> None:
         for proc in self.replicas:
@@ -154,6 +157,14 @@ class Fitgate:
             self.replicas.append(proc)
         self.replicas[index] = proc
         return proc
+
+    async def leader(self) -> str | None:
+        """The identity holding the chart's leader-election Lease (``e2e-<index>``)."""
+        config = yaml.safe_load((self.workdir / "fitgate.yaml").read_text())
+        lease = await self.e2e.kube.get("coordination.k8s.io/v1", "Lease",
+                                        str(config["lease_name"]), self.namespace)
+        holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
+        return str(holder) if holder else None
 
     async def wait_active(self, timeout: float = READY_TIMEOUT_S) -> None:
         """fitgate's AdmissionCheck Active (a leader runs the controllers)."""

@@ -176,8 +176,8 @@ def installed(tools: Tools, namespace: str) -> Iterator[dict[str, Any]]:
 def _live(tools: Tools, kind: str, name: str, namespace: str | None = None
           ) -> dict[str, Any]:
     args = ["get", kind, name, "-o", "json"] + (["-n", namespace] if namespace else [])
-    live: dict[str, Any] = json.loads(tools.kubectl(*args).stdout)
-    return live
+    obj: dict[str, Any] = json.loads(tools.kubectl(*args).stdout)
+    return obj
 
 
 @pytest.mark.timeout(300)
@@ -370,7 +370,7 @@ async def test_fitgate_serve_runs_as_the_charts_service_account_behind_its_webho
 
         async def leading() -> bool:
             lease = await e2e.kube.get("coordination.k8s.io/v1", "Lease", lease_name, ns)
-            return lease is not None and lease["spec"].get("holderIdentity") == "fitgate-local-0"
+            return bool((lease or {}).get("spec", {}).get("holderIdentity") == "fitgate-local-0")
         await e2e.wait_for(leading, 60, f"fitgate-local-0 holding Lease {ns}/{lease_name}")
 
         async def active() -> bool:

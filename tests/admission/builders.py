@@ -84,9 +84,9 @@ def fit_policy(name: str, **spec: Any) -> dict[str, Any]:
 def cluster(nodes: int = 2, *, gpus: int = 8, roots: int = 2) -> list[dict[str, Any]]:
     """DeviceClasses and `nodes` GPU nodes (gpus over roots, a NIC per root), one rack."""
     out: list[dict[str, Any]] = [*gb.classes()]
-    labels: dict[str, Any] = {"node.example.com/pool": "shared"}
+    pool: dict[str, Any] = {"node.example.com/pool": "shared"}
     for i in range(nodes):
-        out += gb.gpu_node(f"gpu-{i}", gpus=gpus, roots=roots, rack="rack-a", **labels)
+        out += gb.gpu_node(f"gpu-{i}", gpus=gpus, roots=roots, rack="rack-a", **pool)
     return out
 
 

@@ -107,8 +107,12 @@ def test_backoff(retries: int, seconds: int) -> None:
 
 
 def test_messages_are_one_line_led_by_the_category() -> None:
-    m = predicates.message("capacity", "a\nb   c", limit=12)
+    m = predicates.message("capacity", "a\nb   c", limit=14)
     assert m == "capacity: a…"
+    # Limits count bytes, as the API does for an Event's note: never over, even with
+    # multi-byte text and the ellipsis.
+    long = predicates.message(None, "× " * 600, limit=1024)
+    assert len(long.encode()) <= 1024 and long.endswith("…")
     assert predicates.message("coordination", "x") == "coordination: x"
 
 
