@@ -187,7 +187,8 @@ async def run(e2e: harness.Harness, k: kube.Kube, ns: str, kubeconfig: pathlib.P
     wl = await e2e.workload_of_job("too-big")
     assert wl is not None and gating.gated_by_us(wl)
 
-    # 2. Fits: ungated, quota reserved, waiting on fitgate's check.
+    # 2. Fits: ungated, quota reserved, then decided by fitgate's check (the same serve
+    # process runs it: the gang fits the existing node, so the check turns Ready).
     await k.create(builders.job("fits", ns, queue, claim_template_name="two-on-one-root",
                                 node_selector={dra_driver.SHAPE_LABEL: pool}))
 
@@ -197,9 +198,15 @@ async def run(e2e: harness.Harness, k: kube.Kube, ns: str, kubeconfig: pathlib.P
             return None
         wl = await e2e.workload_of_job("fits")
         return wl if kube.has_condition(wl, "QuotaReserved") else None
-    wl_fits = await e2e.wait_for(reserved, 90, "fits ungated and given quota")
-    entries = {e["name"]: e for e in wl_fits.get("status", {}).get("admissionChecks", [])}
-    assert entries[check]["state"] == "Pending"
+    await e2e.wait_for(reserved, 90, "fits ungated and given quota")
+
+    async def checked() -> dict[str, Any] | None:
+        wl = await e2e.workload_of_job("fits")
+        entries = {e["name"]: e for e in ((wl or {}).get("status") or {}).get(
+            "admissionChecks", [])}
+        return entries[check] if entries.get(check, {}).get("state") == "Ready" else None
+    ready = await e2e.wait_for(checked, 60, "fitgate's check Ready for fits")
+    assert ready["message"].startswith("fits on existing nodes"), ready
 
     # too-big never got quota, all this while.
     wl = await e2e.workload_of_job("too-big")

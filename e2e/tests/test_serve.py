@@ -134,8 +134,15 @@ async def test_serve_syncs_activates_the_check_and_hands_the_lease_over(
     for kind in ("Node", "Pod", "ResourceSlice", "Workload", "AdmissionCheck",
                  "ClusterQueue", "ProvisioningRequest", "Job"):
         assert informers[kind] == "synced", informers
-    # fitgate's own CRDs are not installed by the local cluster: reported, not fatal.
-    assert "not served" in informers["NodeShape"]
+    # fitgate's own CRDs are optional: without them (the local cluster does not install
+    # them; the chart tests do, and helm leaves CRDs behind) the kind is reported as not
+    # served, not fatal.
+    crd = await e2e.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                             "nodeshapes.fitgate.io")
+    if crd is None:
+        assert "not served" in informers["NodeShape"], informers
+    else:
+        assert informers["NodeShape"] == "synced", informers
 
     async def active(name: str) -> dict[str, Any] | None:
         return kube.condition(await e2e.kube.get(KUEUE, "AdmissionCheck", name), "Active")
