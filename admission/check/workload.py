@@ -88,6 +88,9 @@ class Settings:
     node_poll_seconds: int = c.NODE_POLL_SECONDS
     #: Re-check of a request the autoscaler has not answered (events also wake us).
     pending_poll_seconds: int = 60
+    #: How long nodes promised to an admitted gang stay out of other gangs' decisions
+    #: at most, while its pods have not all bound there (see `promised_nodes`).
+    promise_seconds: int = 600
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -107,6 +110,7 @@ class Stores:
     fit_policies: store.Store | None = None  # None: no FitPolicy restricts any gang
     namespaces: store.Store | None = None
     cluster_queues: store.Store | None = None
+    pods: store.Store | None = None  # to see an admitted gang's pods bind
 
     @classmethod
     def of(cls, by_kind: Mapping[kinds.Kind, store.Store]) -> Stores:
@@ -119,7 +123,7 @@ class Stores:
             resource_slices=by_kind[kinds.RESOURCE_SLICE],
             node_shapes=by_kind[kinds.NODE_SHAPE], claims=by_kind.get(kinds.RESOURCE_CLAIM),
             fit_policies=by_kind.get(kinds.FIT_POLICY), namespaces=by_kind.get(kinds.NAMESPACE),
-            cluster_queues=by_kind.get(kinds.CLUSTER_QUEUE))
+            cluster_queues=by_kind.get(kinds.CLUSTER_QUEUE), pods=by_kind.get(kinds.POD))
 
 
 def _labels(obj: Mapping[str, Any] | None) -> dict[str, str]:
@@ -155,6 +159,9 @@ class WorkloadReconciler:
         self.settings = settings or Settings()
         self.recorder = recorder or events.Recorder(api, self.clock)
         self._finished: set[str] = set()  # uids whose placements were deleted
+        # uid -> (namespace, pods placed per node, when): nodes promised to a gang this
+        # reconciler admitted, until its pods have bound there (see promised_nodes).
+        self._promised: dict[str, tuple[str, dict[str, int], float]] = {}
         self.policies = (policy.Policies(stores.fit_policies)
                          if stores.fit_policies is not None else None)
 
@@ -245,6 +252,50 @@ class WorkloadReconciler:
 
     # -------------------------------------------------------------------- plan
 
+    def promised_nodes(self, except_uid: str) -> set[str]:
+        """Nodes where a gang admitted by this reconciler still has pods to bind.
+
+        Between Ready and its pods binding, an admitted gang's devices are not yet
+        allocated, so the inventory shows them free; another gang decided meanwhile would
+        be placed on the same devices. Until every pod placed on a node has bound there,
+        that node is left out of other gangs' decisions (a whole node: coarse, never
+        double-booked). A promise ends when the pods have bound, or after
+        `promise_seconds` (pods that never come). Promises are kept in memory: a
+        replica that takes over leadership starts without them, and trusts the
+        inventory (the pods of a gang admitted just before are then its only guard)."""
+        out: set[str] = set()
+        now = self.clock.monotonic()
+        for uid, (namespace, nodes, since) in list(self._promised.items()):
+            if uid == except_uid:
+                continue
+            if now - since > self.settings.promise_seconds:
+                del self._promised[uid]
+                continue
+            bound: dict[str, int] = {}
+            for pod in self.stores.pods.list(namespace) if self.stores.pods else ():
+                labels = _meta(pod).get("labels") or {}
+                node = (pod.get("spec") or {}).get("nodeName")
+                if node and uid in (labels.get(c.PLACEMENT_LABEL),
+                                    labels.get(c.PLACEMENT_WORKLOAD_LABEL)):
+                    bound[node] = bound.get(node, 0) + 1
+            waiting = {n for n, want in nodes.items() if bound.get(n, 0) < want}
+            if not waiting:
+                del self._promised[uid]
+            out |= waiting
+        return out
+
+    def node_filter_of(self, wl: client.Obj, scope: policy.Scope | None
+                       ) -> Callable[[Any], bool] | None:
+        """Where the gang may go: its FitPolicy scope, minus nodes promised to others."""
+        allowed = scope.node_filter if scope is not None else None
+        promised = self.promised_nodes(str(_meta(wl).get("uid")))
+        if not promised:
+            return allowed
+
+        def node_filter(node: Any) -> bool:
+            return node.name not in promised and (allowed is None or allowed(node))
+        return node_filter
+
     def scope_of(self, wl: client.Obj) -> policy.Scope | None:
         """What the Workload's FitPolicies let it use (None: no policy applies). The same
         scope the gate and the webhook apply before quota, here on the ClusterQueue that
@@ -285,7 +336,7 @@ class WorkloadReconciler:
         scope = self.scope_of(wl)
         result = await self.inventory.plan_async(
             wg.gang, shapes=scope.shapes if scope else None,
-            node_filter=scope.node_filter if scope else None)
+            node_filter=self.node_filter_of(wl, scope))
         if scope is not None and result.verdict == "unsatisfiable":
             result = dataclasses.replace(result, reasons=(
                 f"FitPolicy {', '.join(scope.applied) or '(reserved capacity)'} allows "
@@ -450,7 +501,7 @@ class WorkloadReconciler:
         existing = self.existing_nodes(request)
         started = time.perf_counter()
         scope = self.scope_of(wl)
-        allowed = scope.node_filter if scope is not None else None
+        allowed = self.node_filter_of(wl, scope)
 
         def node_filter(node: Any) -> bool:
             return node.name in existing and (allowed is None or allowed(node))
@@ -533,7 +584,7 @@ class WorkloadReconciler:
         started = time.perf_counter()
         scope = self.scope_of(wl)
         result = await self.inventory.verify_async(
-            wg.gang, planned, node_filter=scope.node_filter if scope else None)
+            wg.gang, planned, node_filter=self.node_filter_of(wl, scope))
         metrics.DECISION_SECONDS.labels(operation="verify").observe(
             time.perf_counter() - started)
         if result.verdict == "fits":
@@ -629,6 +680,12 @@ class WorkloadReconciler:
             log.info("pins given up to avoid collisions", notes=updates.notes,
                      workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
         await self.sync_placements(wl, placements)
+        meta = _meta(wl)
+        per_node: dict[str, int] = {}
+        for p in placements:
+            per_node[p.node] = per_node.get(p.node, 0) + 1
+        self._promised[str(meta.get("uid"))] = (str(meta.get("namespace") or ""), per_node,
+                                                self.clock.monotonic())
         wait = await self.sync_status(wl, entry, Verdict(
             c.READY, predicates.message(None, text), None,
             pod_set_updates=updates.pod_set_updates))
@@ -797,7 +854,7 @@ def component(ctx: serve.Context) -> serve.Component:
         kinds.WORKLOAD, kinds.ADMISSION_CHECK, kinds.RESOURCE_FLAVOR,
         kinds.RESOURCE_CLAIM_TEMPLATE, kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE,
         kinds.NODE, kinds.RESOURCE_SLICE, kinds.NODE_SHAPE, kinds.RESOURCE_CLAIM,
-        kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE)})
+        kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE, kinds.POD)})
     return serve.Component(controllers=[
         WorkloadReconciler(ctx.api, stores, ctx.inventory, clock=ctx.clock,
                            settings=settings),

@@ -610,3 +610,26 @@ async def test_a_fitpolicy_keeps_the_plan_off_a_shape_it_does_not_allow(world: w
     assert len(mine) == 1
     planned = provisioning.plan_from_json(mine[0]["metadata"]["annotations"][c.PLAN_ANNOTATION])
     assert [s.shape for s in planned.shapes] == ["h100-dear"]
+
+
+async def test_nodes_promised_to_an_admitted_gang_are_not_promised_again(
+        world: w.World) -> None:
+    # `train` is admitted on n1; until its pods bind, the inventory still shows n1's
+    # devices free, yet `other` must not be promised them too (one reconciler, as in
+    # the service).
+    world.seed(*w.base(), *w.node("n1"), w.admitted(), w.admitted(name="other"))
+    r = world.reconciler()
+    assert await world.reconcile(r) is None
+    assert world.entry()["state"] == "Ready"
+    await world.reconcile(r, name="other")
+    assert world.entry("other")["state"] != "Ready"
+    # Once train's pods have bound on n1 (their devices are then the inventory's), the
+    # promise ends; n1 is judged on what it really holds.
+    uid = world.workload()["metadata"]["uid"]
+    assert r.promised_nodes("someone-else") == {"n1"}
+    for i in range(2):
+        world.seed({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": f"train-{i}", "namespace": "default",
+                                 "labels": {c.PLACEMENT_LABEL: uid}},
+                    "spec": {"nodeName": "n1", "containers": []}})
+    assert r.promised_nodes("someone-else") == set()
