@@ -482,6 +482,49 @@ class Snapshot:
             other.insert(e)
         return other
 
+    def replaced(self, changes: Mapping[int, _NodeEntry]) -> Snapshot:
+        """This snapshot with the entries at these positions replaced by other entries of
+        the same nodes, with the same labels (the hostname aside): what an incremental
+        index (`fitcore.inventory`) does after a few nodes changed. Costs O(changes +
+        classes) plus copying the entries list; the label groups are shared."""
+        other = Snapshot.indexed(self.inventory, self.global_slices, self.owner,
+                                 self._allocated_by_pool, self.keys)
+        other.devices = self.devices
+        other.entries = list(self.entries)
+        other.label_groups = self.label_groups
+        other.group_nodes = self.group_nodes
+        other.node_group = self.node_group
+        other._group_index = self._group_index  # not written: nothing is inserted
+        other.cells = dict(self.cells)
+        other.class_rep = dict(self.class_rep)
+        lost: set[int] = set()
+        for i, e in changes.items():
+            old = other.entries[i]
+            assert old.node.name == e.node.name and old.labels == e.labels
+            other.entries[i] = e
+            group = other.node_group[i]
+            cell = (group, old.key)
+            other.cells[cell] -= 1
+            if not other.cells[cell]:
+                del other.cells[cell]
+            cell = (group, e.key)
+            other.cells[cell] = other.cells.get(cell, 0) + 1
+            if other.class_rep.get(old.key) == i:
+                lost.add(old.key)
+            rep = other.class_rep.get(e.key)
+            if rep is None or i < rep:
+                other.class_rep[e.key] = i
+        lost = {k for k in lost if other.entries[other.class_rep[k]].key != k}
+        if lost:  # a class lost its first node: find its new first node, if any
+            for key in lost:
+                other.class_rep.pop(key, None)
+            for i, e in enumerate(other.entries):
+                if e.key in lost and e.key not in other.class_rep:
+                    other.class_rep[e.key] = i
+        if "node_names" in self.__dict__:
+            other.__dict__["node_names"] = self.__dict__["node_names"]
+        return other
+
     @classmethod
     def indexed(cls, inventory: model.Inventory, global_slices: list[model.ResourceSlice],
                 owner: Mapping[PoolKey, str],

@@ -74,7 +74,8 @@ class _GangState:
     memo: gang.Memo
     projection: projection.Projection
     entries: dict[str, tuple[gang._NodeEntry, gang._NodeEntry]]  # base -> projected
-    view: tuple[int, gang.Snapshot] | None = None  # (version, projected snapshot)
+    # (snapshot number, inventory version, the projected snapshot)
+    view: tuple[int, int, gang.Snapshot] | None = None
 
 
 class Inventory:
@@ -109,6 +110,13 @@ class Inventory:
         self._scratch: dict[Any, Any] = {}  # hypothetical nodes of shapes, across snapshots
         self._devices = 0
         self._generation = 0  # numbers each version of a node's index entry
+        # Snapshots are numbered; the log says which nodes each one recomputed, so that
+        # a gang's view of an earlier one is patched instead of rebuilt. It is cleared
+        # when nodes come or go (positions shift).
+        self._snap_no = 0
+        self._log: collections.deque[tuple[int, frozenset[str]]] = collections.deque(maxlen=256)
+        self._index: dict[str, int] = {}  # node name -> position in name order
+        self._layout_changed = True
 
     # ------------------------------------------------------------------ events
 
@@ -146,11 +154,13 @@ class Inventory:
         if node is None:
             if self._nodes.pop(name, None) is not None:
                 self._names.remove(name)
+                self._layout_changed = True
                 self._entries.pop(name, None)
                 self._dirty.discard(name)
             return
         if name not in self._nodes:
             bisect.insort(self._names, name)
+            self._layout_changed = True
         self._nodes[name] = node
         self._dirty.add(name)
 
@@ -254,6 +264,7 @@ class Inventory:
             self._gangs.clear()
             self._scratch = {}
             self._all_dirty = True
+            self._layout_changed = True
         for pk in self._dirty_pools:
             self._allocated_in(pk)
             owner = self._owner.get(pk)
@@ -267,19 +278,33 @@ class Inventory:
             self._scratch = {}
         global_slices = [s for pk in sorted(self._global)
                          for s in self._pool_slices.get(pk, {}).values()]
+        # The owner and allocation tables are shared with the snapshot, not copied: a
+        # snapshot is only decided on while it is current.
         snap = gang.Snapshot.indexed(
-            model.Inventory((), self._classes, _EMPTY_STATE), global_slices, dict(self._owner),
-            dict(self._allocated), self._keys)
+            model.Inventory((), self._classes, _EMPTY_STATE), global_slices, self._owner,
+            self._allocated, self._keys)
         snap.devices = self._devices
         snap.scratch = self._scratch
         # The node entries, in name order. They are not inserted: decisions run on the
         # gang's projected view of them (`_view`), which indexes them itself.
-        entries = snap.entries
-        for name in self._names:
-            e = self._entries.get(name)
-            if e is None or name in self._dirty:
-                e = self._entry(snap, name, e)
-            entries.append(e)
+        previous = self._snapshot[1] if self._snapshot is not None else None
+        self._snap_no += 1
+        if previous is None or self._layout_changed:
+            self._index = {name: i for i, name in enumerate(self._names)}
+            self._log.clear()
+            entries = snap.entries
+            for name in self._names:
+                e = self._entries.get(name)
+                if e is None or name in self._dirty:
+                    e = self._entry(snap, name, e)
+                entries.append(e)
+        else:
+            snap.entries = entries = list(previous.entries)
+            changed = self._dirty & self._nodes.keys()
+            for name in changed:
+                entries[self._index[name]] = self._entry(snap, name, self._entries.get(name))
+            self._log.append((self._snap_no, frozenset(changed)))
+        self._layout_changed = False
         self._dirty.clear()
         self._all_dirty = False
         self._store.size = 2 * len(self._names) + 4096
@@ -335,8 +360,13 @@ class Inventory:
         snap = self._current()
         if self._global:
             state.memo = gang.Memo()  # fills of nodes that see shared pools are not kept
-        if node_filter is None and state.view is not None and state.view[0] == self._version:
-            return state.view[1], []
+        if node_filter is None and state.view is not None:
+            if state.view[0] == self._snap_no:
+                return state.view[2], []
+            patched = self._patched(state, snap)
+            if patched is not None:
+                state.view = (self._snap_no, self._version, patched)
+                return patched, []
         entries = []
         refused: list[str] = []
         kept = state.entries
@@ -348,16 +378,39 @@ class Inventory:
                 continue
             hit = kept.get(e.node.name)
             if hit is None or hit[0] is not e:
-                hit = kept[e.node.name] = (e, self._project(state.projection, snap, e))
+                hit = kept[e.node.name] = (e, self._project(state.projection, e))
             entries.append(hit[1])
         view = snap.with_entries(entries)
         view.scratch = self._scratch
         if node_filter is None:
-            state.view = (self._version, view)
+            state.view = (self._snap_no, self._version, view)
         return view, refused
 
-    def _project(self, proj: projection.Projection, snap: gang.Snapshot,
-                 e: gang._NodeEntry) -> gang._NodeEntry:
+    def _patched(self, state: _GangState, snap: gang.Snapshot) -> gang.Snapshot | None:
+        """The gang's previous view with the nodes recomputed since patched in, or None
+        when it must be rebuilt (nodes came or went, too many changed, labels changed)."""
+        assert state.view is not None
+        since = state.view[0]
+        if not self._log or self._log[0][0] > since + 1:
+            return None
+        changed = set().union(*(names for no, names in self._log if no > since))
+        if len(changed) > len(snap.entries) // 8 + 1:
+            return None
+        previous = state.view[2]
+        changes = {}
+        for name in changed:
+            i = self._index[name]
+            e = snap.entries[i]
+            projected = self._project(state.projection, e)
+            state.entries[name] = (e, projected)
+            if projected.labels != previous.entries[i].labels:
+                return None
+            changes[i] = projected
+        view = previous.replaced(changes)
+        view.scratch = self._scratch
+        return view
+
+    def _project(self, proj: projection.Projection, e: gang._NodeEntry) -> gang._NodeEntry:
         if e.sees_global:
             return e
         key, order = proj.node_key(e, self._allocated)
