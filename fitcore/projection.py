@@ -57,10 +57,33 @@ def _bare(name: str) -> str:
     return name.rpartition("/")[2]
 
 
+_EXACT: dict[int, tuple[values.Quantity, tuple[int, int]]] = {}
+_STATES: dict[tuple[Any, ...], str] = {}
+
+
 def _exact(q: values.Quantity) -> tuple[int, int]:
-    """A quantity as a pair of ints: hashed far faster than its Fraction."""
+    """A quantity as a pair of ints: hashed far faster than its Fraction. Parsed
+    quantities are shared per text (values.Quantity.parse), so this is mostly a lookup;
+    the quantity is kept with its pair, so that its id stays unique."""
+    hit = _EXACT.get(id(q))
+    if hit is not None and hit[0] is q:
+        return hit[1]
     v = q.value
-    return (v.numerator, v.denominator)
+    pair = (v.numerator, v.denominator)
+    if len(_EXACT) > 1 << 16:
+        _EXACT.clear()
+    _EXACT[id(q)] = (q, pair)
+    return pair
+
+
+def _state(st: tuple[Any, ...]) -> str:
+    """A device's allocated state as sortable text (states are few: found once each)."""
+    found = _STATES.get(st)
+    if found is None:
+        if len(_STATES) > 1 << 16:
+            _STATES.clear()
+        found = _STATES[st] = repr(st)
+    return found
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -205,7 +228,7 @@ class Projection:
                 attrs.append((name, type(value).__name__, value))
             elif act == 2:
                 labels.append(f"{name}={value!r}")
-        attrs.sort(key=lambda a: a[0])
+        attrs.sort()  # by name: names are unique
         capacity = tuple(sorted((name, _exact(c.value), c.request_policy)
                                 for name, c in d.capacity.items())) if d.capacity else ()
         counters = tuple((c.counter_set, tuple(sorted((n, _exact(q))
@@ -267,7 +290,7 @@ class Projection:
         # Values of the renamed attribute by rank of their group's content.
         rank: dict[str | None, int] = {None: -1}
         if self.view.relabel is not None:
-            ranked = sorted((tuple(sorted((pi, dk, repr(st)) for pi, dk, st in members)), label)
+            ranked = sorted((tuple(sorted((pi, dk, _state(st)) for pi, dk, st in members)), label)
                             for label, members in groups.items() if label is not None)
             for i, (_, label) in enumerate(ranked):
                 rank[label] = i
@@ -276,7 +299,7 @@ class Projection:
         for pk, ordered, info, devices in pools:
             items = [(k, st, rank[lbl], name) for k, st, lbl, name in devices]
             if not ordered:
-                items.sort(key=lambda x: (x[0], repr(x[1]), x[2], x[3]))
+                items.sort(key=lambda x: (x[0], _state(x[1]), x[2], x[3]))
             key_parts.append((info, tuple((k, st, r) for k, st, r, _ in items)))
             order.extend(model.DeviceId(pk[0], pk[1], name) for _, _, _, name in items)
         # Pods one node can hold by its devices at most: resources that allow more do not
