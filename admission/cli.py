@@ -8,11 +8,18 @@ fit. Inputs are YAML or JSON files (multi-document allowed) or directories of th
 
 Exit status: 0 for any verdict; 2 for bad input, with a message naming the file, the
 object and the field.
+
+Reading is fast enough for real clusters: `.json` files (and any file that starts with
+`{` or `[`) go through `json`, one object per file (a `kind: List`, as `kubectl get -o
+json` prints, is flattened); YAML through libyaml's CSafeLoader when PyYAML has it. `fit`
+feeds the objects to a `fitcore.inventory.Inventory` one by one, dropping each as it goes,
+so that the raw objects and the parsed inventory are not all held at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -23,7 +30,9 @@ from typing import Any
 
 import yaml
 
-from fitcore import errors, gang, plan, workload
+from fitcore import errors, gang, inventory, plan, workload
+
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
 
 EXIT_BAD_INPUT = 2
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -56,7 +65,8 @@ def read_documents(paths: Sequence[str]) -> list[workload.Document]:
         for path in _files(pathlib.Path(raw)):
             try:
                 text = path.read_text()
-                docs = list(yaml.safe_load_all(text))
+                docs = _parse(text, path)
+                del text
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"{path}: cannot read: {exc}") from exc
             except yaml.YAMLError as exc:
@@ -67,8 +77,25 @@ def read_documents(paths: Sequence[str]) -> list[workload.Document]:
                 if not isinstance(doc, Mapping):
                     raise UsageError(f"{path}: document {i + 1} is a {type(doc).__name__}, "
                                      "not a Kubernetes object")
-                out.append((doc, str(path)))
+                if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+                    out.extend((item, str(path)) for item in doc["items"])
+                else:
+                    out.append((doc, str(path)))
+            del docs
     return out
+
+
+def _parse(text: str, path: pathlib.Path) -> list[Any]:
+    """The documents of one file: JSON when it looks like JSON (one value), else YAML."""
+    head = text.lstrip()[:1]
+    if path.suffix == ".json" or head in ("{", "["):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            pass  # several JSON documents, or YAML after all: the YAML reader says
+        else:
+            return value if isinstance(value, list) else [value]
+    return list(yaml.load_all(text, Loader=_YAML_LOADER))
 
 
 # ------------------------------------------------------------------------ fit
@@ -92,11 +119,57 @@ def load_cluster(inventory: Sequence[str], shape_paths: Sequence[str], workload_
     return gangs[0], bundle
 
 
-def run_fit(inventory: Sequence[str], shape_paths: Sequence[str], workload_path: str
+_TEMPLATE_KINDS = ("ResourceClaimTemplate",)
+
+
+def run_fit(inventory_paths: Sequence[str], shape_paths: Sequence[str], workload_path: str
             ) -> tuple[gang.Gang, plan.PlanResult]:
-    g, bundle = load_cluster(inventory, shape_paths, workload_path)
-    snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used)
-    return g, plan.plan(g, snapshot, bundle.shapes)
+    """Feed the inventory and shapes to an Inventory, build the gang, plan. Every bad
+    object is reported (with its file), not only the first."""
+    inv = inventory.Inventory()
+    problems: list[errors.FieldError] = []
+    templates: dict[tuple[str, str], Mapping[str, Any]] = {}
+    claims: dict[tuple[str, str], Mapping[str, Any]] = {}
+    docs = read_documents(inventory_paths) + read_documents(shape_paths)
+    wl_docs = read_documents([workload_path])
+    docs += [d for d in wl_docs if d[0].get("kind") not in _GANG_KINDS]
+    gang_docs = [d for d in wl_docs if d[0].get("kind") in _GANG_KINDS]
+    docs.reverse()  # popped from the end: in file order, each dropped once applied
+    while docs:
+        obj, source = docs.pop()
+        kind = obj.get("kind")
+        if kind in _GANG_KINDS:
+            continue  # other tenants' workloads: their pods count, as Pods
+        if kind in _TEMPLATE_KINDS or kind == "ResourceClaim":
+            (templates if kind in _TEMPLATE_KINDS else claims)[_key(obj)] = obj
+            if kind in _TEMPLATE_KINDS:
+                continue
+        try:
+            inv.apply("ADDED", obj)
+        except errors.InputError as exc:
+            problems.extend(e if e.source else dataclasses.replace(e, source=source)
+                            for e in exc.errors)
+    if len(gang_docs) != 1:
+        found = ", ".join(f"{o.get('kind')} {_key(o)[0]}/{_key(o)[1]}"
+                          for o, _ in gang_docs) or "none"
+        problems_text = f"{workload_path}: must hold exactly one Workload or Job, found {found}"
+        if problems:
+            raise errors.InputError(problems)
+        raise UsageError(problems_text)
+    obj, source = gang_docs[0]
+    try:
+        g = workload.gang_of(obj, templates, claims, source)
+    except errors.InputError as exc:
+        problems.extend(exc.errors)
+    if problems:
+        raise errors.InputError(problems)
+    return g, inv.plan(g)
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
 
 
 def run_verify(before: Sequence[str], after: Sequence[str], shape_paths: Sequence[str],

@@ -13,13 +13,17 @@ TEST_TARGETS += oracle-test
 
 ## Benchmarks (print tables; figures are for the closing notes, not assertions).
 ##   make bench-alloc     compiled core vs reference on per-node layouts
-##   make bench-gang      64-pod gang decisions over 100 / 1,000 / 5,000 nodes
+##   make bench-gang      64-pod gang decisions over 100 / 1,000 / 5,000 nodes, then
+##                        8/64/256-pod gangs on realistic 1,000 / 5,000 / 10,000-node
+##                        clusters through the Inventory, and its memory for 10,000
 ##   make bench-compare   fitcore vs the upstream allocator (writes bench/results/compare.json)
 bench-alloc: setup
 	$(PY) -m bench.alloc
 
 bench-gang: setup
 	$(PY) -m bench.gang
+	$(PY) -m bench.realistic
+	$(PY) -m bench.realistic --memory 10000
 
 bench-compare: setup oracle
 	$(PY) -m bench.compare

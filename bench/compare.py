@@ -7,6 +7,9 @@ Same inputs, three groups:
   capacity);
 - adversarial per-node questions (N requested where N-1 match, 64 interchangeable
   devices under an impossible matchAttribute, a value group one device short);
+- the same gang on 1,000 realistic nodes (bench.realistic's cluster: unique attributes,
+  random allocations, three GPU models, MIG nodes), fitcore through an Inventory, cold
+  (first decision after loading) and warm;
 - a 64-pod gang on 1,000 nodes: the scheduler's way (the oracle allocates pod by pod,
   carrying allocations forward; per pod it filters nodes as kube-scheduler does, until it
   has the adaptive percentageOfNodesToScore's number of feasible nodes — and, as a lower
@@ -38,6 +41,7 @@ from typing import Any
 
 from bench import alloc as per_node
 from bench import gang as gang_bench
+from bench import realistic as realistic_bench
 from bench.oracle import oracle as oracle_client
 from fitcore import (
     _alloc,  # noqa: F401  (fail loudly when the extension is not built)
@@ -51,6 +55,7 @@ from tests.fitcore import builders as b
 
 G, ROOT = per_node.G, per_node.ROOT
 TIMEOUT_MS = 5_000
+REALISTIC_PODS = 64
 
 
 def shared_capacity() -> list[dict[str, Any]]:
@@ -154,6 +159,40 @@ def gang_rows(oracle: oracle_client.Oracle, nodes: int, repeat: int) -> list[dic
     return rows
 
 
+def realistic_rows(oracle: oracle_client.Oracle, nodes: int, repeat: int
+                   ) -> list[dict[str, Any]]:
+    """The 64-pod gang on the realistic cluster of bench.realistic (unique attributes,
+    random allocations, three GPU models, MIG nodes, bound pods), answered by an
+    Inventory (cold: first decision after loading; warm: again) and the scheduler's way
+    by the oracle (devices only: it does not count cpu, memory or bound pods)."""
+    objects = list(realistic_bench.objects(nodes))
+    g = realistic_bench.gang_for(REALISTIC_PODS, "fit")
+    inv, _, _ = realistic_bench.load(nodes)
+    cold, result = realistic_bench.timed(lambda: inv.fit(g))
+    warm = median(lambda: inv.fit(g), repeat, budget_s=20.0)
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for o in objects:
+        by_kind.setdefault(o["kind"], []).append(o)
+    template = realistic_bench.TEMPLATES[("team", "h100-root")]
+    pods = [{"name": f"worker-{i}", "claims": [{
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": f"worker-{i}-devices", "namespace": "team"},
+        "spec": template["spec"]["spec"]}]} for i in range(REALISTIC_PODS)]
+    case = {"mode": "gang", "nodes": by_kind["Node"], "slices": by_kind["ResourceSlice"],
+            "classes": by_kind["DeviceClass"], "allocated": by_kind.get("ResourceClaim", []),
+            "pods": pods, "timeout_ms": TIMEOUT_MS, "filter": "scheduler"}
+    answer = oracle.ask(case, timeout=3600)
+    label = f"{REALISTIC_PODS} pods, {nodes} realistic nodes"
+    return [{"group": "gang", "case": f"{label}: warm", "verdict": result.verdict,
+             "fitcore_ms": warm * 1e3, "upstream_ms": answer["nanos"] / 1e6,
+             "upstream_timed_out": False, "upstream_placed": answer["placed"],
+             "upstream_calls": answer["calls"], "pods": REALISTIC_PODS},
+            {"group": "gang", "case": f"{label}: cold", "verdict": result.verdict,
+             "fitcore_ms": cold * 1e3, "upstream_ms": answer["nanos"] / 1e6,
+             "upstream_timed_out": False, "upstream_placed": answer["placed"],
+             "upstream_calls": answer["calls"], "pods": REALISTIC_PODS}]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=21)
@@ -163,6 +202,7 @@ def main() -> None:
     with oracle_client.Oracle.start() as oracle:
         rows = per_node_rows(oracle, args.repeat)
         rows += gang_rows(oracle, args.nodes, max(3, args.repeat // 4))
+        rows += realistic_rows(oracle, args.nodes, max(3, args.repeat // 4))
     print("fitcore ms, and how many times faster than upstream: asked again / a new pod of "
           "a known template / a new template (see bench.alloc.fitcore_times)")
     print(f"{'group':12} {'case':42} {'verdict':8} {'fitcore ms':>24} {'upstream ms':>12} "
@@ -181,7 +221,8 @@ def main() -> None:
               f"{lo:>1}{up:11.3f} {ratios:>30}")
     for r in (r for r in rows if r["group"] == "gang"):
         print(f"upstream, {r['case']}: {r['upstream_calls']} Allocate calls, "
-              f"{r['upstream_placed']} of {gang_bench.PODS} pods placed (topology ignored)")
+              f"{r['upstream_placed']} of {r.get('pods', gang_bench.PODS)} pods placed "
+              "(topology, cpu and memory ignored)")
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as fh:
         json.dump(rows, fh, indent=2)

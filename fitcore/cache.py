@@ -4,16 +4,28 @@ A service (or a gang placement) asks many questions of one inventory whose slice
 change between questions while its allocated state does (pod by pod). Pools per node and
 selector results per device depend on the slices alone, so they are cached under the
 identity of the inventory's slices tuple. The entry holds that tuple, so its id cannot be
-reused while cached; a few entries are kept, least recently used first out. Per node the
+reused while cached; entries are kept least recently used first out. Per node the
 entry also keeps the compiled core's problems by claim content (`NodeDevices.problems`):
 they too depend on the slices, the node and the claims, not on the allocated state.
+
+All of it lives in a `Store`. The process has a default one (a few entries: one-off
+questions on whole inventories); `fitcore.inventory.Inventory` owns its own, sized to its
+nodes, and makes it current (`use`) while it decides. A gang decision asks about each node
+class representative with that node's own slices tuple, which the inventory keeps stable
+while the node's slices do not change, so the entry of an unchanged node survives any
+change elsewhere. Selector results are kept per store by (expression, what the expression
+can read of the device), so devices that differ only in attributes no selector reads (a
+`uuid`) share one evaluation.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import dataclasses
 import os
+from collections.abc import Iterator
 
 from fitcore import model, pools, semantics, values
 
@@ -34,6 +46,7 @@ _Pool = pools.Pool
 @dataclasses.dataclass(slots=True)
 class Entry:
     slices: tuple[model.ResourceSlice, ...]
+    store: Store
     selector: semantics.Selector = dataclasses.field(default_factory=semantics.Selector)
     pools: dict[tuple[str, tuple[tuple[str, str], ...]], list[_Pool]] = dataclasses.field(
         default_factory=dict)
@@ -75,7 +88,8 @@ class Entry:
         key = _node_key(node)
         found = self.devices.get(key)
         if found is None:
-            found = self.devices[key] = NodeDevices(node, self.pools_for(node), self.selector)
+            found = self.devices[key] = NodeDevices(node, self.pools_for(node), self.selector,
+                                                    self.store)
         if len(self.by_node) > 2 * len(self.devices) + 64:
             self.by_node.clear()  # node objects come and go (a service re-reads them)
         self.by_node[id(node)] = (node, found)
@@ -91,8 +105,9 @@ class NodeDevices:
     allocator order, and which of them each request alternative could ever take."""
 
     def __init__(self, node: model.Node, gathered: list[pools.Pool],
-                 selector: semantics.Selector) -> None:
+                 selector: semantics.Selector, store: Store | None = None) -> None:
         self.selector = selector
+        self.store = store if store is not None else current()
         self.devices: list[tuple[pools.Pool, model.Device, model.DeviceId]] = []
         self.slices: list[model.ResourceSlice] = []
         self.index: dict[model.DeviceId, int] = {}
@@ -117,12 +132,13 @@ class NodeDevices:
         self.problems: dict[object, tuple[object, object]] = {}
 
     def keep_problem(self, key: object, value: tuple[object, object]) -> None:
-        """Keep a compiled problem; over KEPT_PROBLEMS on all nodes, the oldest goes."""
+        """Keep a compiled problem; over the store's bound on all nodes, the oldest goes."""
         self.problems[key] = value
-        _kept.append((self, key, value))
-        while len(_kept) > KEPT_PROBLEMS:
-            node_devices, old, kept = _kept.popleft()
-            if node_devices.problems.get(old) is kept:  # not since compiled again
+        kept = self.store.kept
+        kept.append((self, key, value))
+        while len(kept) > self.store.kept_problems:
+            node_devices, old, problem = kept.popleft()
+            if node_devices.problems.get(old) is problem:  # not since compiled again
                 del node_devices.problems[old]
 
     def candidates(self, exact: model.ExactRequest, device_class: model.DeviceClass,
@@ -181,17 +197,53 @@ class _Choice:
     failing: list[int]
 
 
-_entries: collections.OrderedDict[int, Entry] = collections.OrderedDict()
-_kept: collections.deque[tuple[NodeDevices, object, object]] = collections.deque()
+class Store:
+    """Kept work: entries per slices tuple (least recently used out past `size`) and the
+    compiled problems over all of them (oldest out past `kept_problems`)."""
+
+    def __init__(self, *, size: int = _SIZE, kept_problems: int | None = None) -> None:
+        self.size = size
+        self.kept_problems = KEPT_PROBLEMS if kept_problems is None else kept_problems
+        self.entries: collections.OrderedDict[int, Entry] = collections.OrderedDict()
+        self.kept: collections.deque[tuple[NodeDevices, object, object]] = collections.deque()
+        # Shared by every entry: results by (expression, device content).
+        self.selector = semantics.Selector(by_content=True)
+
+    def for_slices(self, slices: tuple[model.ResourceSlice, ...]) -> Entry:
+        key = id(slices)
+        entry = self.entries.get(key)
+        if entry is not None and entry.slices is slices:
+            self.entries.move_to_end(key)
+            return entry
+        entry = self.entries[key] = Entry(slices, self, self.selector)
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+        return entry
+
+    def stats(self) -> dict[str, int]:
+        return {"kept entries": len(self.entries), "kept problems": len(self.kept),
+                "selector results": self.selector.size()}
+
+
+_default = Store()
+_current: contextvars.ContextVar[Store] = contextvars.ContextVar("fitcore_store",
+                                                                 default=_default)
+
+
+def current() -> Store:
+    """The store questions are answered with now."""
+    return _current.get()
+
+
+@contextlib.contextmanager
+def use(store: Store) -> Iterator[Store]:
+    """Answer questions with `store` inside the block (per thread and task)."""
+    token = _current.set(store)
+    try:
+        yield store
+    finally:
+        _current.reset(token)
 
 
 def for_slices(slices: tuple[model.ResourceSlice, ...]) -> Entry:
-    key = id(slices)
-    entry = _entries.get(key)
-    if entry is not None and entry.slices is slices:
-        _entries.move_to_end(key)
-        return entry
-    entry = _entries[key] = Entry(slices)
-    while len(_entries) > _SIZE:
-        _entries.popitem(last=False)
-    return entry
+    return _current.get().for_slices(slices)

@@ -31,7 +31,8 @@ class Reader:
         self, obj: Any, key: str, path: str, typ: type[T] | tuple[type, ...],
         default: Any = None, *, required: bool = False,
     ) -> Any:
-        value = obj.get(key) if isinstance(obj, Mapping) else None
+        # `type(...) is dict` first: the ABC check is slow, and parsed JSON is dicts.
+        value = obj.get(key) if type(obj) is dict or isinstance(obj, Mapping) else None
         where = f"{path}.{key}" if path else key
         if value is None:
             if required:
@@ -51,7 +52,7 @@ class Reader:
             self.c.add(where, f"must have at most {limit} entries, has {len(seq)}")
         out = []
         for i, item in enumerate(seq):
-            if not isinstance(item, Mapping):
+            if type(item) is not dict and not isinstance(item, Mapping):
                 self.c.add(f"{where}[{i}]", f"must be an object, got {type(item).__name__}")
                 continue
             out.append((f"{where}[{i}]", item))

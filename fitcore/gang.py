@@ -134,15 +134,17 @@ class Placement:
     """Where one pod goes, and the devices each of its claims gets there.
 
     The search finds devices on a class representative; `pools` maps the
-    representative's pools to this node's, and `devices` applies it when read, so that a
-    decision does not pay for naming devices nobody asks about.
+    representative's pools (driver, pool) to this node's, or, for classes of a gang's
+    projection (`fitcore.projection`), the representative's devices (DeviceId) to this
+    node's equivalent ones; `devices` applies it when read, so that a decision does not
+    pay for naming devices nobody asks about.
     """
 
     pod_set: str
     index: int
     node: str
     claims: tuple[tuple[str, tuple[model.DeviceResult, ...]], ...] = ()
-    pools: Mapping[tuple[str, str], tuple[str, str]] | None = None
+    pools: Mapping[tuple[str, ...], tuple[str, ...]] | None = None
 
     @property
     def devices(self) -> tuple[tuple[str, tuple[model.DeviceResult, ...]], ...]:
@@ -153,9 +155,16 @@ class Placement:
 
 
 def remap(results: tuple[model.DeviceResult, ...],
-          pools: Mapping[tuple[str, str], tuple[str, str]]) -> tuple[model.DeviceResult, ...]:
+          pools: Mapping[tuple[str, ...], tuple[str, ...]]) -> tuple[model.DeviceResult, ...]:
+    """Results on a class representative as results on another node of its class:
+    `pools` maps whole devices (DeviceId -> DeviceId) or pools ((driver, pool) pairs)."""
     out = []
     for r in results:
+        to = pools.get(r.id)
+        if to is not None:
+            out.append(model.DeviceResult(r.request, model.DeviceId(*to), r.admin_access,
+                                          r.shared, r.consumed_capacity))
+            continue
         to = pools.get((r.id.driver, r.id.pool))
         out.append(r if to is None else model.DeviceResult(
             r.request, model.DeviceId(to[0], to[1], r.id.device), r.admin_access, r.shared,
@@ -236,6 +245,11 @@ class _NodeEntry:
     # What the entry was computed from, by identity (node, slices) and value (allocated
     # devices, bound pods' requests): a rebuilt snapshot reuses an entry that matches.
     fingerprint: tuple[Any, ...] = ()
+    # With a gang's projection (fitcore.projection): the node's devices in canonical
+    # order (a class representative's map onto another node by position), and the id of
+    # its exact content, under which fills found on it are kept (-1: `key` is exact).
+    order: tuple[model.DeviceId, ...] | None = None
+    exact: int = -1
 
 
 class Snapshot:
@@ -335,8 +349,12 @@ class Snapshot:
     def entry(self, n: model.Node, used: Mapping[str, values.Quantity],
               shapes: dict[Any, int] | None,
               local: list[tuple[PoolKey, list[model.ResourceSlice]]],
-              fingerprint: tuple[Any, ...] = ()) -> _NodeEntry:
-        """Index one node (with its node-local pools) without adding it."""
+              fingerprint: tuple[Any, ...] = (), own_class: int | None = None) -> _NodeEntry:
+        """Index one node (with its node-local pools) without adding it.
+
+        `own_class`: the node is a class of its own, told apart by this number (a caller
+        that classes nodes itself, `fitcore.inventory`, numbers each version of a node),
+        and the shapes of its pools are not computed."""
         labels = tuple(sorted((k, v) for k, v in n.labels.items() if k != HOSTNAME_LABEL))
         local = sorted(local, key=lambda x: x[0])
         local_slices: list[model.ResourceSlice] = []
@@ -345,11 +363,13 @@ class Snapshot:
         for pk, group_slices in local:
             group_slices = sorted(group_slices, key=lambda s: s.name)
             local_slices.extend(group_slices)
-            pool_shapes.append(self._pool_shape(group_slices, shapes))
+            if own_class is None:
+                pool_shapes.append(self._pool_shape(group_slices, shapes))
             taken = self._allocated_by_pool.get(pk, ())
             devices += sum(len(s.devices) for s in group_slices)
             devices -= sum(1 for t in taken if t[0] == "d")
-            pool_shapes.append(tuple(sorted(taken)))
+            if own_class is None:
+                pool_shapes.append(tuple(sorted(taken)))
         if any(d.allow_multiple_allocations for s in local_slices for d in s.devices):
             devices = _UNBOUNDED  # shared devices: counting cannot bound the pods
         sees_global = any(pools.slice_relevant(n, s) for s in self.global_slices)
@@ -360,6 +380,8 @@ class Snapshot:
                                 tuple(sorted(free.items())))
         if sees_global:
             key = (*key, ("node", n.name))
+        if own_class is not None:
+            key = ("own", n.name, own_class)
         pristine = not any(self._allocated_by_pool.get(pk) for pk, _ in local)
         return _NodeEntry(n, labels, tuple(pk for pk, _ in local), tuple(local_slices),
                           sees_global, self.intern(key), free, devices, pristine, fingerprint)
@@ -385,7 +407,6 @@ class Snapshot:
     def local_allocated(self, local_pools: Sequence[PoolKey]) -> model.AllocatedState:
         """The part of the allocated state in these pools (the rest cannot matter to a
         node that sees only them, and copying all of it costs O(cluster))."""
-        all_ = self.inventory.allocated
         dedicated, shared, consumed = set(), set(), {}
         for pk in local_pools:
             for t in self._allocated_by_pool.get(pk, ()):
@@ -395,7 +416,7 @@ class Snapshot:
                 elif t[0] == "s":
                     shared.add(ident)
                 else:
-                    consumed[ident] = all_.consumed[ident]
+                    consumed[ident] = dict(t[2])
         return model.AllocatedState(frozenset(dedicated), frozenset(shared), consumed)
 
     def intern(self, key: Any) -> int:
@@ -449,10 +470,75 @@ class Snapshot:
     def reordered(self, key: Callable[[str], Any]) -> Snapshot:
         """The same nodes in another order (by `key` of the node name): placement fills
         nodes in snapshot order."""
+        return self.with_entries(sorted(self.entries, key=lambda e: key(e.node.name)))
+
+    def with_entries(self, entries: Sequence[_NodeEntry]) -> Snapshot:
+        """The same inventory over these node entries, in this order (entries of this
+        snapshot, reordered, or recomputed under a gang's projection)."""
+        other = Snapshot.indexed(self.inventory, self.global_slices, self.owner,
+                                 self._allocated_by_pool, self.keys)
+        other.devices = self.devices
+        for e in entries:
+            other.insert(e)
+        return other
+
+    def replaced(self, changes: Mapping[int, _NodeEntry]) -> Snapshot:
+        """This snapshot with the entries at these positions replaced by other entries of
+        the same nodes, with the same labels (the hostname aside): what an incremental
+        index (`fitcore.inventory`) does after a few nodes changed. Costs O(changes +
+        classes) plus copying the entries list; the label groups are shared."""
+        other = Snapshot.indexed(self.inventory, self.global_slices, self.owner,
+                                 self._allocated_by_pool, self.keys)
+        other.devices = self.devices
+        other.entries = list(self.entries)
+        other.label_groups = self.label_groups
+        other.group_nodes = self.group_nodes
+        other.node_group = self.node_group
+        other._group_index = self._group_index  # not written: nothing is inserted
+        other.cells = dict(self.cells)
+        other.class_rep = dict(self.class_rep)
+        lost: set[int] = set()
+        for i, e in changes.items():
+            old = other.entries[i]
+            assert old.node.name == e.node.name and old.labels == e.labels
+            other.entries[i] = e
+            group = other.node_group[i]
+            cell = (group, old.key)
+            other.cells[cell] -= 1
+            if not other.cells[cell]:
+                del other.cells[cell]
+            cell = (group, e.key)
+            other.cells[cell] = other.cells.get(cell, 0) + 1
+            if other.class_rep.get(old.key) == i:
+                lost.add(old.key)
+            rep = other.class_rep.get(e.key)
+            if rep is None or i < rep:
+                other.class_rep[e.key] = i
+        lost = {k for k in lost if other.entries[other.class_rep[k]].key != k}
+        if lost:  # a class lost its first node: find its new first node, if any
+            for key in lost:
+                other.class_rep.pop(key, None)
+            for i, e in enumerate(other.entries):
+                if e.key in lost and e.key not in other.class_rep:
+                    other.class_rep[e.key] = i
+        if "node_names" in self.__dict__:
+            other.__dict__["node_names"] = self.__dict__["node_names"]
+        return other
+
+    @classmethod
+    def indexed(cls, inventory: model.Inventory, global_slices: list[model.ResourceSlice],
+                owner: Mapping[PoolKey, str],
+                allocated_by_pool: dict[PoolKey, list[tuple[Any, ...]]],
+                keys: dict[Any, int]) -> Snapshot:
+        """A snapshot without nodes over an index its caller keeps up to date
+        (`fitcore.inventory`): the slices that are not node-local, the owner node of each
+        node-local pool, and per pool what is allocated in it, as ("d", device),
+        ("s", device) and ("c", device, sorted consumed amounts). Add nodes with
+        `entry` and `insert`, in name order. `inventory.allocated` is not read."""
         other = Snapshot.__new__(Snapshot)
-        other.inventory = self.inventory
+        other.inventory = inventory
         other.entries = []
-        other.keys = self.keys
+        other.keys = keys
         other.label_groups = []
         other.group_nodes = []
         other.node_group = []
@@ -460,13 +546,11 @@ class Snapshot:
         other._own_groups = set()
         other.cells = {}
         other.class_rep = {}
-        other.devices = self.devices
+        other.devices = 0
         other.scratch = {}
-        other.global_slices = self.global_slices
-        other._allocated_by_pool = self._allocated_by_pool
-        other.owner = self.owner
-        for e in sorted(self.entries, key=lambda e: key(e.node.name)):
-            other.insert(e)
+        other.global_slices = global_slices
+        other._allocated_by_pool = allocated_by_pool
+        other.owner = owner
         return other
 
     @functools.cached_property
@@ -613,9 +697,10 @@ class _Search:
         if inv is None:
             e = self.snap.entries[cls.rep]
             if e.sees_global:
+                seen = (*e.local_pools, *{(s.driver, s.pool) for s in self.snap.global_slices})
                 inv = model.Inventory((*e.local_slices, *self.snap.global_slices),
                                       self.snap.inventory.classes,
-                                      self.snap.inventory.allocated)
+                                      self.snap.local_allocated(seen))
             else:
                 inv = model.Inventory(e.local_slices, self.snap.inventory.classes,
                                       self.snap.local_allocated(e.local_pools))
@@ -640,7 +725,7 @@ class _Search:
         e = self.snap.entries[cls.rep]
         # Allocations are in the representative's device names, so the representative is
         # part of the key: snapshots sharing a memo may pick different ones for a class.
-        key: tuple[Any, ...] = (cls.key, e.node.name, self.memo.keep(pod_set),
+        key: tuple[Any, ...] = (cls.key, e.node.name, e.exact, self.memo.keep(pod_set),
                                 tuple(c.claim.key for c in variant.first),
                                 tuple(c.claim.key for c in variant.rest))
         if e.sees_global:
@@ -713,12 +798,16 @@ class _Search:
 
     # -- remapping -------------------------------------------------------------------
 
-    def pool_map(self, cls: _Class, node: int) -> dict[PoolKey, PoolKey] | None:
-        """The representative's local pools -> this node's (None when the same)."""
+    def pool_map(self, cls: _Class, node: int) -> dict[tuple[str, ...], tuple[str, ...]] | None:
+        """The representative's local pools -> this node's (None when the same), or, for
+        projected classes, its devices -> this node's equivalent devices."""
         if node == cls.rep:
             return None
-        src = self.snap.entries[cls.rep].local_pools
-        dst = self.snap.entries[node].local_pools
+        rep, other = self.snap.entries[cls.rep], self.snap.entries[node]
+        if rep.order is not None and other.order is not None:
+            return {a: b for a, b in zip(rep.order, other.order, strict=True) if a != b} or None
+        src = rep.local_pools
+        dst = other.local_pools
         return {a: b for a, b in zip(src, dst, strict=True) if a != b} or None
 
 

@@ -30,9 +30,9 @@ import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
-from fitcore import api, gang, model, shapes
+from fitcore import api, errors, gang, model, shapes, values
 
 PlanVerdict = Literal["fits", "needs-capacity", "unsatisfiable", "undecided"]
 
@@ -58,6 +58,60 @@ class Plan:
     def nodes(self) -> int:
         return sum(s.count for s in self.shapes)
 
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict that `from_json` turns back into an equal plan (devices are
+        written as the nodes name them), so a controller can store a plan on an object
+        and verify it after a restart."""
+        return {
+            "shapes": [{"shape": g.shape, "count": g.count, "domain": g.domain}
+                       for g in self.shapes],
+            "price": str(self.price),
+            "placements": [_placement_json(p) for p in self.placements],
+            "existingNodes": sorted(self.existing_nodes),
+            "domains": dict(self.domains),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Plan:
+        """The plan `to_json` wrote; a malformed dict raises errors.InputError."""
+        c = errors.Collector("Plan")
+        try:
+            plan_ = cls(
+                tuple(ShapeCount(str(g["shape"]), int(g["count"]),
+                                 None if g.get("domain") is None else str(g["domain"]))
+                      for g in d["shapes"]),
+                Fraction(str(d["price"])),
+                tuple(_placement_from_json(p) for p in d.get("placements", ())),
+                frozenset(str(n) for n in d.get("existingNodes", ())),
+                {str(k): str(v) for k, v in dict(d.get("domains", {})).items()})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            c.add("", f"not a plan written by Plan.to_json: {exc!r}")
+            c.raise_if_any()
+            raise AssertionError("unreachable") from exc
+        return plan_
+
+
+def _placement_json(p: gang.Placement) -> dict[str, Any]:
+    return {"podSet": p.pod_set, "index": p.index, "node": p.node,
+            "claims": [{"name": name, "devices": [
+                {"request": r.request, "driver": r.id.driver, "pool": r.id.pool,
+                 "device": r.id.device, "adminAccess": r.admin_access, "shared": r.shared,
+                 "consumedCapacity": {k: str(q) for k, q in r.consumed_capacity.items()}}
+                for r in results]} for name, results in p.devices]}
+
+
+def _placement_from_json(d: Mapping[str, Any]) -> gang.Placement:
+    claims = tuple(
+        (str(c["name"]), tuple(model.DeviceResult(
+            str(r["request"]), model.DeviceId(str(r["driver"]), str(r["pool"]),
+                                              str(r["device"])),
+            bool(r.get("adminAccess", False)), bool(r.get("shared", False)),
+            {str(k): values.Quantity.parse(v)
+             for k, v in dict(r.get("consumedCapacity", {})).items()})
+            for r in c["devices"]))
+        for c in d["claims"])
+    return gang.Placement(str(d["podSet"]), int(d["index"]), str(d["node"]), claims)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PlanResult:
@@ -74,16 +128,21 @@ class PlanResult:
 
 
 def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes.NodeShape],
-         *, engine: api.Engine = "auto", budget: int = api.DEFAULT_BUDGET) -> PlanResult:
-    """Fit the gang on the existing nodes, or find the cheapest new nodes that make it fit."""
+         *, engine: api.Engine = "auto", budget: int = api.DEFAULT_BUDGET,
+         memo: gang.Memo | None = None) -> PlanResult:
+    """Fit the gang on the existing nodes, or find the cheapest new nodes that make it fit.
+
+    `memo`: fills kept from earlier decisions on this gang (`fitcore.inventory` keeps one
+    per gang content); by default each decision starts afresh."""
     started = time.perf_counter()
-    memo = gang.Memo()
+    memo = memo if memo is not None else gang.Memo()
+    steps_before, allocations_before = memo.steps, memo.allocations
     base = gang.place(gang_, snapshot, memo=memo, engine=engine, budget=budget)
 
     def stats() -> gang.Stats:
         return gang.Stats(time.perf_counter() - started, len(snapshot.entries),
-                          snapshot.device_count(), memo.steps, base.stats.classes,
-                          memo.allocations)
+                          snapshot.device_count(), memo.steps - steps_before,
+                          base.stats.classes, memo.allocations - allocations_before)
 
     if base.fits:
         return PlanResult("fits", placements=base.placements, domains=base.domains,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from fitcore import cel, model, predicates, values
+from fitcore import cel, model, predicates, reads, values
 
 
 class SelectionError(Exception):
@@ -21,13 +21,26 @@ class SelectionError(Exception):
 
 
 class Selector:
-    """Evaluates class and request selectors on devices, each (expression, device) once."""
+    """Evaluates class and request selectors on devices, each (expression, device) once.
 
-    def __init__(self) -> None:
-        self._inputs: dict[int, object] = {}
-        self._results: dict[tuple[str, int], bool | str] = {}
+    With `by_content`, results are kept by (expression, what the expression can read of
+    the device: driver, the attributes it may read (`fitcore.reads`), capacities,
+    allowMultipleAllocations), so devices that differ only in attributes the expression
+    does not read (a `uuid`) share one evaluation; devices are kept alive with what is
+    remembered of them. Past `limit` remembered devices everything is forgotten at once.
+    """
 
-    def _input(self, driver: str, device: model.Device) -> object:
+    def __init__(self, *, by_content: bool = False, limit: int = 1 << 20) -> None:
+        self._by_content = by_content
+        self._limit = limit
+        self._inputs: dict[int, cel.DeviceInput] = {}
+        self._results: dict[tuple[str, object], bool | str] = {}
+        self._contents: dict[tuple[str, int], tuple[model.Device, object]] = {}
+
+    def size(self) -> int:
+        return len(self._results)
+
+    def _input(self, driver: str, device: model.Device) -> cel.DeviceInput:
         key = id(device)
         found = self._inputs.get(key)
         if found is None:
@@ -37,6 +50,22 @@ class Selector:
             self._inputs[key] = found
         return found
 
+    def _content(self, expression: str, driver: str, device: model.Device) -> object:
+        hit = self._contents.get((expression, id(device)))
+        if hit is not None and hit[0] is device:
+            return hit[1]
+        if len(self._contents) > self._limit:
+            self._contents.clear()
+            self._results.clear()
+        read = reads.attributes(expression)
+        attrs = tuple(sorted((name, type(v).__name__, str(v))
+                             for name, v in device.attributes.items()
+                             if read is None or name.rpartition("/")[2] in read))
+        content = (driver, attrs, tuple(sorted((n, c.value) for n, c in device.capacity.items())),
+                   device.allow_multiple_allocations)
+        self._contents[(expression, id(device))] = (device, content)
+        return content
+
     def matches(self, expressions: tuple[str, ...], driver: str, device: model.Device,
                 owner: str) -> bool:
         """All expressions true, evaluated in order and stopping at the first false.
@@ -44,12 +73,17 @@ class Selector:
         Raises SelectionError naming `owner` (the class or claim) on a runtime error.
         """
         for i, expression in enumerate(expressions):
-            key = (expression, id(device))
+            key: tuple[str, object] = (expression, self._content(expression, driver, device)
+                                       if self._by_content else id(device))
             result = self._results.get(key)
             if result is None:
                 try:
                     result = cel.compile_selector(expression).matches(
-                        self._input(driver, device))  # type: ignore[arg-type]
+                        cel.device_input(
+                            driver, device.attributes,
+                            {name: cap.value for name, cap in device.capacity.items()},
+                            device.allow_multiple_allocations)
+                        if self._by_content else self._input(driver, device))
                 except cel.CelError as exc:
                     result = exc.message
                 self._results[key] = result

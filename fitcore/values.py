@@ -74,6 +74,13 @@ def _round_up_to_nano(value: Fraction) -> Fraction:
     return Fraction(nanos if value > 0 else -nanos, 10**9)
 
 
+#: Parsed quantities and versions by text (both are immutable, so parsing one text once
+#: serves every object that writes it: a cluster's slices repeat "80Gi" thousands of times).
+_PARSED: dict[str, Quantity] = {}
+_VERSIONS: dict[str, Version] = {}
+_PARSED_LIMIT = 1 << 16
+
+
 class Quantity:
     """An exact Kubernetes resource quantity (``resource.Quantity``).
 
@@ -111,6 +118,18 @@ class Quantity:
         Follows apimachinery's ``ParseQuantity``: values finer than 1n are rounded up in
         magnitude, binary-SI values are capped at 2^63-1.
         """
+        if type(text) is str and cls is Quantity:
+            found = _PARSED.get(text)
+            if found is None:
+                found = cls._parse(text)
+                if len(_PARSED) >= _PARSED_LIMIT:
+                    _PARSED.clear()
+                _PARSED[text] = found
+            return found
+        return cls._parse(text)
+
+    @classmethod
+    def _parse(cls, text: str | int) -> Quantity:
         if isinstance(text, bool):
             raise TypeError(f"a quantity is parsed from a string or an int, not {text!r}")
         if isinstance(text, int):
@@ -364,7 +383,16 @@ class Version:
         normalisation: drop one leading ``v``, pad ``1`` / ``1.2`` with ``.0`` and strip
         leading zeros from the major, minor and patch parts.
         """
-        return cls(_normalize_semver(text) if normalize else text)
+        if normalize:
+            return cls(_normalize_semver(text))
+        found = _VERSIONS.get(text) if type(text) is str and cls is Version else None
+        if found is None:
+            found = cls(text)
+            if type(text) is str and cls is Version:
+                if len(_VERSIONS) >= _PARSED_LIMIT:
+                    _VERSIONS.clear()
+                _VERSIONS[text] = found
+        return found
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Version is immutable")

@@ -396,3 +396,25 @@ def node_shape(obj: Mapping[str, Any], source: str | None = None) -> shapes.Node
         provisioning_class=f.get(provisioning, "className", "spec.provisioning", str),
         provisioning_parameters=f.string_map(provisioning, "parameters", "spec.provisioning"),
         max_nodes=max_nodes, source=source)
+
+
+# -------------------------------------------------------------- the service's entry
+
+
+def gang_of(obj: Mapping[str, Any], claim_templates: Mapping[Key, Mapping[str, Any]],
+            claims: Mapping[Key, Mapping[str, Any]] | None = None,
+            source: str | None = None) -> gang.Gang:
+    """The gang of one Kueue Workload or batch/v1 Job dict (what the admission service
+    hands to `fitcore.inventory.Inventory`), with the ResourceClaimTemplates and shared
+    ResourceClaims its pods name, each by (namespace, name). Raises errors.InputError
+    naming the object and field for anything wrong, including a missing template."""
+    refs = References(templates={k: (v, source) for k, v in claim_templates.items()},
+                      claims={k: (v, source) for k, v in (claims or {}).items()})
+    kind = obj.get("kind") if isinstance(obj, Mapping) else None
+    if kind == "Workload":
+        return workload(obj, refs, source)
+    if kind == "Job":
+        return job(obj, refs, source)
+    raise errors.InputError([errors.FieldError(
+        kube.describe(obj, "object"), "kind",
+        f"unsupported kind {kind!r}; expected Workload or Job", source)])

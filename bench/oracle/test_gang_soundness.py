@@ -106,3 +106,56 @@ def test_every_fitcore_gang_placement_replays_through_the_upstream_allocator(ora
         f"{json.dumps(failures[0][3])}")
     # Enough gangs, and pods with devices, were replayed for the test to mean something.
     assert len(cases) >= CASES // 10 and pods >= len(cases), (len(cases), pods)
+
+
+REALISTIC_CASES = int(os.environ.get("FITGATE_SOUNDNESS_REALISTIC_CASES", "120"))
+
+
+@pytest.mark.oracle
+@pytest.mark.timeout(1800)
+def test_inventory_placements_on_realistic_clusters_replay(oracle) -> None:
+    """`Inventory.fit` on realistic clusters (projected node classes: unique uuids,
+    random devices and MIG partitions in use), replayed pod by pod upstream, on the nodes
+    fitcore chose: every pod gets its devices there."""
+    import random
+
+    from fitcore import inventory
+    from tests.gang import realistic as rl
+
+    cases, seeds = [], []
+    for seed in range(REALISTIC_CASES):
+        rng = random.Random(seed)
+        objects = rl.cluster(rng.randint(4, 20), seed, rack_size=4)
+        template = rng.choice([rl.template(), rl.template(nic=False, gpus=4),
+                               rl.mig_template("h100-root", slices=rng.choice([1, 2]))])
+        inv = inventory.Inventory()
+        for o in objects:
+            inv.apply("ADDED", o)
+        g = workload.gang_of(rl.workload(rng.randint(1, 10), cpu="8"),
+                             {("team", "h100-root"): template})
+        result = inv.fit(g)
+        if result.verdict != "fits":
+            continue
+        spec = template["spec"]["spec"]
+        pods = [{"name": f"{p.pod_set}-{p.index}", "node": p.node, "claims": [
+            {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": f"{p.pod_set}-{p.index}-{name}", "namespace": "team"},
+             "spec": spec} for name, _ in p.claims]} for p in result.placements]
+        by_kind: dict[str, list[dict[str, Any]]] = {}
+        for o in objects:
+            by_kind.setdefault(o["kind"], []).append(o)
+        seeds.append(seed)
+        cases.append({"mode": "gang", "nodes": by_kind["Node"],
+                      "slices": by_kind["ResourceSlice"], "classes": by_kind["DeviceClass"],
+                      "allocated": by_kind.get("ResourceClaim", []), "pods": pods})
+    answers = oracle.ask_many(cases, timeout=600)
+    failures = []
+    for seed, case, answer in zip(seeds, cases, answers, strict=True):
+        assert answer.get("error") is None, (seed, answer["error"])
+        for pod, got in zip(case["pods"], answer["pods"], strict=True):
+            if got["node"] != pod["node"] or got["error"] is not None:
+                failures.append((seed, pod["name"], pod["node"], got))
+                break
+    assert not failures, (f"{len(failures)} of {len(cases)} replayed gangs failed upstream; "
+                          f"first: {failures[0]}")
+    assert len(cases) >= REALISTIC_CASES // 4, len(cases)

@@ -5,7 +5,6 @@ test_property compares it with the reference on random cases."""
 from __future__ import annotations
 
 import array
-import collections
 from typing import Any
 
 import pytest
@@ -113,13 +112,14 @@ def test_search_rejects_a_state_of_the_wrong_size() -> None:
         _alloc.search(problem.native, array.array("q", [0]), 100)  # type: ignore[arg-type]
 
 
-def test_kept_problems_are_bounded_over_all_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache, "KEPT_PROBLEMS", 2)
-    monkeypatch.setattr(cache, "_kept", collections.deque())
+def test_kept_problems_are_bounded_over_all_nodes() -> None:
+    store = cache.Store(kept_problems=2)
     base = kube.inventory([b.rslice("s", b.gpus(4))], [b.gpu_class()], [])
     node = kube.node(b.node())
-    for count in (1, 2, 3, 1):
-        fit = api.allocate(node, base, [pod_claim(0, count)], engine="c")
-        assert len(fit.allocations[0]) == count
-    kept = cache.for_slices(base.slices).devices_for(node).problems
-    assert len(kept) == 2 and len(cache._kept) == 2
+    with cache.use(store):
+        for count in (1, 2, 3, 1):
+            fit = api.allocate(node, base, [pod_claim(0, count)], engine="c")
+            assert len(fit.allocations[0]) == count
+        kept = cache.for_slices(base.slices).devices_for(node).problems
+    assert len(kept) == 2 and len(store.kept) == 2
+    assert cache.current() is not store  # the default store again outside the block

@@ -56,3 +56,43 @@ def test_compiled_agrees_with_reference(seed: int) -> None:
     assert c.verdict == py.verdict, (
         f"seed {seed}: compiled says {c.verdict}, reference says {py.verdict}\n"
         f"case: {json.dumps(case)}\nreasons: {py.reasons} / {c.reasons}")
+
+
+REALISTIC_EXAMPLES = int(os.environ.get("FITCORE_REALISTIC_EXAMPLES", "300"))
+
+
+def realistic_case(seed: int) -> dict:
+    """One node of a realistic cluster (tests/gang/realistic.py: unique uuids, random
+    devices and MIG partitions in use) and one pod's claims from its templates."""
+    import random
+
+    from tests.gang import realistic as rl
+
+    rng = random.Random(seed)
+    index = rng.randrange(3) * 4  # racks of 4: H100, A100, A30 nodes in turn
+    objects = rl.classes() + rl.node_objects(rng, index, rack_size=4)
+    template = rng.choice([rl.template(gpus=rng.choice([1, 4, 8])),
+                           rl.template(nic=False, model=rng.choice(["H100", "A100"]),
+                                       gpus=rng.choice([2, 4, 8])),
+                           rl.mig_template(slices=rng.choice([1, 2, 3]))])
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "pod-0", "namespace": "team"},
+             "spec": template["spec"]["spec"]}
+    return {"node": next(o for o in objects if o["kind"] == "Node"),
+            "slices": [o for o in objects if o["kind"] == "ResourceSlice"],
+            "classes": [o for o in objects if o["kind"] == "DeviceClass"],
+            "allocated": [o for o in objects if o["kind"] == "ResourceClaim"],
+            "claims": [claim]}
+
+
+@pytest.mark.timeout(900)
+@settings(max_examples=REALISTIC_EXAMPLES, derandomize=True, database=None, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_compiled_agrees_with_reference_on_realistic_nodes(seed: int) -> None:
+    case = realistic_case(seed)
+    py = run(case, "py")
+    c = run(case, "c")
+    assert py.verdict != "undecided" and c.verdict == py.verdict, (
+        f"seed {seed}: compiled says {c.verdict}, reference says {py.verdict}\n"
+        f"reasons: {py.reasons} / {c.reasons}")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fitcore import api, gang, model
+from fitcore import api, gang, model, workload
 from tests.fitcore import builders as b
 from tests.gang import builders as gb
 from tests.gang.conftest import load
@@ -213,4 +213,27 @@ def test_topology_same_answer_as_naive_best_fit(engine: str, seed: int) -> None:
     assert result.domains["workers"] == choice[1]
     got = [(p.node, sorted(str(r.id) for _, rs in p.devices for r in rs))
            for p in result.placements]
+    assert got == expected
+
+
+@pytest.mark.parametrize("seed", range(6), ids=lambda s: f"seed={s}")
+def test_realistic_same_answer_as_naive_simulation(engine: str, seed: int) -> None:
+    """The unprojected snapshot on realistic clusters (unique attributes, random devices
+    and MIG partitions in use, bound pods): the same pods, nodes and devices as the naive
+    simulation. (`Inventory.fit`, with projected classes, is checked in test_projection.)"""
+    from tests.gang import realistic as rl
+
+    rng = random.Random(3000 + seed)
+    objects = rl.cluster(rng.randint(4, 12), seed, rack_size=4)
+    template = rng.choice([rl.template(), rl.template("h100-root", nic=False, gpus=4),
+                           rl.mig_template("h100-root")])
+    bundle = workload.load([(o, None) for o in [*objects, template,
+                                                rl.workload(rng.randint(1, 6), cpu="24")]])
+    g = bundle.gangs[0]
+    expected = naive(g, bundle, engine)
+    result = gang.fit(g, bundle.nodes, bundle.inventory, bundle.used,
+                      engine=engine)  # type: ignore[arg-type]
+    got = [(p.pod_set, p.index, p.node, sorted(str(r.id) for _, rs in p.devices for r in rs))
+           for p in result.placements]
+    assert result.fits == bool(expected), result.reasons
     assert got == expected

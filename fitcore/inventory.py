@@ -1,0 +1,506 @@
+"""The incremental inventory: the engine side of the admission service's watch caches.
+
+The service feeds every watch event of Nodes, ResourceSlices, ResourceClaims, Pods,
+DeviceClasses and NodeShapes into `Inventory.apply`, and asks `fit`, `plan` and
+`verify` for a gang against the current view. This module, `gang` (types), `plan`
+(result types), `workload` (`gang_of`), `errors` and `model` (types) are all the service
+may use of fitcore.
+
+What it keeps, and what a change costs:
+- Parsed objects by name. `apply` parses first and changes nothing when the object is
+  bad (`errors.InputError` names the object and field); DELETED of an unknown object is a
+  no-op. Events are applied in O(the object): a node is marked *dirty* when its Node,
+  one of its node-local slices, an allocation in one of its pools, or a pod bound to it
+  changes; a change to a slice that is not node-local (or a DeviceClass) marks all.
+- The index of each node (`gang._NodeEntry`: label group, free resources, its node-local
+  slices as one tuple) is recomputed at the next decision for dirty nodes only. Each
+  version of a node is a class of its own there (`Snapshot.entry(own_class=...)`: hashing
+  every device of a realistic node buys nothing, its uuids make it unique); the gang's
+  projection classes nodes instead. The tuple of a node's slices stays the same object
+  while they do not change, so the per-node kept work of `fitcore.cache` (pools,
+  selector results, compiled problems) is found again. A decision after a change costs
+  a pass over the nodes (their projected classes are kept per node version) plus the
+  search.
+- Per gang content (up to `GANGS` of them): the gang's projection (`fitcore.projection`:
+  node classes by what its claims can see), each node's projected class (recomputed for
+  dirty nodes), and a `gang.Memo` of fills, kept by class and the version of the
+  representative, so they stay valid across changes elsewhere. A second decision
+  on an unchanged inventory calls the allocator no more; after a change only classes
+  that are new call it.
+- A `cache.Store` of its own: kept entries per node (bounded by twice the nodes plus
+  4,096), compiled problems (`kept_problems`, default `cache.KEPT_PROBLEMS`), selector
+  results by (expression, device content) (bounded by `semantics.Selector`'s limit).
+  The class-key interner is cleared, with everything keyed by it, when it passes
+  `INTERNED`.
+
+What a caller must keep stable: nothing. Objects passed to `apply` are parsed and not
+kept. Results are immutable. The inventory is not thread-safe: apply and decide from one
+task (the service's reconcilers run on one event loop).
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import dataclasses
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Literal
+
+from fitcore import cache, errors, fields, gang, kube, model, projection, values, workload
+from fitcore import plan as planning  # `plan` and `shapes` are method names here
+from fitcore import shapes as node_shapes
+
+Event = Literal["ADDED", "MODIFIED", "DELETED"]
+PoolKey = tuple[str, str]
+Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
+
+#: Gang contents whose projection and memo are kept, least recently used out.
+GANGS = 64
+#: Interned class keys before the interner and all kept decisions are dropped.
+INTERNED = 2_000_000
+#: Fills (and derived classes) kept per gang before its memo starts afresh. A fill holds
+#: a few pods' device results; multi-pod-set gangs that fail add probes each decision.
+FILLS = 50_000
+
+_KINDS = ("Node", "ResourceSlice", "ResourceClaim", "Pod", "DeviceClass", "NodeShape")
+_EMPTY_STATE = model.AllocatedState()
+
+
+@dataclasses.dataclass(slots=True)
+class _GangState:
+    """What is kept for one gang content."""
+
+    first: gang.Gang  # the first object seen with this content: its pod sets key the memo
+    memo: gang.Memo
+    projection: projection.Projection
+    entries: dict[str, tuple[gang._NodeEntry, gang._NodeEntry]]  # base -> projected
+    # (snapshot number, inventory version, the projected snapshot)
+    view: tuple[int, int, gang.Snapshot] | None = None
+
+
+class Inventory:
+    """Nodes, slices, claims, pods, classes and shapes, kept current event by event."""
+
+    def __init__(self, *, kept_problems: int | None = None) -> None:
+        self._nodes: dict[str, model.Node] = {}
+        self._names: list[str] = []  # node names, sorted
+        self._slices: dict[str, model.ResourceSlice] = {}
+        self._pool_slices: dict[PoolKey, dict[str, model.ResourceSlice]] = {}
+        self._owner: dict[PoolKey, str] = {}  # node-local pools -> their node
+        self._node_pools: dict[str, set[PoolKey]] = {}
+        self._global: set[PoolKey] = set()  # pools that are not node-local
+        self._classes: dict[str, model.DeviceClass] = {}
+        self._claims: dict[Key, tuple[model.AllocatedDevice, ...]] = {}
+        self._pool_claims: dict[PoolKey, set[Key]] = {}
+        self._allocated: dict[PoolKey, list[tuple[Any, ...]]] = {}
+        self._pods: dict[Key, tuple[str, dict[str, values.Quantity]]] = {}
+        self._used: dict[str, dict[str, values.Quantity]] = {}
+        self._shapes: dict[str, node_shapes.NodeShape] = {}
+        self._store = cache.Store(size=4096, kept_problems=kept_problems)
+        self._keys: dict[Any, int] = {}
+        # Device keys per view (what gangs can see of devices), by device identity.
+        self._device_keys: dict[projection.DeviceView, projection.DeviceKeys] = {}
+        self._entries: dict[str, gang._NodeEntry] = {}
+        self._dirty: set[str] = set()
+        self._dirty_pools: set[PoolKey] = set()
+        self._all_dirty = False
+        self._version = 0
+        self._snapshot: tuple[int, gang.Snapshot] | None = None
+        self._gangs: collections.OrderedDict[str, _GangState] = collections.OrderedDict()
+        self._scratch: dict[Any, Any] = {}  # hypothetical nodes of shapes, across snapshots
+        self._devices = 0
+        self._generation = 0  # numbers each version of a node's index entry
+        # Snapshots are numbered; the log says which nodes each one recomputed, so that
+        # a gang's view of an earlier one is patched instead of rebuilt. It is cleared
+        # when nodes come or go (positions shift).
+        self._snap_no = 0
+        self._log: collections.deque[tuple[int, frozenset[str]]] = collections.deque(maxlen=256)
+        self._index: dict[str, int] = {}  # node name -> position in name order
+        self._layout_changed = True
+
+    # ------------------------------------------------------------------ events
+
+    def apply(self, event: Event, obj: Mapping[str, Any]) -> None:
+        """Apply one watch event. Kinds: Node, ResourceSlice, ResourceClaim (its
+        allocation), Pod (bound to a node and not finished: its requests count), DeviceClass,
+        NodeShape. A bad object, an unknown kind or event raises errors.InputError and
+        leaves the inventory as it was."""
+        kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        if kind not in _KINDS:
+            raise errors.InputError([errors.FieldError(
+                kube.describe(obj, "object"), "kind",
+                f"unsupported kind {kind!r}; expected one of {', '.join(_KINDS)}")])
+        if event not in ("ADDED", "MODIFIED", "DELETED"):
+            raise errors.InputError([errors.FieldError(
+                kube.describe(obj, str(kind)), "", f"unknown event {event!r}; expected "
+                "ADDED, MODIFIED or DELETED")])
+        key = _key(obj, str(kind))
+        deleted = event == "DELETED"
+        if kind == "Node":
+            self._node(key[1], None if deleted else kube.node(obj))
+        elif kind == "ResourceSlice":
+            self._slice(key[1], None if deleted else kube.resource_slice(obj))
+        elif kind == "ResourceClaim":
+            self._claim(key, () if deleted else tuple(kube.allocated_devices(obj)))
+        elif kind == "Pod":
+            self._pod(key, None if deleted else workload.pod_usage(obj))
+        elif kind == "DeviceClass":
+            self._device_class(key[1], None if deleted else kube.device_class(obj))
+        else:
+            self._shape(key[1], None if deleted else workload.node_shape(obj))
+        self._version += 1
+
+    def _node(self, name: str, node: model.Node | None) -> None:
+        if node is None:
+            if self._nodes.pop(name, None) is not None:
+                self._names.remove(name)
+                self._layout_changed = True
+                self._entries.pop(name, None)
+                self._dirty.discard(name)
+            return
+        if name not in self._nodes:
+            bisect.insort(self._names, name)
+            self._layout_changed = True
+        self._nodes[name] = node
+        self._dirty.add(name)
+
+    def _slice(self, name: str, s: model.ResourceSlice | None) -> None:
+        old = self._slices.pop(name, None)
+        if old is None and s is None:
+            return
+        touched: set[PoolKey] = set()
+        if old is not None:
+            pk = (old.driver, old.pool)
+            del self._pool_slices[pk][name]
+            self._devices -= len(old.devices)
+            touched.add(pk)
+        if s is not None:
+            self._slices[name] = s
+            pk = (s.driver, s.pool)
+            self._pool_slices.setdefault(pk, {})[name] = s
+            self._devices += len(s.devices)
+            touched.add(pk)
+        for pk in touched:
+            self._place_pool(pk)
+
+    def _place_pool(self, pk: PoolKey) -> None:
+        """Recompute whether a pool is node-local (and to which node); mark who sees it."""
+        before = self._owner.pop(pk, None)
+        if before is not None:
+            self._node_pools[before].discard(pk)
+            self._dirty.add(before)
+        was_global = pk in self._global
+        self._global.discard(pk)
+        group = self._pool_slices.get(pk)
+        if not group:
+            self._pool_slices.pop(pk, None)
+        else:
+            owners = {s.node_name for s in group.values()}
+            if len(owners) == 1 and None not in owners:
+                owner = next(iter(owners))
+                assert owner is not None
+                self._owner[pk] = owner
+                self._node_pools.setdefault(owner, set()).add(pk)
+                self._dirty.add(owner)
+            else:
+                self._global.add(pk)
+        if was_global or pk in self._global:
+            self._all_dirty = True
+
+    def _claim(self, key: Key, results: tuple[model.AllocatedDevice, ...]) -> None:
+        old = self._claims.pop(key, ())
+        if results:
+            self._claims[key] = results
+        for pk in {(r.id.driver, r.id.pool) for r in old}:
+            self._pool_claims[pk].discard(key)
+            self._dirty_pools.add(pk)
+        for pk in {(r.id.driver, r.id.pool) for r in results}:
+            self._pool_claims.setdefault(pk, set()).add(key)
+            self._dirty_pools.add(pk)
+
+    def _pod(self, key: Key, usage: tuple[str, dict[str, values.Quantity]] | None) -> None:
+        old = self._pods.pop(key, None)
+        if old is not None:
+            into = self._used[old[0]]
+            for k, q in old[1].items():
+                into[k] = into[k] - q
+            self._dirty.add(old[0])
+        if usage is not None:
+            self._pods[key] = usage
+            into = self._used.setdefault(usage[0], {})
+            for k, q in usage[1].items():
+                into[k] = into[k] + q if k in into else q
+            self._dirty.add(usage[0])
+
+    def _device_class(self, name: str, dc: model.DeviceClass | None) -> None:
+        if dc is None and name not in self._classes:
+            return
+        classes = dict(self._classes)  # a new object: kept problems are keyed by its id
+        if dc is None:
+            del classes[name]
+        else:
+            classes[name] = dc
+        self._classes = classes
+        self._gangs.clear()  # what gangs can see of devices, and their fills, change
+        self._all_dirty = True
+
+    def _shape(self, name: str, shape: node_shapes.NodeShape | None) -> None:
+        if shape is None:
+            self._shapes.pop(name, None)
+        else:
+            self._shapes[name] = shape
+
+    # --------------------------------------------------------------- the view
+
+    def _current(self) -> gang.Snapshot:
+        """The current index: a snapshot whose entries are every node's, in name order,
+        rebuilt for dirty nodes only; not itself indexed into cells (see `_view`)."""
+        if self._snapshot is not None and self._snapshot[0] == self._version:
+            return self._snapshot[1]
+        if len(self._keys) > INTERNED:
+            self._keys = {}
+            self._device_keys = {}
+            self._entries.clear()
+            self._gangs.clear()
+            self._scratch = {}
+            self._all_dirty = True
+            self._layout_changed = True
+        for pk in self._dirty_pools:
+            self._allocated_in(pk)
+            owner = self._owner.get(pk)
+            if owner is not None:
+                self._dirty.add(owner)
+            elif pk in self._global:
+                self._scratch = {}
+        self._dirty_pools.clear()
+        if self._all_dirty:
+            self._dirty.update(self._names)
+            self._scratch = {}
+        global_slices = [s for pk in sorted(self._global)
+                         for s in self._pool_slices.get(pk, {}).values()]
+        # The owner and allocation tables are shared with the snapshot, not copied: a
+        # snapshot is only decided on while it is current.
+        snap = gang.Snapshot.indexed(
+            model.Inventory((), self._classes, _EMPTY_STATE), global_slices, self._owner,
+            self._allocated, self._keys)
+        snap.devices = self._devices
+        snap.scratch = self._scratch
+        # The node entries, in name order. They are not inserted: decisions run on the
+        # gang's projected view of them (`_view`), which indexes them itself.
+        previous = self._snapshot[1] if self._snapshot is not None else None
+        self._snap_no += 1
+        if previous is None or self._layout_changed:
+            self._index = {name: i for i, name in enumerate(self._names)}
+            self._log.clear()
+            entries = snap.entries
+            for name in self._names:
+                e = self._entries.get(name)
+                if e is None or name in self._dirty:
+                    e = self._entry(snap, name, e)
+                entries.append(e)
+        else:
+            snap.entries = entries = list(previous.entries)
+            changed = self._dirty & self._nodes.keys()
+            for name in changed:
+                entries[self._index[name]] = self._entry(snap, name, self._entries.get(name))
+            self._log.append((self._snap_no, frozenset(changed)))
+        self._layout_changed = False
+        self._dirty.clear()
+        self._all_dirty = False
+        self._store.size = 2 * len(self._names) + 4096
+        self._snapshot = (self._version, snap)
+        return snap
+
+    def _allocated_in(self, pk: PoolKey) -> None:
+        results = [r for key in self._pool_claims.get(pk, ()) for r in self._claims[key]
+                   if (r.id.driver, r.id.pool) == pk]
+        if not results:
+            self._allocated.pop(pk, None)
+            self._pool_claims.pop(pk, None)
+            return
+        state = model.AllocatedState.from_results(results)
+        taken: list[tuple[Any, ...]] = [("d", i.device) for i in state.dedicated]
+        taken += [("s", i.device) for i in state.shared]
+        taken += [("c", i.device, tuple(sorted(a.items()))) for i, a in state.consumed.items()]
+        self._allocated[pk] = taken
+
+    def _entry(self, snap: gang.Snapshot, name: str, old: gang._NodeEntry | None
+               ) -> gang._NodeEntry:
+        local = [(pk, list(self._pool_slices[pk].values()))
+                 for pk in self._node_pools.get(name, ())]
+        self._generation += 1
+        e = snap.entry(self._nodes[name], self._used.get(name, {}), None, local,
+                       own_class=self._generation)
+        if old is not None and len(old.local_slices) == len(e.local_slices) and all(
+                a is b for a, b in zip(old.local_slices, e.local_slices, strict=True)):
+            e.local_slices = old.local_slices  # the same tuple: kept work is found again
+        self._entries[name] = e
+        return e
+
+    def _gang_state(self, g: gang.Gang) -> _GangState:
+        content = repr(dataclasses.replace(g, source=None))
+        state = self._gangs.get(content)
+        if state is not None:
+            self._gangs.move_to_end(content)
+            if len(state.memo.fills) + len(state.memo.derived) > FILLS:
+                state.memo = gang.Memo()
+            return state
+        view = projection.device_view(g, self._classes)
+        proj = projection.Projection(g, self._classes, self._store.selector, self._keys,
+                                     self._device_keys.setdefault(view, {}))
+        state = self._gangs[content] = _GangState(g, gang.Memo(), proj, {})
+        while len(self._gangs) > GANGS:
+            self._gangs.popitem(last=False)
+        return state
+
+    def _view(self, state: _GangState,
+              node_filter: Callable[[model.Node], bool] | None) -> tuple[gang.Snapshot, list[str]]:
+        """The snapshot under the gang's projection, without the nodes `node_filter`
+        refuses (returned by name)."""
+        snap = self._current()
+        if self._global:
+            state.memo = gang.Memo()  # fills of nodes that see shared pools are not kept
+        if node_filter is None and state.view is not None:
+            if state.view[0] == self._snap_no:
+                return state.view[2], []
+            patched = self._patched(state, snap)
+            if patched is not None:
+                state.view = (self._snap_no, self._version, patched)
+                return patched, []
+        entries = []
+        refused: list[str] = []
+        kept = state.entries
+        if len(kept) > 2 * len(snap.entries) + 64:
+            kept.clear()
+        for e in snap.entries:
+            if node_filter is not None and not node_filter(e.node):
+                refused.append(e.node.name)
+                continue
+            hit = kept.get(e.node.name)
+            if hit is None or hit[0] is not e:
+                hit = kept[e.node.name] = (e, self._project(state.projection, e))
+            entries.append(hit[1])
+        view = snap.with_entries(entries)
+        view.scratch = self._scratch
+        if node_filter is None:
+            state.view = (self._snap_no, self._version, view)
+        return view, refused
+
+    def _patched(self, state: _GangState, snap: gang.Snapshot) -> gang.Snapshot | None:
+        """The gang's previous view with the nodes recomputed since patched in, or None
+        when it must be rebuilt (nodes came or went, too many changed, labels changed)."""
+        assert state.view is not None
+        since = state.view[0]
+        if not self._log or self._log[0][0] > since + 1:
+            return None
+        changed = set().union(*(names for no, names in self._log if no > since))
+        if len(changed) > len(snap.entries) // 8 + 1:
+            return None
+        previous = state.view[2]
+        changes = {}
+        for name in changed:
+            i = self._index[name]
+            e = snap.entries[i]
+            projected = self._project(state.projection, e)
+            state.entries[name] = (e, projected)
+            if projected.labels != previous.entries[i].labels:
+                return None
+            changes[i] = projected
+        view = previous.replaced(changes)
+        view.scratch = self._scratch
+        return view
+
+    def _project(self, proj: projection.Projection, e: gang._NodeEntry) -> gang._NodeEntry:
+        if e.sees_global:
+            return e
+        key, order = proj.node_key(e, self._allocated)
+        # The base entry is a class of its own per version of the node: fills found on
+        # it as a representative are kept under that version.
+        return dataclasses.replace(e, key=key, order=order, exact=e.key)
+
+    # -------------------------------------------------------------- decisions
+
+    def fit(self, g: gang.Gang, *,
+            node_filter: Callable[[model.Node], bool] | None = None) -> planning.PlanResult:
+        """Whether the gang fits the existing nodes now (verdict `fits`, else `unsatisfiable`
+        or `undecided`); `node_filter` says which nodes it may use."""
+        return self._decide(g, [], node_filter)
+
+    def plan(self, g: gang.Gang, *, shapes: Collection[str] | None = None,
+             node_filter: Callable[[model.Node], bool] | None = None) -> planning.PlanResult:
+        """Fit on the existing nodes, or the cheapest new nodes of the named NodeShapes
+        (None: all known shapes) that make the gang fit. A shape name that is not known
+        is reported in `rejected`. `node_filter` restricts the existing nodes the gang
+        may use (a FitPolicy); refused nodes are named in the reasons."""
+        if shapes is None:
+            chosen = [self._shapes[n] for n in sorted(self._shapes)]
+            missing: list[str] = []
+        else:
+            chosen = [self._shapes[n] for n in sorted(shapes) if n in self._shapes]
+            missing = sorted(n for n in shapes if n not in self._shapes)
+        result = self._decide(g, chosen, node_filter)
+        if missing:
+            result = dataclasses.replace(result, rejected=(
+                *result.rejected, *((n, "no NodeShape of this name") for n in missing)))
+        return result
+
+    def _decide(self, g: gang.Gang, chosen: list[node_shapes.NodeShape],
+                node_filter: Callable[[model.Node], bool] | None) -> planning.PlanResult:
+        with cache.use(self._store):
+            state = self._gang_state(g)
+            view, refused = self._view(state, node_filter)
+            result = planning.plan(state.first, view, chosen, memo=state.memo)
+        if refused and result.verdict != "fits":
+            result = dataclasses.replace(result, reasons=(*result.reasons, _refused(refused)))
+        return result
+
+    def verify(self, g: gang.Gang, p: planning.Plan, *,
+               node_filter: Callable[[model.Node], bool] | None = None) -> planning.VerifyResult:
+        """Whether the gang fits now that the plan's nodes should exist, and how the new
+        nodes differ from their shapes (`planning.verify`). Use the `node_filter` the plan was
+        made with."""
+        with cache.use(self._store):
+            state = self._gang_state(g)
+            view, refused = self._view(state, node_filter)
+            result = planning.verify(state.first, view, p, list(self._shapes.values()))
+        if refused and result.verdict != "fits":
+            result = dataclasses.replace(result, reasons=(*result.reasons, _refused(refused)))
+        return result
+
+    # ----------------------------------------------------------------- reading
+
+    def shapes(self) -> list[node_shapes.NodeShape]:
+        """The known NodeShapes, by name."""
+        return [self._shapes[n] for n in sorted(self._shapes)]
+
+    def nodes(self) -> list[model.Node]:
+        """The known Nodes, by name."""
+        return [self._nodes[n] for n in self._names]
+
+    def stats(self) -> dict[str, int]:
+        """Sizes: objects held, kept work (for metrics and the memory bounds)."""
+        return {
+            "nodes": len(self._nodes), "devices": self._devices, "slices": len(self._slices),
+            "allocated claims": len(self._claims), "pods": len(self._pods),
+            "device classes": len(self._classes), "shapes": len(self._shapes),
+            "gangs kept": len(self._gangs),
+            "fills kept": sum(len(s.memo.fills) for s in self._gangs.values()),
+            "interned keys": len(self._keys),
+            **self._store.stats(),
+        }
+
+
+def _refused(names: list[str]) -> str:
+    example = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    n = len(names)
+    return (f"{n} node{'s are' if n != 1 else ' is'} not allowed for this workload by policy "
+            f"({example})")
+
+
+def _key(obj: Mapping[str, Any], kind: str) -> Key:
+    c = errors.Collector(kube.describe(obj, kind))
+    r = fields.Reader(c)
+    name, namespace = fields.meta_name(r, obj)
+    c.raise_if_any()
+    return (namespace or "", name)
+

@@ -1,0 +1,320 @@
+"""Node classes by what a gang can observe.
+
+`gang.Snapshot` puts two nodes in one class when their node-local slices are identical
+(device names, every attribute, the same devices allocated). Real clusters defeat that:
+every GPU publishes its own `uuid` and `pciBusID`, and every node has its own pattern of
+devices in use, so each node is a class of its own. A gang's claims see far less. This
+module computes, for one gang, a coarser class key per node that still answers every
+question the gang can ask alike:
+
+- **Attributes.** Only attributes that some selector of the gang (its DeviceClasses'
+  and its requests') or some constraint could read are kept in a device's key. Which
+  attributes a CEL expression reads is found from its text (`reads`): every attribute
+  access must be a literal `device.attributes["domain"].id` / `["id"]`; an expression that
+  touches the attribute maps in any other way (comprehensions, `size`, a computed key,
+  a map bound to a variable) reads every attribute. Capacities, counters, taints,
+  allowMultipleAllocations, binding conditions and the driver always stay in the key.
+- **Devices as a multiset.** Device names are not observable, and a complete search's
+  verdict does not depend on device order, so a pool without shared counters is keyed
+  by the multiset of (device key, allocated state). Pools with counters keep their
+  allocator order. Gangs with an `All` request keep every pool in order (upstream's
+  answer to `All` under a constraint depends on its search order).
+- **Constraint values up to renaming.** An attribute that only constraints read
+  (`matchAttribute`, `distinctAttribute`: the typical `pcieRoot`) is compared for
+  equality only, so its values may be renamed consistently: devices are grouped by
+  value, groups are ranked by their content, and the rank replaces the value. A node
+  with GPUs 3 and 11 in use and one with 5 and 9 in use (8 per root) are then one class.
+- **Free resources as far as the requests tell them apart.** A resource that one pod set
+  requests is kept as how many of its pods it holds (capped at the pod count); one that
+  several pod sets request is kept exactly, capped at what the whole gang requests.
+
+`NodeView.order` lists the node's devices in canonical order. Two nodes of one class
+have the same canonical sequence pool by pool, so zipping their orders maps the devices
+of an allocation found on the class representative onto equivalent devices of the other
+node (`gang._Search.pool_map`).
+
+Exactness: for every node of a class, the number of pods of a pod set it holds, and the
+reason it holds no more, are the representative's; the devices a pod gets on a node are
+equivalent to, not necessarily the same as, those kube-scheduler's own pass would pick
+there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from fitcore import gang, model, reads, semantics, values
+
+PoolKey = tuple[str, str]
+#: Device keys by device identity: the device (kept alive, so that ids stay unique), its
+#: interned key and its value of the renamed attribute.
+DeviceKeys = dict[int, tuple[model.Device, tuple[int, str | None]]]
+
+def _bare(name: str) -> str:
+    return name.rpartition("/")[2]
+
+
+_EXACT: dict[int, tuple[values.Quantity, tuple[int, int]]] = {}
+_STATES: dict[tuple[Any, ...], str] = {}
+
+
+def _exact(q: values.Quantity) -> tuple[int, int]:
+    """A quantity as a pair of ints: hashed far faster than its Fraction. Parsed
+    quantities are shared per text (values.Quantity.parse), so this is mostly a lookup;
+    the quantity is kept with its pair, so that its id stays unique."""
+    hit = _EXACT.get(id(q))
+    if hit is not None and hit[0] is q:
+        return hit[1]
+    v = q.value
+    pair = (v.numerator, v.denominator)
+    if len(_EXACT) > 1 << 16:
+        _EXACT.clear()
+    _EXACT[id(q)] = (q, pair)
+    return pair
+
+
+def _state(st: tuple[Any, ...]) -> str:
+    """A device's allocated state as sortable text (states are few: found once each)."""
+    found = _STATES.get(st)
+    if found is None:
+        if len(_STATES) > 1 << 16:
+            _STATES.clear()
+        found = _STATES[st] = repr(st)
+    return found
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeviceView:
+    """Which attributes of a device a gang can observe."""
+
+    read: frozenset[str] | None  # attribute ids kept (None: all)
+    relabel: str | None  # attribute id compared for equality only (constraints)
+    ordered: bool  # keep device order in every pool
+
+
+def device_view(g: gang.Gang, classes: Mapping[str, model.DeviceClass]) -> DeviceView:
+    """What the gang's claims can see of a device."""
+    read: set[str] | None = set()
+    constrained: set[str] = set()
+    ordered = False
+    for ps in g.pod_sets:
+        for pc in ps.claims:
+            for r in pc.claim.requests:
+                for alt in r.alternatives:
+                    if alt.allocation_mode == "All" or alt.admin_access:
+                        ordered = True
+                    dc = classes.get(alt.device_class)
+                    expressions = (*(dc.selectors if dc else ()), *alt.selectors)
+                    for e in expressions:
+                        got = reads.attributes(e)
+                        if got is None or read is None:
+                            read = None
+                        else:
+                            read |= got
+            for k in pc.claim.constraints:
+                name = k.match_attribute or k.distinct_attribute
+                if name:
+                    constrained.add(_bare(name))
+    relabel = None
+    if read is not None:
+        only = constrained - read
+        if len(only) == 1:
+            relabel = next(iter(only))
+        read |= constrained - {relabel} if relabel else constrained
+    return DeviceView(frozenset(read) if read is not None else None, relabel, ordered)
+
+
+def free_view(g: gang.Gang) -> tuple[tuple[str, Fraction, int, bool], ...]:
+    """Per requested resource: (name, per-pod request or the gang's total, cap, exact?).
+    A resource one pod set asks for is kept as pods it holds; others exactly, capped."""
+    per: dict[str, list[tuple[Fraction, int]]] = {}
+    for ps in g.pod_sets:
+        reqs = {k: q.value for k, q in ps.requests.items()}
+        reqs["pods"] = reqs.get("pods", Fraction(0)) + 1
+        for k, v in reqs.items():
+            if v > 0:
+                per.setdefault(k, []).append((v, ps.count))
+    out = []
+    for k, asks in sorted(per.items()):
+        if len(asks) == 1:
+            out.append((k, asks[0][0], asks[0][1], False))
+        else:
+            out.append((k, sum((v * n for v, n in asks), Fraction(0)), 0, True))
+    return tuple(out)
+
+
+class Projection:
+    """One gang's view of nodes; keeps device keys by device identity (the device is
+    kept alive with its key, so that ids stay unique) and interns class keys.
+
+    A device that no request alternative of the gang could ever take (its class's or
+    request's selectors are false, a taint is not tolerated, the capacity request does
+    not fit it) is left out of the key of a pool without shared counters, with its
+    allocated state: nothing the gang does can touch it. Candidacy is a function of the
+    device key (which holds everything a selector can read), so it is found once per
+    distinct device content."""
+
+    def __init__(self, g: gang.Gang, classes: Mapping[str, model.DeviceClass],
+                 selector: semantics.Selector, interner: dict[Any, int],
+                 device_keys: DeviceKeys) -> None:
+        self.view = device_view(g, classes)
+        self.free = free_view(g)
+        self._intern = interner
+        self._device_keys = device_keys
+        self._intern = interner
+        self._device_keys = device_keys
+        self._selector = selector
+        self._alternatives = [(alt, classes.get(alt.device_class))
+                              for ps in g.pod_sets for pc in ps.claims
+                              for r in pc.claim.requests for alt in r.alternatives]
+        self._relevant: dict[int, bool] = {}
+        # Per attribute name: 0 not observable, 1 kept in the key, 2 the renamed one.
+        self._actions: dict[str, int] = {}
+        # Devices one pod of the only pod set takes for itself at least (0: unbounded).
+        self._per_pod = 0
+        if len(g.pod_sets) == 1:
+            per_pod = 0
+            for pc in g.pod_sets[0].claims:
+                if pc.shared:
+                    continue
+                for r in pc.claim.requests:
+                    counts = [a.count if a.allocation_mode == "ExactCount" and
+                              not a.admin_access else 0 for a in r.alternatives]
+                    per_pod += min(counts, default=0)
+            self._per_pod = per_pod
+
+    def _candidate(self, k: int, driver: str, d: model.Device) -> bool:
+        """Whether some alternative of the gang could take this device (or its
+        selectors fail on it, which the allocator reports)."""
+        found = self._relevant.get(k)
+        if found is not None:
+            return found
+        found = False
+        for alt, dc in self._alternatives:
+            if dc is None:
+                found = True  # a missing class: the allocator's error, on every node
+                break
+            try:
+                if not semantics.device_selectable(self._selector, dc, alt, "", driver, d):
+                    continue
+            except semantics.SelectionError:
+                found = True
+                break
+            if semantics.taint_allows(d, alt) and semantics.capacity_take(alt, d) is not None:
+                found = True
+                break
+        self._relevant[k] = found
+        return found
+
+    def _device_key(self, driver: str, d: model.Device) -> tuple[int, str | None]:
+        """The device's key (an interned id) and its value of the renamed attribute."""
+        hit = self._device_keys.get(id(d))
+        if hit is not None and hit[0] is d:
+            return hit[1]
+        actions = self._actions
+        attrs = []
+        labels = []
+        for name, value in d.attributes.items():
+            act = actions.get(name)
+            if act is None:
+                bare = name.rpartition("/")[2]
+                act = actions[name] = (2 if bare == self.view.relabel else
+                                       1 if self.view.read is None or bare in self.view.read
+                                       else 0)
+            if act == 1:
+                attrs.append((name, type(value).__name__, value))
+            elif act == 2:
+                labels.append(f"{name}={value!r}")
+        attrs.sort()  # by name: names are unique
+        capacity = tuple(sorted((name, _exact(c.value), c.request_policy)
+                                for name, c in d.capacity.items())) if d.capacity else ()
+        counters = tuple((c.counter_set, tuple(sorted((n, _exact(q))
+                                                      for n, q in c.counters.items())))
+                         for c in d.consumes_counters) if d.consumes_counters else ()
+        key = ("dev", driver, tuple(attrs), capacity, counters, d.taints,
+               d.allow_multiple_allocations, d.binding_conditions, d.binds_to_node)
+        k = self._intern.setdefault(key, len(self._intern))
+        label = "\n".join(sorted(labels)) if labels else None
+        self._device_keys[id(d)] = (d, (k, label))
+        return k, label
+
+    def node_key(self, e: gang._NodeEntry,
+                 allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]
+                 ) -> tuple[int, tuple[model.DeviceId, ...]]:
+        """The node's class under this projection and its devices in canonical order."""
+        by_pool: dict[PoolKey, list[model.ResourceSlice]] = {}
+        for s in e.local_slices:
+            by_pool.setdefault((s.driver, s.pool), []).append(s)
+        pools: list[tuple[PoolKey, bool, tuple[Any, ...], list[tuple[Any, ...]]]] = []
+        groups: dict[str | None, list[tuple[int, int, Any]]] = {}
+        candidates, unbounded = 0, False
+        for pi, pk in enumerate(e.local_pools):
+            slices = by_pool[pk]
+            state: dict[str, Any] = {}
+            for t in allocated.get(pk, ()):
+                state[t[1]] = (*state.get(t[1], ()), t[0], *t[2:])
+            names = [d.name for s in slices for d in s.devices]
+            counters = tuple(sorted((c.name, tuple(sorted(c.counters.items())))
+                                    for s in slices for c in s.shared_counters))
+            info = (pk[0], tuple((s.generation, s.resource_slice_count, len(s.devices))
+                                 for s in slices), counters, len(set(names)) == len(names))
+            ordered = self.view.ordered or bool(counters) or any(
+                d.consumes_counters for s in slices for d in s.devices)
+            keyed = [(self._device_key(pk[0], d), d) for s in slices for d in s.devices]
+            wanted = [self._candidate(kl[0], pk[0], d) for kl, d in keyed]
+            if ordered and not self.view.ordered:
+                # Devices sharing a counter set with a candidate are observable through
+                # the counters; the rest of the pool is not.
+                shared_sets = {c.counter_set for (_, d), w in zip(keyed, wanted, strict=True)
+                               if w for c in d.consumes_counters}
+                keep = [w or any(c.counter_set in shared_sets for c in d.consumes_counters)
+                        for (_, d), w in zip(keyed, wanted, strict=True)]
+                info = (*info[:2], tuple(c for c in counters if c[0] in shared_sets), info[3])
+            else:
+                keep = [True if ordered else w for w in wanted]
+            devices = []
+            for ((k, label), d), w, kept in zip(keyed, wanted, keep, strict=True):
+                if not kept:
+                    continue  # nothing the gang does can touch it
+                if w and d.allow_multiple_allocations:
+                    unbounded = True
+                elif w:
+                    candidates += 1
+                item = (k, state.get(d.name, ()), label, d.name)
+                devices.append(item)
+                groups.setdefault(item[2], []).append((pi, item[0], item[1]))
+            pools.append((pk, ordered, info, devices))
+        # Values of the renamed attribute by rank of their group's content.
+        rank: dict[str | None, int] = {None: -1}
+        if self.view.relabel is not None:
+            ranked = sorted((tuple(sorted((pi, dk, _state(st)) for pi, dk, st in members)), label)
+                            for label, members in groups.items() if label is not None)
+            for i, (_, label) in enumerate(ranked):
+                rank[label] = i
+        key_parts: list[Any] = []
+        order: list[model.DeviceId] = []
+        for pk, ordered, info, devices in pools:
+            items = [(k, st, rank[lbl], name) for k, st, lbl, name in devices]
+            if not ordered:
+                items.sort(key=lambda x: (x[0], _state(x[1]), x[2], x[3]))
+            key_parts.append((info, tuple((k, st, r) for k, st, r, _ in items)))
+            order.extend(model.DeviceId(pk[0], pk[1], name) for _, _, _, name in items)
+        # Pods one node can hold by its devices at most: resources that allow more do not
+        # tell nodes apart (but "none" and "some" stay apart, for the reason given).
+        most = None if unbounded or not self._per_pod else max(candidates // self._per_pod, 1)
+        free: list[tuple[str, object]] = []
+        for name, amount, cap, exact in self.free:
+            have = e.free.get(name)
+            if have is None:
+                free.append((name, None))
+            elif exact:
+                free.append((name, min(have, amount)))
+            else:
+                n = min(int(have // amount), cap) if have > 0 else 0
+                free.append((name, n if most is None else min(n, most)))
+        key = ("node", tuple(key_parts), e.node.taints, e.node.unschedulable, e.pristine,
+               tuple(free))
+        return self._intern.setdefault(key, len(self._intern)), tuple(order)

@@ -1,0 +1,72 @@
+"""`fitgate fit` reads what `kubectl get -o json` prints, and reports every bad object."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+import yaml
+
+from admission import cli
+from tests.gang import realistic as rl
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def as_list(path: pathlib.Path, objects: list[dict[str, object]]) -> str:
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    return str(path)
+
+
+def test_a_json_list_answers_as_the_yaml_files_do(tmp_path: pathlib.Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    objects = [d for p in sorted((EXAMPLES / "inventory").glob("*.yaml"))
+               for d in yaml.safe_load_all(p.read_text()) if d]
+    inventory = as_list(tmp_path / "inventory.json", objects)
+    args = ["--shapes", str(EXAMPLES / "shapes"), "--workload",
+            str(EXAMPLES / "workload.yaml"), "-o", "json"]
+    code, out, _ = run(capsys, "fit", "--inventory", inventory, *args)
+    code_yaml, out_yaml, _ = run(capsys, "fit", "--inventory", str(EXAMPLES / "inventory"),
+                                 *args)
+    assert code == code_yaml == 0
+    got, want = json.loads(out), json.loads(out_yaml)
+    for doc in (got, want):
+        del doc["stats"]["seconds"]
+    assert got == want
+
+
+def test_realistic_json_list_plans(tmp_path: pathlib.Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    inventory = as_list(tmp_path / "inventory.json", rl.cluster(120, 3))
+    shapes = as_list(tmp_path / "shapes.json", rl.shapes())
+    workload = as_list(tmp_path / "workload.json",
+                       [rl.template(), rl.workload(64, topology=True)])
+    code, out, err = run(capsys, "fit", "--inventory", inventory, "--shapes", shapes,
+                         "--workload", workload, "-o", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["verdict"] == "needs-capacity"
+    assert doc["stats"]["nodes"] == 120
+
+
+def test_every_bad_object_is_reported_with_its_file(tmp_path: pathlib.Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    objects = rl.cluster(2, 3)
+    node = next(o for o in objects if o["kind"] == "Node")
+    node["status"]["allocatable"]["cpu"] = "lots"
+    first_slice = next(o for o in objects if o["kind"] == "ResourceSlice")
+    first_slice["spec"]["devices"][0]["name"] = "Not A Name"
+    inventory = as_list(tmp_path / "inventory.json", objects)
+    workload = as_list(tmp_path / "workload.json", [rl.template(), rl.workload(2)])
+    code, _, err = run(capsys, "fit", "--inventory", inventory, "--workload", workload)
+    assert code == cli.EXIT_BAD_INPUT
+    assert f"{inventory}: Node node-00000: status.allocatable['cpu']" in err
+    assert f"{inventory}: ResourceSlice node-00000-gpu: spec.devices[0].name" in err
