@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from fitcore import errors, gang, plan, workload
+from fitcore import errors, gang, plan, read, workload
 
 EXIT_BAD_INPUT = 2
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -56,9 +56,11 @@ def read_documents(paths: Sequence[str]) -> list[workload.Document]:
         for path in _files(pathlib.Path(raw)):
             try:
                 text = path.read_text()
-                docs = list(yaml.safe_load_all(text))
+                docs = read.load_yaml(text)
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"{path}: cannot read: {exc}") from exc
+            except read.LimitError as exc:
+                raise UsageError(f"{path}: refused: {exc}") from exc
             except yaml.YAMLError as exc:
                 raise UsageError(f"{path}: not valid YAML or JSON: {exc}") from exc
             for i, doc in enumerate(docs):
@@ -74,7 +76,8 @@ def read_documents(paths: Sequence[str]) -> list[workload.Document]:
 # ------------------------------------------------------------------------ fit
 
 
-def load_cluster(inventory: Sequence[str], shape_paths: Sequence[str], workload_path: str
+def load_cluster(inventory: Sequence[str], shape_paths: Sequence[str], workload_path: str,
+                 *, lenient: bool = False, kube_version: str = workload.DEFAULT_KUBE_VERSION
                  ) -> tuple[gang.Gang, workload.Bundle]:
     """The gang of the --workload file, and the inventory and shapes around it."""
     # Workloads and Jobs in the inventory are other tenants' (their pods count, as Pods):
@@ -82,19 +85,27 @@ def load_cluster(inventory: Sequence[str], shape_paths: Sequence[str], workload_
     docs = [d for d in read_documents(inventory) + read_documents(shape_paths)
             if d[0].get("kind") not in _GANG_KINDS]
     wl_docs = read_documents([workload_path])
-    bundle = workload.load(docs + wl_docs)
+    bundle = workload.load(docs + wl_docs, lenient=lenient, kube_version=kube_version)
     wl_sources = {source for _, source in wl_docs}
     gangs = [g for g in bundle.gangs if g.source in wl_sources]
     if len(gangs) != 1:
         found = ", ".join(g.label for g in gangs) or "none"
         raise UsageError(f"{workload_path}: must hold exactly one Workload or Job, found "
                          f"{found}")
+    if not bundle.nodes and not bundle.shapes:
+        raise UsageError(f"{', '.join(inventory)}: holds no Node, and there are no NodeShapes: "
+                         "there is nothing to place the gang on")
     return gangs[0], bundle
 
 
-def run_fit(inventory: Sequence[str], shape_paths: Sequence[str], workload_path: str
-            ) -> tuple[gang.Gang, plan.PlanResult]:
-    g, bundle = load_cluster(inventory, shape_paths, workload_path)
+def run_fit(inventory: Sequence[str], shape_paths: Sequence[str], workload_path: str,
+            *, lenient: bool = False, kube_version: str = workload.DEFAULT_KUBE_VERSION,
+            notes: list[str] | None = None) -> tuple[gang.Gang, plan.PlanResult]:
+    """`notes` receives what the reader skipped or ignored (for stderr)."""
+    g, bundle = load_cluster(inventory, shape_paths, workload_path, lenient=lenient,
+                             kube_version=kube_version)
+    if notes is not None:
+        notes.extend(bundle.notes())
     snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used)
     return g, plan.plan(g, snapshot, bundle.shapes)
 
@@ -255,6 +266,13 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--workload", required=True, metavar="PATH",
                      help="one Workload or Job, with its ResourceClaimTemplates")
     fit.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    fit.add_argument("--lenient", action="store_true",
+                     help="warn about unknown fields instead of refusing the object (the "
+                          "API server's strict field validation refuses them)")
+    fit.add_argument("--kube-version", default=workload.DEFAULT_KUBE_VERSION,
+                     choices=workload.KUBE_VERSIONS,
+                     help="the Kubernetes minor version whose default-feature scheduler to "
+                          "follow (default %(default)s)")
     verify = sub.add_parser("verify", help="plan on an inventory, then check the nodes that "
                                            "came against what their shapes promised")
     verify.add_argument("--before", action="append", required=True, metavar="PATH",
@@ -286,7 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             text = (json.dumps(verify_json(planned, verified), indent=2)
                     if args.output == "json" else verify_text(g, planned, verified))
         else:
-            g, result = run_fit(args.inventory, args.shapes, args.workload)
+            notes: list[str] = []
+            g, result = run_fit(args.inventory, args.shapes, args.workload,
+                                lenient=args.lenient, kube_version=args.kube_version,
+                                notes=notes)
+            for note in notes:
+                print(f"fitgate: note: {note}", file=sys.stderr)
             text = (json.dumps(as_json(g, result), indent=2) if args.output == "json"
                     else as_text(g, result))
     except (UsageError, errors.InputError) as exc:

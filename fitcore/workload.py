@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from fitcore import errors, fields, gang, kube, model, shapes, values
+from fitcore import errors, fields, gang, kube, model, read, shapes, taintrules, values, versions
 
 REQUIRED_TOPOLOGY_ANNOTATIONS = ("fitgate.io/required-topology",
                                  "kueue.x-k8s.io/podset-required-topology")
@@ -33,35 +33,43 @@ class Bundle:
     used: dict[str, dict[str, values.Quantity]] = dataclasses.field(default_factory=dict)
     shapes: list[shapes.NodeShape] = dataclasses.field(default_factory=list)
     gangs: list[gang.Gang] = dataclasses.field(default_factory=list)
+    # Objects of kinds fitgate does not read, per "apiVersion kind"; warnings (lenient).
+    skipped: dict[str, int] = dataclasses.field(default_factory=dict)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    def notes(self) -> list[str]:
+        """What a person should know about the input besides the verdict."""
+        out = list(self.warnings)
+        if self.skipped:
+            total = sum(self.skipped.values())
+            kinds = ", ".join(f"{k} ({n})" for k, n in sorted(self.skipped.items()))
+            out.append(f"skipped {total} object{'s' if total != 1 else ''} of kinds fitgate "
+                       f"does not read: {kinds}")
+        return out
 
 
 Document = tuple[Mapping[str, Any], str | None]  # (object, source file)
 
+DEFAULT_KUBE_VERSION = str(versions.DEFAULT)
+KUBE_VERSIONS = tuple(versions.BY_NAME)
+
 #: Order in which kinds are read: what others refer to comes first.
-KIND_ORDER = ("DeviceClass", "Node", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate",
-              "Pod", "NodeShape", "Workload", "Job")
+KIND_ORDER = ("DeviceClass", "DeviceTaintRule", "Node", "ResourceSlice", "ResourceClaim",
+              "ResourceClaimTemplate", "Pod", "NodeShape", "Workload", "Job")
 
 
-def load(documents: Sequence[Document]) -> Bundle:
-    """Parse an offline cluster. Unknown kinds are errors (so typos do not go unseen);
-    `List` objects are flattened."""
-    docs: list[Document] = []
-    problems: list[errors.FieldError] = []
-    for obj, source in documents:
-        if isinstance(obj, Mapping) and obj.get("kind") == "List":
-            docs.extend((item, source) for item in obj.get("items") or [])
-        else:
-            docs.append((obj, source))
+def load(documents: Sequence[Document], *, lenient: bool = False,
+         kube_version: str = DEFAULT_KUBE_VERSION) -> Bundle:
+    """Parse an offline cluster, read as the API server hands objects to the scheduler
+    (`fitcore.read`: strict fields, conversion to v1, defaulting). Kinds of other APIs are
+    skipped and counted (`Bundle.skipped`); a misspelled kind is an error; `List`s are
+    flattened. `lenient`: unknown fields are warnings (`Bundle.warnings`), not errors."""
+    found = read.sort(list(documents), lenient=lenient)
+    problems: list[errors.FieldError] = list(found.problems)
     by_kind: dict[str, list[Document]] = {k: [] for k in KIND_ORDER}
-    for obj, source in docs:
-        kind = obj.get("kind") if isinstance(obj, Mapping) else None
-        if kind not in by_kind:
-            problems.append(errors.FieldError(kube.describe(obj, "object"), "kind",
-                                              f"unsupported kind {kind!r}; expected one of "
-                                              f"{', '.join(KIND_ORDER)}", source))
-            continue
-        by_kind[str(kind)].append((obj, source))
-    bundle = Bundle()
+    for obj, source in found.objects:
+        by_kind[str(obj["kind"])].append((obj, source))
+    bundle = Bundle(skipped=dict(found.skipped), warnings=list(found.warnings))
 
     def parse(kind: str, fn: Any) -> list[Any]:
         out = []
@@ -75,6 +83,9 @@ def load(documents: Sequence[Document]) -> Bundle:
     classes = {c.name: c for c in parse("DeviceClass", kube.device_class)}
     bundle.nodes = parse("Node", kube.node)
     slices = parse("ResourceSlice", kube.resource_slice)
+    rules = parse("DeviceTaintRule", taintrules.rule)
+    slices, rule_notes = taintrules.apply(slices, rules, versions.parse(kube_version))
+    bundle.warnings.extend(rule_notes)
     results: list[model.AllocatedDevice] = []
     for devices in parse("ResourceClaim", kube.allocated_devices):
         results.extend(devices)
@@ -132,7 +143,8 @@ def _taints(f: fields.Reader, obj: Any, path: str) -> tuple[model.Taint, ...]:
 def pod_requests(f: fields.Reader, spec: Mapping[str, Any], path: str
                  ) -> dict[str, values.Quantity]:
     """What the scheduler counts for a pod: the sum over containers, or the largest init
-    container when that is more (per resource)."""
+    container when that is more (per resource); pod-level requests where set; plus the
+    pod overhead."""
     total: dict[str, values.Quantity] = {}
     for cpath, c in f.items(spec, "containers", path):
         resources = f.get(c, "resources", cpath, Mapping, {})
@@ -143,6 +155,12 @@ def pod_requests(f: fields.Reader, spec: Mapping[str, Any], path: str
         for k, q in f.quantities(resources, "requests", f"{cpath}.resources").items():
             if k not in total or q > total[k]:
                 total[k] = q
+    # Pod-level resources (PodLevelResources, on by default) replace the containers' sum
+    # for the resources they name; the RuntimeClass overhead comes on top.
+    pod_level = f.get(spec, "resources", path, Mapping, {})
+    total.update(f.quantities(pod_level, "requests", f"{path}.resources"))
+    for k, q in f.quantities(spec, "overhead", path).items():
+        total[k] = total[k] + q if k in total else q
     return total
 
 

@@ -80,7 +80,7 @@ BAD = [
      ["inv.yaml", "ResourceSlice n1-gpu", "spec.driver"]),
     ("unknown-kind", lambda: [{"apiVersion": "v1", "kind": "Sevrice",
                                "metadata": {"name": "x"}}],
-     ["inv.yaml", "Sevrice x", "unsupported kind"]),
+     ["inv.yaml", "Sevrice x", "unknown kind 'Sevrice' in v1"]),
 ]
 
 
