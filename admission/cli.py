@@ -137,7 +137,8 @@ def verify_json(planned: plan.PlanResult, verified: plan.VerifyResult | None
             "mismatches": list(verified.mismatches),
             "placements": [{"podSet": p.pod_set, "index": p.index, "node": p.node,
                             "devices": _devices(p)} for p in verified.placements],
-            "reasons": list(verified.reasons)}
+            "reasons": list(verified.reasons),
+            "details": [d.as_dict() for d in verified.details]}
 
 
 def verify_text(g: gang.Gang, planned: plan.PlanResult, verified: plan.VerifyResult | None
@@ -202,8 +203,10 @@ def as_json(g: gang.Gang, result: plan.PlanResult) -> dict[str, Any]:
                         "devices": _devices(p)} for p in placements],
         "plan": _plan_json(result.plan) if result.plan else None,
         "alternatives": [_plan_json(a) for a in result.alternatives],
-        "rejectedShapes": [{"shape": name, "reason": why} for name, why in result.rejected],
+        "rejectedShapes": [{"shape": d.shape, "code": d.code, "category": d.category,
+                            "reason": d.message} for d in result.rejected_details],
         "reasons": list(result.reasons),
+        "details": [d.as_dict() for d in result.details],
         "stats": {"seconds": round(result.stats.seconds, 6), "nodes": result.stats.nodes,
                   "devices": result.stats.devices, "steps": result.stats.steps},
     }

@@ -51,6 +51,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from fitcore import api, model, pools, predicates, values
+from fitcore import reasons as codes
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
@@ -194,6 +195,8 @@ class GangResult:
     # Per pod set: how many pods one node of some class could host (0: none anywhere).
     hostable: Mapping[str, int] = dataclasses.field(default_factory=dict)
     stats: Stats = dataclasses.field(default_factory=Stats)
+    # `reasons` for programs: details[i].message == reasons[i].
+    details: tuple[codes.Reason, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -503,6 +506,8 @@ class _Fill:
     allocations: list[tuple[tuple[model.DeviceResult, ...], ...]]
     stop: str = ""
     undecided: bool = False
+    code: str = ""  # `stop` for programs (a fitcore.reasons code)
+    resource: str = ""  # the node resource that ran out
 
 
 class Memo:
@@ -661,6 +666,7 @@ class _Search:
             if i >= bound:
                 if bound < limit:
                     f.stop = f"not enough {short}"
+                    f.code, f.resource = codes.INSUFFICIENT_RESOURCE, short
                 return f
             claims = variant.claims(i)
             needs = sum(r.exactly.count for c in claims for r in c.claim.requests
@@ -673,6 +679,7 @@ class _Search:
             if (needs and not e.sees_global and cls.devices - taken < needs
                     and not (i == 0 and cls.pristine)):
                 f.stop = "too few free devices"
+                f.code = codes.INSUFFICIENT_DEVICES
                 return f
             if not claims:
                 f.allocations.append(())
@@ -685,6 +692,8 @@ class _Search:
             if not nf.fits:
                 f.stop = "; ".join(nf.reasons) or nf.verdict
                 f.undecided = nf.verdict == "undecided"
+                f.code = (codes.SEARCH_BUDGET if f.undecided else codes.CLAIM_ERROR
+                          if nf.verdict == "error" else codes.DEVICES_UNAVAILABLE)
                 return f
             f.allocations.append(nf.allocations)
             carried += [r.as_allocated() for rs in nf.allocations for r in rs]
@@ -772,8 +781,8 @@ def place(gang: Gang, snapshot: Snapshot, *, memo: Memo | None = None,
     verdict: GangVerdict = "undecided" if search.undecided else "no-fit"
     category: Category = "configuration" if any(v == 0 for v in hostable.values()) \
         else "capacity"
-    return GangResult(verdict, (), tuple(attempt.reasons), category, attempt.domains,
-                      hostable, stats)
+    return GangResult(verdict, (), tuple(r.message for r in attempt.reasons), category,
+                      attempt.domains, hostable, stats, tuple(attempt.reasons))
 
 
 @dataclasses.dataclass(slots=True)
@@ -781,7 +790,7 @@ class _Attempt:
     search: _Search
     failed: bool
     placements: list[Placement]
-    reasons: list[str]
+    reasons: list[codes.Reason]
     domains: dict[str, str]
     hostable: dict[str, int]
 
@@ -836,7 +845,8 @@ _Unit = tuple[int, "int | None", int, int]
 
 
 def _place_pod_set(search: _Search, pod_set: PodSet,
-                   placements: list[Placement]) -> tuple[bool, list[str], str | None, int]:
+                   placements: list[Placement]
+                   ) -> tuple[bool, list[codes.Reason], str | None, int]:
     """Place one pod set; append its placements. Returns (ok, reasons, domain, best)
     where best is the most pods of this set that one node could host."""
     snap = search.snap
@@ -890,6 +900,7 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
     # Why a class holds fewer pods -> (nodes, example node); keyed by class too, so that
     # each kind of node (existing or new) keeps its own example.
     short: dict[tuple[str, int], tuple[int, str]] = {}
+    short_why: dict[tuple[str, int], _Fill] = {}  # the fill behind each entry of short
     short_nodes: dict[int, int] = {}  # class -> nodes of it that hold fewer than wanted
     totals: dict[str, int] = {}
     domain_units: dict[str, list[_Unit]] = {}
@@ -947,14 +958,16 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
         if stop:
             example = entries[search.get_class(cid).rep].node.name
             short[(_holds(counts[cid], stop), cid)] = (count, example)
+            short_why[(_holds(counts[cid], stop), cid)] = fills[cid]
     ranked = [(t, d) for d, t in totals.items()]
     # Best fit: the smallest domain that holds every pod; else the largest holding minCount.
     full = sorted((t, d) for t, d in ranked if t >= want)
     partial = sorted(((t, d) for t, d in ranked if need <= t < want), key=lambda x: (-x[0], x[1]))
     choice = full[0] if full else (partial[0] if partial else None)
     if choice is None:
-        return False, _explain(pod_set, label, need, want, ranked, skipped, taint_example, short,
-                               single_node, len(snap.entries)), None, best
+        return False, _explain(search.gang, pod_set, label, need, want, ranked, skipped,
+                               taint_example, short, short_why, counts, single_node,
+                               len(snap.entries)), None, best
     index_base = sum(1 for p in placements if p.pod_set == pod_set.name)
     tag = (search.memo.keep(pod_set), tuple(c.claim.key for c in variant.first),
            tuple(c.claim.key for c in variant.rest))
@@ -970,8 +983,11 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
             return True, [], (domain if pod_set.topology else None), best
         search.restore(saved)
         del placements[mark:]
-    return False, [f"{label}: needs {want} pods; devices that all nodes share (not node-local) "
-                   "ran out before they were all placed"], None, best
+    return False, [codes.reason(
+        codes.SHARED_POOLS_EXHAUSTED,
+        f"{label}: needs {want} pods; devices that all nodes share (not node-local) ran out "
+        "before they were all placed", object=search.gang.label, pod_set=pod_set.name,
+        field=template_path(search.gang, pod_set) + ".resourceClaims")], None, best
 
 
 def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
@@ -1055,44 +1071,80 @@ def _pinned_devices(search: _Search, pod_set: PodSet, have: set[str]
     return out
 
 
-def _explain(pod_set: PodSet, label: str, need: int, want: int, ranked: list[tuple[int, str]],
-             skipped: Mapping[str, int], taint_example: str,
-             short: Mapping[tuple[str, int], tuple[int, str]], single_node: bool,
-             nodes: int) -> list[str]:
+def template_path(gang: Gang, pod_set: PodSet) -> str:
+    """The path of a pod set's pod spec in the gang's object."""
+    if gang.kind == "Job":
+        return "spec.template.spec"
+    index = next((i for i, ps in enumerate(gang.pod_sets) if ps.name == pod_set.name), 0)
+    return f"spec.podSets[{index}].template.spec"
+
+
+def _explain(gang: Gang, pod_set: PodSet, label: str, need: int, want: int,
+             ranked: list[tuple[int, str]], skipped: Mapping[str, int], taint_example: str,
+             short: Mapping[tuple[str, int], tuple[int, str]],
+             short_why: Mapping[tuple[str, int], _Fill], counts: Mapping[int, int],
+             single_node: bool, nodes: int) -> list[codes.Reason]:
     wanted = _plural(want, "pod") if need == want else f"at least {need} of {want} pods"
-    out = []
+    spec = template_path(gang, pod_set)
+    out: list[codes.Reason] = []
+
+    def add(code: str, message: str, **where: Any) -> None:
+        where.setdefault("field", spec)
+        out.append(codes.reason(code, message, object=gang.label, pod_set=pod_set.name,
+                                  **where))
+
     most = max((t for t, _ in ranked), default=0)
     if pod_set.topology:
         where = min(ranked, key=lambda x: (-x[0], x[1]))[1] if ranked else None
-        out.append(f"{label}: needs {wanted} in one domain of {pod_set.topology}; "
-                   + (f"the largest, {where}, holds {most}" if where is not None
-                      else "no domain holds any"))
+        add(codes.TOPOLOGY_DOMAIN_TOO_SMALL,
+            f"{label}: needs {wanted} in one domain of {pod_set.topology}; "
+            + (f"the largest, {where}, holds {most}" if where is not None
+               else "no domain holds any"), held=most)
     elif single_node:
-        out.append(f"{label}: its pods share a ResourceClaim, so all {wanted} must run on one "
-                   f"node; the best node holds {most}")
+        add(codes.SHARED_CLAIM_ONE_NODE,
+            f"{label}: its pods share a ResourceClaim, so all {wanted} must run on one "
+            f"node; the best node holds {most}", held=most, field=f"{spec}.resourceClaims")
     else:
-        out.append(f"{label}: needs {wanted}; "
-                   + (f"the {nodes} nodes hold {most}" if nodes != 1 else
-                      f"the only node holds {most}"))
+        add(codes.TOO_FEW_PODS, f"{label}: needs {wanted}; "
+            + (f"the {nodes} nodes hold {most}" if nodes != 1 else
+               f"the only node holds {most}"), held=most)
     if skipped["shared"]:
-        out.append(f"{label}: {skipped['shared']} node(s) cannot use its allocated shared claims")
+        add(codes.SHARED_CLAIM_NODES,
+            f"{label}: {skipped['shared']} node(s) cannot use its allocated shared claims",
+            field=f"{spec}.resourceClaims")
     if skipped["selector"]:
-        out.append(f"{label}: {_nodes(skipped['selector'])} not match its nodeSelector or "
-                   "required node affinity")
+        add(codes.NODE_SELECTOR,
+            f"{label}: {_nodes(skipped['selector'])} not match its nodeSelector or "
+            "required node affinity", field=f"{spec}.nodeSelector")
     if skipped["topology"]:
-        out.append(f"{label}: {_nodes(skipped['topology'], 'has', 'have')} no {pod_set.topology} "
-                   "label")
+        add(codes.TOPOLOGY_LABEL_MISSING,
+            f"{label}: {_nodes(skipped['topology'], 'has', 'have')} no {pod_set.topology} "
+            "label")
+    for filt, filt_code in (("affinity", codes.POD_AFFINITY),
+                            ("spread", codes.TOPOLOGY_SPREAD)):
+        if skipped.get(filt):
+            add(filt_code, f"{label}: {_nodes(skipped[filt])} not satisfy its required "
+                + ("pod affinity or anti-affinity" if filt == "affinity"
+                   else "topology spread constraints"),
+                field=f"{spec}.{'affinity' if filt == 'affinity' else 'topologySpreadConstraints'}")
     if skipped["taint"]:
-        out.append(f"{label}: {_nodes(skipped['taint'], 'has', 'have')} a taint it does not "
-                   "tolerate, e.g. "
-                   f"{taint_example}")
+        add(codes.UNTOLERATED_TAINT,
+            f"{label}: {_nodes(skipped['taint'], 'has', 'have')} a taint it does not "
+            f"tolerate, e.g. {taint_example}", field=f"{spec}.tolerations",
+            node=taint_example.rsplit("(node ", 1)[-1].rstrip(")") or None)
     kinds = sorted(short.items(), key=lambda x: (-x[1][0], x[1][1]))
-    for (stop, _), (count, example) in kinds[:_MAX_KINDS]:
+    for key, (count, example) in kinds[:_MAX_KINDS]:
+        stop, cid = key
         like = f" (and {count - 1} like it)" if count > 1 else ""
-        out.append(f"{label}: node {example}{like}: {stop}")
+        f = short_why[key]
+        code = f.code or codes.DEVICES_UNAVAILABLE
+        field = (f"{spec}.containers[*].resources.requests" if code ==
+                 codes.INSUFFICIENT_RESOURCE else f"{spec}.resourceClaims")
+        add(code, f"{label}: node {example}{like}: {stop}", node=example, field=field,
+            resource=f.resource or None, held=max(counts.get(cid, 0), 0))
     if len(kinds) > _MAX_KINDS:
         rest = sum(count for _, (count, _) in kinds[_MAX_KINDS:])
-        out.append(f"{label}: {rest} more nodes of {len(kinds) - _MAX_KINDS} other kinds hold "
-                   "fewer pods too")
+        add(codes.MORE_NODE_KINDS,
+            f"{label}: {rest} more nodes of {len(kinds) - _MAX_KINDS} other kinds hold "
+            "fewer pods too")
     return out
-

@@ -368,7 +368,14 @@ def node_shape(obj: Mapping[str, Any], source: str | None = None) -> shapes.Node
     allocatable = f.quantities(spec, "allocatable", "spec")
     taints = _taints(f, spec, "spec")
     slices = []
-    for i, (path, raw) in enumerate(f.items(spec, "resourceSlices", "spec")):
+    raw_slices = f.items(spec, "resourceSlices", "spec")
+    # Pool bookkeeping a shape may leave out: a pool spans the shape's slices that name it.
+    per_pool: dict[Any, int] = {}
+    for _, raw in raw_slices:
+        pool_name = raw.get("pool", {}).get("name") if isinstance(raw.get("pool"), Mapping) \
+            else None
+        per_pool[pool_name] = per_pool.get(pool_name, 0) + 1
+    for i, (path, raw) in enumerate(raw_slices):
         if any(k in raw for k in ("nodeName", "nodeSelector", "allNodes")):
             c.add(path, "a shape's slices must not select nodes: each new node gets its own")
             continue
@@ -376,6 +383,9 @@ def node_shape(obj: Mapping[str, Any], source: str | None = None) -> shapes.Node
         body["nodeName"] = "shape-template"
         if "pool" not in body:
             body["pool"] = {"name": f"{name}-{i}", "resourceSliceCount": 1}
+        elif isinstance(body["pool"], Mapping) and "resourceSliceCount" not in body["pool"]:
+            body["pool"] = {**body["pool"],
+                            "resourceSliceCount": per_pool.get(body["pool"].get("name"), 1)}
         slice_obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
                      "metadata": {"name": f"{name}-{i}"}, "spec": body}
         try:
