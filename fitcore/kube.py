@@ -342,8 +342,11 @@ def _exact(r: fields.Reader, obj: Mapping[str, Any], path: str, name: str,
     count = r.get(obj, "count", path, int, default=1)
     if mode == "All" and "count" in obj and obj["count"] is not None:
         r.c.add(f"{path}.count", "must not be set with allocationMode All")
-    if mode == "ExactCount" and not 1 <= count <= 32:
-        r.c.add(f"{path}.count", f"must be between 1 and 32, got {count}")
+    # The API only requires count > 0. More than a claim may hold (32) is not bad input:
+    # the allocator skips such a firstAvailable alternative (and a claim that needs more
+    # than 32 devices is an error of the allocation, not of the object).
+    if mode == "ExactCount" and count < 1:
+        r.c.add(f"{path}.count", f"must be at least 1, got {count}")
     admin = r.get(obj, "adminAccess", path, bool, default=False)
     if admin and not admin_allowed:
         r.c.add(f"{path}.adminAccess", "is not allowed in a firstAvailable subrequest")

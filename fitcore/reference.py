@@ -206,8 +206,13 @@ class _Search:
         self.step()
         if ri == len(self.p.claims[ci].requests):
             return self.claim(ci + 1)
+        # A request is worth at least its smallest alternative: an alternative that,
+        # with the devices taken and the least the later requests need, exceeds the
+        # claim's cap cannot lead to an allocation (upstream backtracks out of it).
+        later = sum(min(a.needed for a in alts)
+                    for alts in self.p.alternatives[ci][ri + 1:])
         for alt in self.p.alternatives[ci][ri]:
-            if len(self.results[ci]) + alt.needed > model.MAX_DEVICES_PER_CLAIM:
+            if len(self.results[ci]) + alt.needed + later > model.MAX_DEVICES_PER_CLAIM:
                 continue
             if alt.all_devices is not None:
                 if alt.all_devices and self.take_all(ci, ri, alt, 0):
