@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Literal
 
-from fitcore import api, model, pools, predicates, values
+from fitcore import api, extended, model, multinode, pools, predicates, values
 from fitcore import reasons as codes
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -94,6 +94,8 @@ class PodClaim:
     shared: bool = False
     allocated: tuple[model.AllocatedDevice, ...] | None = None
     allocated_nodes: frozenset[str] | None = None
+    # The allocation's nodeSelector when it selects by labels (a multi-node allocation).
+    allocated_selector: model.NodeSelector | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -109,6 +111,8 @@ class PodSet:
     tolerations: tuple[Toleration, ...] = ()
     claims: tuple[PodClaim, ...] = ()
     topology: str | None = None  # node label: all pods in one domain (one value of it)
+    # Per container requests, for DRA extended resources (fitcore.extended).
+    containers: tuple[extended.Container, ...] = ()
 
     @property
     def needed(self) -> int:
@@ -576,8 +580,12 @@ class _Search:
         self.cells = dict(snap.cells)
         self.global_results: list[model.DeviceResult] = []
         self.pinned: dict[str, tuple[str | None, tuple[model.DeviceResult, ...]]] = {}
+        # Shared claims allocated from pools that are not node-local: the nodes their
+        # devices reach (multi-node allocations; see fitcore.multinode).
+        self.spans: dict[str, frozenset[str] | None] = {}
         self.undecided = False
         self.rep_inventory: dict[int, model.Inventory] = {}
+        self.adapted: dict[tuple[int, int, int], tuple[_Variant, Mapping[str, Fraction]]] = {}
 
     # -- per-class questions ---------------------------------------------------------
 
@@ -596,11 +604,12 @@ class _Search:
 
     def save(self) -> tuple[Any, ...]:
         return (dict(self.moved), dict(self.cells), dict(self.pinned),
-                len(self.global_results))
+                len(self.global_results), dict(self.spans))
 
     def restore(self, saved: tuple[Any, ...]) -> None:
         self.moved, self.cells, self.pinned = dict(saved[0]), dict(saved[1]), dict(saved[2])
         del self.global_results[saved[3]:]
+        self.spans = dict(saved[4])
 
     def move(self, node: int, cid: int) -> None:
         group = self.snap.node_group[node]
@@ -626,6 +635,31 @@ class _Search:
                                       self.snap.local_allocated(e.local_pools))
             self.rep_inventory[cls.rep] = inv
         return inv
+
+    def adapt(self, cls: _Class, pod_set: PodSet, variant: _Variant,
+              requests: Mapping[str, Fraction]) -> tuple[_Variant, Mapping[str, Fraction]]:
+        """The pod as the scheduler sees it on nodes of this class: extended resources
+        that a DeviceClass backs and the node does not advertise become a claim
+        (fitcore.extended) and leave the node's resource requests."""
+        if not pod_set.containers:
+            return variant, requests
+        key = (cls.key, self.memo.keep(pod_set), id(variant))
+        have = self.adapted.get(key)
+        if have is None:
+            names = extended.backed(pod_set.containers, self.snap.inventory.classes)
+            allocatable = {k: q.value for k, q in
+                           self.snap.entries[cls.rep].node.allocatable.items()}
+            via, claim = extended.for_node(pod_set.containers, self.gang.namespace,
+                                           pod_set.name, allocatable,
+                                           self.snap.inventory.classes, names)
+            if claim is None:
+                have = (variant, requests)
+            else:
+                pc = PodClaim(extended.CLAIM_NAME, claim)
+                have = (_Variant([*variant.first, pc], [*variant.rest, pc]),
+                        {k: v for k, v in requests.items() if k not in via})
+            self.adapted[key] = have
+        return have
 
     def tolerated(self, cls: _Class, pod_set: PodSet) -> str:
         """The first taint of the class that the pod set does not tolerate ("" if none)."""
@@ -848,7 +882,36 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
                    placements: list[Placement]
                    ) -> tuple[bool, list[codes.Reason], str | None, int]:
     """Place one pod set; append its placements. Returns (ok, reasons, domain, best)
-    where best is the most pods of this set that one node could host."""
+    where best is the most pods of this set that one node could host.
+
+    Pods that share a claim not yet allocated are first placed all on one node. When
+    that fails and some pools are not node-local, they are placed as the scheduler
+    does: the first pod allocates the claim, and the others go wherever its devices
+    reach (a multi-node allocation), pod by pod."""
+    saved, mark = search.save(), len(placements)
+    result = _place_pods(search, pod_set, placements)
+    if result[0] or pod_set.count < 2 or not search.snap.global_slices or not any(
+            pc.shared and pc.allocated is None and pc.claim.key not in search.pinned
+            for pc in pod_set.claims):
+        return result
+    search.restore(saved)
+    del placements[mark:]
+    first = dataclasses.replace(pod_set, count=1, min_count=None)
+    ok, _, domain, best = _place_pods(search, first, placements)
+    if ok:
+        rest = dataclasses.replace(pod_set, count=pod_set.count - 1, min_count=(
+            None if pod_set.min_count is None else max(pod_set.min_count - 1, 1)))
+        ok2, _, domain2, best2 = _place_pods(search, rest, placements)
+        if ok2 and (domain is None or domain2 in (None, domain)):
+            return True, [], domain, max(best, best2)
+    search.restore(saved)
+    del placements[mark:]
+    return result
+
+
+def _place_pods(search: _Search, pod_set: PodSet, placements: list[Placement]
+                ) -> tuple[bool, list[codes.Reason], str | None, int]:
+    """Place these pods, all at once (see `_place_pod_set`)."""
     snap = search.snap
     label = f"pod set {pod_set.name}"
     requests = _requests(pod_set)
@@ -865,14 +928,19 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
             rest_claims.append(pc)
             continue
         if pc.allocated is not None:
-            if pc.allocated_nodes is not None:
-                allowed = set(pc.allocated_nodes) if allowed is None \
-                    else allowed & pc.allocated_nodes
+            reach = pc.allocated_nodes
+            if pc.allocated_selector is not None:
+                reach = multinode.matching(pc.allocated_selector,
+                                           [e.node for e in snap.entries])
+            if reach is not None:
+                allowed = set(reach) if allowed is None else allowed & reach
             continue
         pin = search.pinned.get(pc.claim.key)
         if pin is not None:
             if pin[0] is not None:
                 allowed = {pin[0]} if allowed is None else allowed & {pin[0]}
+            elif (spans := search.spans.get(pc.claim.key)) is not None:
+                allowed = set(spans) if allowed is None else allowed & spans
             continue
         first_claims.append(pc)
         unpinned.append(pc)
@@ -932,7 +1000,8 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
                 example = entries[node_index if node_index is not None else cls.rep].node.name
                 taint_example = taint_example or f"{bad} (node {example})"
             else:
-                f = search.fill(cls, pod_set, variant, requests, want)
+                f = search.fill(cls, pod_set, *search.adapt(cls, pod_set, variant, requests),
+                                want)
                 fills[cid] = f
                 n = len(f.allocations)
                 search.undecided = search.undecided or f.undecided
@@ -1012,8 +1081,9 @@ def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
         k = min(max(counts.get(cid, 0), 0), total - placed)
         if k <= 0:  # a class that holds none (or that the pod set does not tolerate)
             continue
+        pod_variant, pod_requests = search.adapt(cls, pod_set, variant, requests)
         if entry.sees_global:  # what the gang took from shared pools changes the answer
-            f = search.fill(cls, pod_set, variant, requests, total - placed)
+            f = search.fill(cls, pod_set, pod_variant, pod_requests, total - placed)
             k = min(len(f.allocations), k)
         else:
             f = fills[cid]
@@ -1023,20 +1093,24 @@ def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
         pools_map = search.pool_map(cls, i)
         for j in range(k):
             claims = []
-            for pc, results in zip(variant.claims(j), f.allocations[j], strict=True):
+            for pc, results in zip(pod_variant.claims(j), f.allocations[j], strict=True):
                 claims.append((pc.name, results))
                 if pc.shared or entry.sees_global:
                     mapped = remap(results, pools_map) if pools_map else results
                     if pc.shared:
                         local = any((r.id.driver, r.id.pool) in snap.owner for r in mapped)
                         search.pinned[pc.claim.key] = (node_name if local else None, mapped)
+                        if not local:  # pods of the claim may run where its devices reach
+                            search.spans[pc.claim.key] = multinode.usable_nodes(
+                                mapped, [e.node for e in snap.entries], snap.owner,
+                                snap.global_slices)
                     if entry.sees_global:
                         search.global_results.extend(
                             r for r in mapped if (r.id.driver, r.id.pool) not in snap.owner)
             claims.extend(_pinned_devices(search, pod_set, {name for name, _ in claims}))
             placements.append(Placement(pod_set.name, index_base + placed + j, node_name,
                                         tuple(claims), pools_map))
-        search.move(i, search.derived(cls, f, k, requests, tag).key)
+        search.move(i, search.derived(cls, f, k, pod_requests, tag).key)
         placed += k
         if single_node:
             break

@@ -241,8 +241,9 @@ def device_class(obj: Mapping[str, Any], source: str | None = None) -> model.Dev
     name, _ = fields.meta_name(r, obj)
     spec = r.get(obj, "spec", "", Mapping, default={})
     selectors = tuple(_selector(r, s, p) for p, s in r.items(spec, "selectors", "spec", limit=32))
+    extended = r.get(spec, "extendedResourceName", "spec", str)
     c.raise_if_any()
-    return model.DeviceClass(name, selectors)
+    return model.DeviceClass(name, selectors, extended or None)
 
 
 def _selector(r: fields.Reader, obj: Mapping[str, Any], path: str) -> str:

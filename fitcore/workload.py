@@ -16,7 +16,19 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from fitcore import errors, fields, gang, kube, model, read, shapes, taintrules, values, versions
+from fitcore import (
+    errors,
+    extended,
+    fields,
+    gang,
+    kube,
+    model,
+    read,
+    shapes,
+    taintrules,
+    values,
+    versions,
+)
 
 REQUIRED_TOPOLOGY_ANNOTATIONS = ("fitgate.io/required-topology",
                                  "kueue.x-k8s.io/podset-required-topology")
@@ -224,27 +236,30 @@ def _pod_claims(f: fields.Reader, spec: Mapping[str, Any], path: str, namespace:
                 out.append(gang.PodClaim(name, kube.claim_template(obj, source)))
             else:
                 claim = kube.resource_claim(obj, source)
-                allocated, nodes = _allocation(obj, source)
+                allocated, nodes, selector = _allocation(obj, source)
                 out.append(gang.PodClaim(name, claim, shared=True, allocated=allocated,
-                                         allocated_nodes=nodes))
+                                         allocated_nodes=nodes, allocated_selector=selector))
         except errors.InputError as exc:
             f.c.errors.extend(exc.errors)
     return tuple(out)
 
 
 def _allocation(obj: Mapping[str, Any], source: str | None
-                ) -> tuple[tuple[model.AllocatedDevice, ...] | None, frozenset[str] | None]:
-    """An allocated claim's devices and the nodes named by its allocation's nodeSelector
-    (by metadata.name or hostname; None when it does not restrict nodes by name)."""
+                ) -> tuple[tuple[model.AllocatedDevice, ...] | None, frozenset[str] | None,
+                           model.NodeSelector | None]:
+    """An allocated claim's devices, the nodes named by its allocation's nodeSelector
+    (by metadata.name or hostname; None when it does not restrict nodes by name), and
+    the selector itself when it selects by other labels (a multi-node allocation)."""
     devices = kube.allocated_devices(obj, source)
     status = obj.get("status")
     allocation = status.get("allocation") if isinstance(status, Mapping) else None
     if not isinstance(allocation, Mapping):
-        return None, None
+        return None, None, None
     c = errors.Collector(kube.describe(obj, "ResourceClaim"), source)
     f = fields.Reader(c)
     raw = f.get(allocation, "nodeSelector", "status.allocation", Mapping)
     names: set[str] | None = None
+    by_labels = None
     if raw is not None:
         sel = fields.node_selector(f, raw, "status.allocation.nodeSelector")
         names = set()
@@ -252,10 +267,12 @@ def _allocation(obj: Mapping[str, Any], source: str | None
             for r in (*term.match_fields, *term.match_expressions):
                 if r.operator == "In" and r.key in ("metadata.name", gang.HOSTNAME_LABEL):
                     names.update(r.values)
-        if not names:
-            names = None
+        if not names or any(r.key not in ("metadata.name", gang.HOSTNAME_LABEL)
+                            for term in sel.terms
+                            for r in (*term.match_fields, *term.match_expressions)):
+            names, by_labels = None, sel
     c.raise_if_any()
-    return tuple(devices), (frozenset(names) if names is not None else None)
+    return tuple(devices), (frozenset(names) if names is not None else None), by_labels
 
 
 def _pod_set(f: fields.Reader, name: str, count: int, min_count: int | None,
@@ -281,7 +298,26 @@ def _pod_set(f: fields.Reader, name: str, count: int, min_count: int | None,
         requests=pod_requests(f, spec, spath),
         node_selector=f.string_map(spec, "nodeSelector", spath),
         affinity=affinity, tolerations=_tolerations(f, spec, spath),
-        claims=_pod_claims(f, spec, spath, namespace, refs), topology=topology or None)
+        claims=_pod_claims(f, spec, spath, namespace, refs), topology=topology or None,
+        containers=_containers(f, spec, spath))
+
+
+def _containers(f: fields.Reader, spec: Mapping[str, Any], path: str
+                ) -> tuple[extended.Container, ...]:
+    """Each container's requests, in the order the scheduler numbers them (init
+    containers first), when some container asks for an extended resource. Problems
+    are reported by `pod_requests`, which reads the same fields."""
+    f = fields.Reader(errors.Collector(""))
+    out = []
+    for key in ("initContainers", "containers"):
+        for cpath, c in f.items(spec, key, path):
+            resources = c.get("resources") if isinstance(c.get("resources"), Mapping) else {}
+            requests = f.quantities(resources, "requests", f"{cpath}.resources")
+            out.append(extended.Container(str(c.get("name") or ""), key == "initContainers",
+                                          c.get("restartPolicy") == "Always", requests))
+    if not any(extended.is_extended(k) for c in out for k in c.requests):
+        return ()
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------- gangs
