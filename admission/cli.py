@@ -106,7 +106,7 @@ def run_fit(inventory: Sequence[str], shape_paths: Sequence[str], workload_path:
                              kube_version=kube_version)
     if notes is not None:
         notes.extend(bundle.notes())
-    snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used)
+    snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used, pods=bundle.pods)
     return g, plan.plan(g, snapshot, bundle.shapes)
 
 
@@ -115,12 +115,14 @@ def run_verify(before: Sequence[str], after: Sequence[str], shape_paths: Sequenc
                ) -> tuple[gang.Gang, plan.PlanResult, plan.VerifyResult | None]:
     """Plan on the inventory before provisioning, then verify on the one after."""
     g, bundle = load_cluster(before, shape_paths, workload_path)
-    planned = plan.plan(g, gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used),
+    planned = plan.plan(g, gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used,
+                                         pods=bundle.pods),
                         bundle.shapes)
     if planned.plan is None:
         return g, planned, None
     g_after, after_bundle = load_cluster(after, shape_paths, workload_path)
-    snapshot = gang.Snapshot(after_bundle.nodes, after_bundle.inventory, after_bundle.used)
+    snapshot = gang.Snapshot(after_bundle.nodes, after_bundle.inventory, after_bundle.used,
+                              pods=after_bundle.pods)
     return g, planned, plan.verify(g_after, snapshot, planned.plan, after_bundle.shapes)
 
 

@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Literal
 
-from fitcore import api, extended, model, multinode, pools, predicates, values
+from fitcore import api, extended, model, multinode, podaffinity, pools, predicates, values
 from fitcore import reasons as codes
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -113,6 +113,8 @@ class PodSet:
     topology: str | None = None  # node label: all pods in one domain (one value of it)
     # Per container requests, for DRA extended resources (fitcore.extended).
     containers: tuple[extended.Container, ...] = ()
+    # Labels and required pod (anti-)affinity / topology spread (fitcore.podaffinity).
+    rules: podaffinity.Rules | None = None
 
     @property
     def needed(self) -> int:
@@ -261,8 +263,10 @@ class Snapshot:
 
     def __init__(self, nodes: Sequence[model.Node], inventory: model.Inventory,
                  used: Mapping[str, Mapping[str, values.Quantity]] | None = None,
-                 previous: Snapshot | None = None) -> None:
+                 previous: Snapshot | None = None,
+                 pods: Sequence[podaffinity.BoundPod] = ()) -> None:
         self.inventory = inventory
+        self.pods = pods  # bound pods, for pod (anti-)affinity
         self.entries: list[_NodeEntry] = []
         # Class keys are large tuples: interned once, then compared as ints. Shared by
         # extended and rebuilt snapshots, so ids stay valid across them.
@@ -445,6 +449,7 @@ class Snapshot:
         other.devices = self.devices + sum(len(s.devices) for e in entries
                                            for s in e.local_slices)
         other.scratch = {}
+        other.pods = self.pods
         other.global_slices = self.global_slices
         other._allocated_by_pool = self._allocated_by_pool
         owner = {pk: e.node.name for e in entries for pk in e.local_pools}
@@ -469,6 +474,7 @@ class Snapshot:
         other.class_rep = {}
         other.devices = self.devices
         other.scratch = {}
+        other.pods = self.pods
         other.global_slices = self.global_slices
         other._allocated_by_pool = self._allocated_by_pool
         other.owner = self.owner
@@ -946,11 +952,16 @@ def _place_pods(search: _Search, pod_set: PodSet, placements: list[Placement]
         unpinned.append(pc)
     variant = _Variant(first_claims, rest_claims)
     single_node = bool(unpinned)
+    gate = _gate(search, pod_set, placements)
+    topology = pod_set.topology
+    if gate is not None:
+        per_node = True
+        topology = topology or gate.self_key
     need, want = pod_set.needed, pod_set.count
     # The units to consider: (label group, node or None, class, nodes) for each cell, or
     # single nodes when selection is per node.
     units: list[_Unit] = []
-    skipped = {"selector": 0, "taint": 0, "topology": 0, "shared": 0}
+    skipped = {"selector": 0, "taint": 0, "topology": 0, "shared": 0, "affinity": 0}
     if allowed is not None or per_node:
         names = allowed
         for i, e in enumerate(snap.entries):
@@ -973,8 +984,8 @@ def _place_pods(search: _Search, pod_set: PodSet, placements: list[Placement]
     totals: dict[str, int] = {}
     domain_units: dict[str, list[_Unit]] = {}
     best = 0
-    topology = pod_set.topology
     entries = snap.entries
+    room: dict[tuple[str, str], int] = {}  # pods per (topology key, value), with a gate
     for u in units:
         group, node_index, cid, count = u
         info = group_info.get(group) if node_index is None else None
@@ -990,6 +1001,10 @@ def _place_pods(search: _Search, pod_set: PodSet, placements: list[Placement]
             continue
         if domain is None:
             skipped["topology"] += count
+            continue
+        if gate is not None and node_index is not None and not gate.node_ok(
+                entries[node_index].node.name):
+            skipped["affinity"] += count
             continue
         n = counts.get(cid)
         if n is None:
@@ -1011,6 +1026,10 @@ def _place_pods(search: _Search, pod_set: PodSet, placements: list[Placement]
             continue
         if n < want:
             short_nodes[cid] = short_nodes.get(cid, 0) + count
+        if gate is not None and node_index is not None and n > 0:
+            name = entries[node_index].node.name
+            n = gate.room(name, room, n)
+            gate.took(name, room, n)
         if n > best:
             best = n
         if n == 0:
@@ -1047,7 +1066,8 @@ def _place_pods(search: _Search, pod_set: PodSet, placements: list[Placement]
         saved = search.save()
         mark = len(placements)
         placed = _fill_domain(search, pod_set, variant, requests, total, single_node,
-                              domain_units[domain], counts, fills, placements, index_base, tag)
+                              domain_units[domain], counts, fills, placements, index_base, tag,
+                              gate)
         if placed >= total or (t < want and placed >= need):
             return True, [], (domain if pod_set.topology else None), best
         search.restore(saved)
@@ -1059,11 +1079,35 @@ def _place_pods(search: _Search, pod_set: PodSet, placements: list[Placement]
         field=template_path(search.gang, pod_set) + ".resourceClaims")], None, best
 
 
+def _gate(search: _Search, pod_set: PodSet, placements: Sequence[Placement]
+          ) -> podaffinity.Gate | None:
+    """The pod set's pod (anti-)affinity and spread rules against the bound pods and the
+    gang's pods placed so far (None when it has none and no bound pod has any)."""
+    snap = search.snap
+    if (pod_set.rules is None or pod_set.rules.empty) and not any(
+            p.anti_affinity for p in snap.pods):
+        return None
+    by_set = {ps.name: ps.rules for ps in search.gang.pod_sets}
+    ns = search.gang.namespace
+    others = [*snap.pods]
+    for p in placements:
+        r = by_set.get(p.pod_set)
+        if r is not None:
+            others.append(podaffinity.BoundPod(p.node, ns, r.labels, r.anti_affinity))
+    labels_of = snap.scratch.get("node-labels")
+    if labels_of is None:
+        labels_of = snap.scratch["node-labels"] = {e.node.name: e.node.labels
+                                                   for e in snap.entries}
+    return podaffinity.Gate(pod_set.rules or podaffinity.Rules(), ns, others, labels_of)
+
+
 def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
                  requests: Mapping[str, Fraction], total: int, single_node: bool,
                  units: list[_Unit], counts: Mapping[int, int], fills: Mapping[int, _Fill],
-                 placements: list[Placement], index_base: int, tag: tuple[Any, ...]) -> int:
+                 placements: list[Placement], index_base: int, tag: tuple[Any, ...],
+                 gate: podaffinity.Gate | None = None) -> int:
     """Place up to `total` pods on the nodes of one domain, in name order."""
+    room: dict[tuple[str, str], int] = {}
     snap = search.snap
     nodes: set[int] = set()
     for group, node_index, _, _ in units:
@@ -1079,6 +1123,8 @@ def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
         cls = search.get_class(cid)
         entry = snap.entries[i]
         k = min(max(counts.get(cid, 0), 0), total - placed)
+        if gate is not None:
+            k = gate.room(snap.entries[i].node.name, room, k)
         if k <= 0:  # a class that holds none (or that the pod set does not tolerate)
             continue
         pod_variant, pod_requests = search.adapt(cls, pod_set, variant, requests)
@@ -1110,6 +1156,8 @@ def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
             claims.extend(_pinned_devices(search, pod_set, {name for name, _ in claims}))
             placements.append(Placement(pod_set.name, index_base + placed + j, node_name,
                                         tuple(claims), pools_map))
+        if gate is not None:
+            gate.took(node_name, room, k)
         search.move(i, search.derived(cls, f, k, pod_requests, tag).key)
         placed += k
         if single_node:

@@ -23,6 +23,7 @@ from fitcore import (
     gang,
     kube,
     model,
+    podaffinity,
     read,
     shapes,
     taintrules,
@@ -45,6 +46,8 @@ class Bundle:
     used: dict[str, dict[str, values.Quantity]] = dataclasses.field(default_factory=dict)
     shapes: list[shapes.NodeShape] = dataclasses.field(default_factory=list)
     gangs: list[gang.Gang] = dataclasses.field(default_factory=list)
+    # Bound pods, as pod (anti-)affinity sees them.
+    pods: list[podaffinity.BoundPod] = dataclasses.field(default_factory=list)
     # Objects of kinds fitgate does not read, per "apiVersion kind"; warnings (lenient).
     skipped: dict[str, int] = dataclasses.field(default_factory=dict)
     warnings: list[str] = dataclasses.field(default_factory=list)
@@ -103,6 +106,7 @@ def load(documents: Sequence[Document], *, lenient: bool = False,
         results.extend(devices)
     bundle.inventory = model.Inventory(tuple(slices), classes,
                                        model.AllocatedState.from_results(results))
+    bundle.pods = [p for p in parse("Pod", bound_pod) if p is not None]
     for usage in parse("Pod", pod_usage):
         if usage is None:
             continue
@@ -190,6 +194,25 @@ def pod_usage(obj: Mapping[str, Any], source: str | None = None
         return None
     requests["pods"] = values.Quantity.parse(1)
     return node_name, requests
+
+
+def bound_pod(obj: Mapping[str, Any], source: str | None = None
+              ) -> podaffinity.BoundPod | None:
+    """A Pod bound to a node and not finished, as pod (anti-)affinity sees it."""
+    c = errors.Collector(kube.describe(obj, "Pod"), source)
+    f = fields.Reader(c)
+    meta = f.get(obj, "metadata", "", Mapping, {})
+    spec = f.get(obj, "spec", "", Mapping, {})
+    status = f.get(obj, "status", "", Mapping, {})
+    node_name = f.get(spec, "nodeName", "spec", str)
+    if not node_name or status.get("phase") in _DONE_PHASES:
+        return None
+    labels = f.string_map(meta, "labels", "metadata")
+    # Only the anti-affinity of a bound pod matters to the gang (and its problems are
+    # not the gang's: they are not reported).
+    rules = podaffinity.rules(fields.Reader(errors.Collector("")), spec, labels, "spec")
+    return podaffinity.BoundPod(node_name, str(meta.get("namespace") or "default"), labels,
+                                rules.anti_affinity)
 
 
 def _tolerations(f: fields.Reader, spec: Mapping[str, Any], path: str
@@ -285,6 +308,7 @@ def _pod_set(f: fields.Reader, name: str, count: int, min_count: int | None,
             topology = annotations[a]
     spec = f.get(template, "spec", path, Mapping, {}, required=True)
     spath = f"{path}.spec"
+    pod_labels = f.string_map(meta, "labels", f"{path}.metadata")
     affinity = None
     aff = f.get(spec, "affinity", spath, Mapping, {})
     node_aff = f.get(aff, "nodeAffinity", f"{spath}.affinity", Mapping, {})
@@ -299,7 +323,8 @@ def _pod_set(f: fields.Reader, name: str, count: int, min_count: int | None,
         node_selector=f.string_map(spec, "nodeSelector", spath),
         affinity=affinity, tolerations=_tolerations(f, spec, spath),
         claims=_pod_claims(f, spec, spath, namespace, refs), topology=topology or None,
-        containers=_containers(f, spec, spath))
+        containers=_containers(f, spec, spath),
+        rules=podaffinity.rules(f, spec, pod_labels, spath))
 
 
 def _containers(f: fields.Reader, spec: Mapping[str, Any], path: str
