@@ -297,7 +297,9 @@ def _claim_spec(r: fields.Reader, spec: Mapping[str, Any], path: str, name: str,
     for cpath, raw in r.items(devices, "constraints", dpath, limit=32):
         refs = r.get(raw, "requests", cpath, list, default=[])
         for i, ref in enumerate(refs):
-            if ref not in valid_refs:
+            if not isinstance(ref, str):
+                r.c.add(f"{cpath}.requests[{i}]", f"must be a string, got {type(ref).__name__}")
+            elif ref not in valid_refs:
                 r.c.add(f"{cpath}.requests[{i}]", f"{ref!r} names no request of this claim")
         match = raw.get("matchAttribute")
         distinct = raw.get("distinctAttribute")
