@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from fitcore import errors, gang, plan, read, workload
+from fitcore import errors, gang, plan, read, versions, workload
 
 EXIT_BAD_INPUT = 2
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -106,7 +106,8 @@ def run_fit(inventory: Sequence[str], shape_paths: Sequence[str], workload_path:
                              kube_version=kube_version)
     if notes is not None:
         notes.extend(bundle.notes())
-    snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used, pods=bundle.pods)
+    snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used, pods=bundle.pods,
+                             kube=versions.parse(kube_version))
     return g, plan.plan(g, snapshot, bundle.shapes)
 
 

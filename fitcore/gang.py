@@ -50,7 +50,17 @@ from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Literal
 
-from fitcore import api, extended, model, multinode, podaffinity, pools, predicates, values
+from fitcore import (
+    api,
+    extended,
+    model,
+    multinode,
+    podaffinity,
+    pools,
+    predicates,
+    values,
+    versions,
+)
 from fitcore import reasons as codes
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -264,9 +274,11 @@ class Snapshot:
     def __init__(self, nodes: Sequence[model.Node], inventory: model.Inventory,
                  used: Mapping[str, Mapping[str, values.Quantity]] | None = None,
                  previous: Snapshot | None = None,
-                 pods: Sequence[podaffinity.BoundPod] = ()) -> None:
+                 pods: Sequence[podaffinity.BoundPod] = (),
+                 kube: versions.KubeVersion = versions.DEFAULT) -> None:
         self.inventory = inventory
         self.pods = pods  # bound pods, for pod (anti-)affinity
+        self.kube = kube  # whose scheduler (default features) decides
         self.entries: list[_NodeEntry] = []
         # Class keys are large tuples: interned once, then compared as ints. Shared by
         # extended and rebuilt snapshots, so ids stay valid across them.
@@ -450,6 +462,7 @@ class Snapshot:
                                            for s in e.local_slices)
         other.scratch = {}
         other.pods = self.pods
+        other.kube = self.kube
         other.global_slices = self.global_slices
         other._allocated_by_pool = self._allocated_by_pool
         owner = {pk: e.node.name for e in entries for pk in e.local_pools}
@@ -475,6 +488,7 @@ class Snapshot:
         other.devices = self.devices
         other.scratch = {}
         other.pods = self.pods
+        other.kube = self.kube
         other.global_slices = self.global_slices
         other._allocated_by_pool = self._allocated_by_pool
         other.owner = self.owner
@@ -726,7 +740,7 @@ class _Search:
                 continue
             inv = model.Inventory(inventory.slices, inventory.classes, base.plus(carried))
             nf = api.allocate(e.node, inv, [c.claim for c in claims], engine=self.engine,
-                              budget=self.budget)
+                              budget=self.budget, kube=self.snap.kube)
             self.memo.allocations += 1
             self.memo.steps += nf.steps
             if not nf.fits:

@@ -14,15 +14,28 @@ class KubeVersion:
     device_taint_rules: bool
     #: A DeviceTaintRule without deviceSelector matches no device (1.37) or all (1.36).
     taint_rule_without_selector_matches_nothing: bool
+    #: allocationMode All picks devices by their static capacity, so a shared device
+    #: whose remaining capacity is too small fails the request (1.37); 1.36 leaves it out.
+    all_checks_static_capacity: bool
+    #: A device allocated for sharing (allowMultipleAllocations) without consumed
+    #: capacity counts as shared: a further share does not charge its counters (1.37).
+    shared_without_capacity_is_shared: bool
+    #: A negative or unrepresentable capacity request aborts the allocation (1.37); 1.36
+    #: skips the device.
+    capacity_errors_abort: bool
 
     def __str__(self) -> str:
         return f"1.{self.minor}"
 
 
 V1_36 = KubeVersion(36, device_taint_rules=False,
-                    taint_rule_without_selector_matches_nothing=False)
+                    taint_rule_without_selector_matches_nothing=False,
+                    all_checks_static_capacity=False, shared_without_capacity_is_shared=False,
+                    capacity_errors_abort=False)
 V1_37 = KubeVersion(37, device_taint_rules=True,
-                    taint_rule_without_selector_matches_nothing=True)
+                    taint_rule_without_selector_matches_nothing=True,
+                    all_checks_static_capacity=True, shared_without_capacity_is_shared=True,
+                    capacity_errors_abort=True)
 BY_NAME = {str(v): v for v in (V1_36, V1_37)}
 DEFAULT = V1_36
 
