@@ -372,14 +372,12 @@ def _capacity_take(kube: versions.KubeVersion, alt: Alternative, device: model.D
                    ) -> dict[str, values.Quantity] | None:
     """`semantics.capacity_take`, after the checks upstream makes first: a capacity
     request that is negative or beyond int64 is an error in 1.37 (the claim cannot be
-    allocated anywhere); 1.36 skips the device for a negative one. Beyond int64 is an
-    error on both (fitcore follows 1.37 there; docs/semantics.md)."""
+    allocated anywhere); 1.36 takes a negative one as it is. Beyond int64 is an error on
+    both (fitcore follows 1.37 there; docs/semantics.md)."""
     for name, q in (alt.exact.capacity_requests or {}).items():
         if name not in device.capacity:
             continue
-        if q.value < 0:
-            if not kube.capacity_errors_abort:
-                return None
+        if q.value < 0 and kube.capacity_errors_abort:
             raise ClaimError(f"{alt.label}: device {device.name}: capacity {name!r}: capacity "
                              "value is negative")
         if q.value > _INT64_MAX:

@@ -21,7 +21,7 @@ class KubeVersion:
     #: capacity counts as shared: a further share does not charge its counters (1.37).
     shared_without_capacity_is_shared: bool
     #: A negative or unrepresentable capacity request aborts the allocation (1.37); 1.36
-    #: skips the device.
+    #: takes a negative one as it is.
     capacity_errors_abort: bool
 
     def __str__(self) -> str:

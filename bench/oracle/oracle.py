@@ -88,6 +88,7 @@ class Oracle:
     def __init__(self, path: Path | str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.path = Path(path)
         self.timeout = timeout
+        self.kube = "1.36"  # the Kubernetes minor version the binary follows
         self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
             [str(self.path)],
             stdin=subprocess.PIPE,
@@ -111,7 +112,9 @@ class Oracle:
         if path is None:
             env = "FITGATE_ORACLE" if kube == "1.36" else "FITGATE_ORACLE_" + kube.replace(".", "_")
             path = os.environ.get(env) or build(kube=kube)
-        return cls(path, timeout)
+        oracle = cls(path, timeout)
+        oracle.kube = kube
+        return oracle
 
     # -- the protocol -------------------------------------------------------------------
 
