@@ -13,8 +13,8 @@ Only DRA is replayed: the oracle knows nothing of CPU, taints or node selectors,
 tests/gang checks. Gangs with a shared ResourceClaim (one claim for several pods) are left
 out, because the oracle's gang mode allocates every claim of every pod afresh.
 It runs once per Kubernetes version the oracle is built for (FITGATE_ORACLE_KUBE_VERSIONS),
-fitcore following the same version. FITGATE_SOUNDNESS_CASES sets the number of scenarios (default 1,000; about 300 of them give
-a gang to replay).
+fitcore following the same version. FITGATE_SOUNDNESS_CASES sets the number of scenarios
+(default 1,000; about 300 of them give a gang to replay).
 """
 
 from __future__ import annotations
