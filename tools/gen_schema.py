@@ -12,10 +12,13 @@ Sources (no network once they are installed):
 - fitgate's own NodeShape (fitgate.io/v1alpha1): declared below, next to what reads it.
 
 `knownKinds` lists every kind of those sources, so that unrelated objects in an input
-directory are skipped while a misspelled kind is an error. Only models reachable from the kinds are kept. Run `make schema` (`.venv/bin/python tools/gen_schema.py` with
-GOMODCACHE pointing at a module cache that holds Kueue, or network access to the Go proxy) after upgrading kubernetes-asyncio or Kueue; the
-output is deterministic, and tests/fitcore/test_schema.py checks it is up to date with
-the installed kubernetes-asyncio.
+directory are skipped while a misspelled kind is an error. Only models reachable from the
+kinds are kept.
+
+Run `make schema` (`.venv/bin/python tools/gen_schema.py`, with GOMODCACHE pointing at a
+module cache that holds Kueue, or with access to the Go proxy) after upgrading
+kubernetes-asyncio or Kueue. The output is deterministic; tests/fitcore/test_schema.py
+checks it against the installed kubernetes-asyncio.
 """
 
 from __future__ import annotations
