@@ -191,6 +191,9 @@ def _device(r: fields.Reader, obj: Mapping[str, Any], path: str, per_device: boo
                           "allNodes")
     elif any(obj.get(k) for k in ("nodeName", "nodeSelector", "allNodes")):
         r.c.add(path, "device-level node selection needs spec.perDeviceNodeSelection: true")
+    if obj.get("nodeAllocatableResourceMappings"):
+        r.c.add(f"{path}.nodeAllocatableResourceMappings", "is an alpha field (off by default) "
+                                                           "that fitgate does not model")
     conditions = r.get(obj, "bindingConditions", path, list, default=[])
     return model.Device(
         name=name, attributes=attributes, capacity=capacity, consumes_counters=tuple(consumes),
