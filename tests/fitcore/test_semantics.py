@@ -297,6 +297,13 @@ def test_semantics(fit, case: Case) -> None:
             assert got.get(name) == expected, got
 
 
+CASES.append(Case(
+    "capacity-not-published",
+    [b.rslice("s", [b.device("gpu-0", capacity={"memory": {"value": "40Gi"}}, multi=True)])],
+    [b.claim("c", b.req("g", capacity={"cores": "1"}))], "no-fit",
+    reason="1 that do not publish the capacity it asks for (cores)"))
+
+
 # Upstream allocator test cases (k8s.io/dynamic-resource-allocation structured
 # allocatortesting), rebuilt here: a firstAvailable alternative that asks for more
 # devices than a claim may hold is skipped, not refused, and pruned without a search.
