@@ -278,6 +278,11 @@ CASES = [
          "error", reason="selector #0"),
     Case("cel-unknown-domain-is-empty-map", [b.rslice("s", b.gpus(1))],
          [b.claim("c", b.req("g", selectors=("!has(device.attributes['x.io'].y)",)))], "fits"),
+    Case("capacity-not-published",
+         [b.rslice("s", [b.device("gpu-0", capacity={"memory": {"value": "40Gi"}},
+                                  multi=True)])],
+         [b.claim("c", b.req("g", capacity={"cores": "1"}))], "no-fit",
+         reason="1 that do not publish the capacity it asks for (cores)"),
 ]
 
 
@@ -295,13 +300,6 @@ def test_semantics(fit, case: Case) -> None:
                 got.setdefault(d.request, set()).add(d.id.device)
         for name, expected in case.devices.items():
             assert got.get(name) == expected, got
-
-
-CASES.append(Case(
-    "capacity-not-published",
-    [b.rslice("s", [b.device("gpu-0", capacity={"memory": {"value": "40Gi"}}, multi=True)])],
-    [b.claim("c", b.req("g", capacity={"cores": "1"}))], "no-fit",
-    reason="1 that do not publish the capacity it asks for (cores)"))
 
 
 # Upstream allocator test cases (k8s.io/dynamic-resource-allocation structured
