@@ -101,7 +101,10 @@ def _pool(rng: random.Random, driver: str, pool: str, slices_out: list[dict[str,
     if rng.random() < 0.1:  # an older generation that must be ignored
         old = dict(base, pool={"name": pool, "generation": generation - 1,
                                "resourceSliceCount": 1}, nodeName=NODE,
-                   devices=[{"name": "stale", "attributes": {"index": {"int": 0}}}])
+                   # Every attribute a selector reads: with multi-node slices the
+                   # stale generation can be the one a node sees.
+                   devices=[{"name": "stale", "attributes": {"index": {"int": 0},
+                                                             "model": {"string": "b"}}}])
         slices_out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
                            "metadata": {"name": f"{pool}-old"}, "spec": old})
 
