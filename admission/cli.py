@@ -112,18 +112,22 @@ def run_fit(inventory: Sequence[str], shape_paths: Sequence[str], workload_path:
 
 
 def run_verify(before: Sequence[str], after: Sequence[str], shape_paths: Sequence[str],
-               workload_path: str
+               workload_path: str, *, lenient: bool = False,
+               kube_version: str = workload.DEFAULT_KUBE_VERSION
                ) -> tuple[gang.Gang, plan.PlanResult, plan.VerifyResult | None]:
     """Plan on the inventory before provisioning, then verify on the one after."""
-    g, bundle = load_cluster(before, shape_paths, workload_path)
+    kube = versions.parse(kube_version)
+    g, bundle = load_cluster(before, shape_paths, workload_path, lenient=lenient,
+                             kube_version=kube_version)
     planned = plan.plan(g, gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used,
-                                         pods=bundle.pods),
+                                         pods=bundle.pods, kube=kube),
                         bundle.shapes)
     if planned.plan is None:
         return g, planned, None
-    g_after, after_bundle = load_cluster(after, shape_paths, workload_path)
+    g_after, after_bundle = load_cluster(after, shape_paths, workload_path, lenient=lenient,
+                                         kube_version=kube_version)
     snapshot = gang.Snapshot(after_bundle.nodes, after_bundle.inventory, after_bundle.used,
-                              pods=after_bundle.pods)
+                             pods=after_bundle.pods, kube=kube)
     return g, planned, plan.verify(g_after, snapshot, planned.plan, after_bundle.shapes)
 
 
@@ -290,6 +294,11 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--workload", required=True, metavar="PATH",
                         help="one Workload or Job, with its ResourceClaimTemplates")
     verify.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    verify.add_argument("--lenient", action="store_true",
+                        help="warn about unknown fields instead of refusing the object")
+    verify.add_argument("--kube-version", default=workload.DEFAULT_KUBE_VERSION,
+                        choices=workload.KUBE_VERSIONS,
+                        help="the Kubernetes minor version to follow (default %(default)s)")
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -306,7 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "verify":
             g, planned, verified = run_verify(args.before, args.after, args.shapes,
-                                              args.workload)
+                                              args.workload, lenient=args.lenient,
+                                              kube_version=args.kube_version)
             text = (json.dumps(verify_json(planned, verified), indent=2)
                     if args.output == "json" else verify_text(g, planned, verified))
         else:

@@ -21,7 +21,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def _candidates(p: Prepared, claim: model.Claim, alt: Alternative
-                ) -> tuple[int, int, int, list[tuple[str, model.Device]]]:
+                ) -> tuple[int, int, int, list[tuple[str, model.Device]], int]:
     """(matching, free, tainted, usable, unpublished) devices for one alternative;
     unpublished: free devices that do not publish a capacity the request asks for."""
     matching = free = tainted = unpublished = 0

@@ -208,6 +208,11 @@ def _one(obj: Any, source: str | None, lenient: bool, out: Sorted,
                             f"{', '.join(readable)} there")
         else:
             out.skipped[f"{api_version} {kind}"] += 1
+            if group == "scheduling.k8s.io" and kind in ("Workload", "PodGroup"):
+                out.warnings.append(
+                    f"{source + ': ' if source else ''}{_describe(obj)}: not read (a named "
+                    "limitation): fitgate reads gangs from Kueue Workloads and Jobs, not from "
+                    "scheduling.k8s.io Workloads or PodGroups")
         return
     if version not in served:
         problem("apiVersion", f"{kind} is read in {', '.join(f'{group}/{v}' for v in served)}"

@@ -71,6 +71,18 @@ CASES = [
          "anti-affinity/workload.yaml", verdict="unsatisfiable",
          codes=["shape-limits", "too-few-pods", "pod-affinity"],
          stdout=["1 node does not satisfy its required pod affinity or anti-affinity"]),
+    Case("device-taint-rules-not-applied-in-1.36",
+         ["extended-job/inventory.yaml", "taint-rules/rules.yaml"], "extended-job/workload.yaml",
+         verdict="fits", nodes=["dra-node", "dra-node"],
+         stderr=["DeviceTaintRule gpu-maintenance, no-selector not applied: "
+                 "DRADeviceTaintRules is off by default in Kubernetes 1.36"]),
+    Case("device-taint-rules-applied-in-1.37",
+         ["extended-job/inventory.yaml", "taint-rules/rules.yaml"], "extended-job/workload.yaml",
+         args=["--kube-version", "1.37"], verdict="unsatisfiable",
+         stdout=["tainted and not tolerated"]),
+    Case("taint-rule-without-selector-matches-nothing-in-1.37",
+         ["extended-job/inventory.yaml", "taint-rules/no-selector.yaml"],
+         "extended-job/workload.yaml", args=["--kube-version", "1.37"], verdict="fits"),
     Case("misspelled-fields", ["extended-job/inventory.yaml"], "misspelled/workload.yaml",
          exit=2, stderr=[
              "ResourceClaimTemplate default/two-gpus: spec.spec.devices.requests[0].exactly."
