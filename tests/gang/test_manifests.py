@@ -49,6 +49,11 @@ CASES = [
          devices=[{"mig": {"mig-small": ["gpu-0-mig-1g5gb-0"],
                            "mig-medium": ["gpu-0-mig-2g10gb-2"]}}],
          stdout=['"workload": "Job ml/mig-']),
+    Case("nvidia-mig-v1beta2-template", ["nvidia-mig/inventory.yaml"],
+         "nvidia-mig/workload-v1beta2.yaml", verdict="fits", nodes=["dgx-a"]),
+    Case("gpu-by-limits-on-cpu-node", ["mixed-dir/inventory"], "mixed-dir/gpu-limits.yaml",
+         verdict="unsatisfiable", codes=["no-host", "too-few-pods", "insufficient-resource"],
+         stdout=['"resource": "nvidia.com/gpu"']),
     Case("extended-resource-job", ["extended-job/inventory.yaml"], "extended-job/workload.yaml",
          verdict="fits", nodes=["dra-node", "dra-node"],
          devices=[{"extended-resources": {"container-0-request-1": [
