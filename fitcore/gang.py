@@ -1098,21 +1098,27 @@ def _gate(search: _Search, pod_set: PodSet, placements: Sequence[Placement]
     """The pod set's pod (anti-)affinity and spread rules against the bound pods and the
     gang's pods placed so far (None when it has none and no bound pod has any)."""
     snap = search.snap
-    if (pod_set.rules is None or pod_set.rules.empty) and not any(
-            p.anti_affinity for p in snap.pods):
-        return None
-    by_set = {ps.name: ps.rules for ps in search.gang.pod_sets}
+    rules = pod_set.rules or podaffinity.Rules()
     ns = search.gang.namespace
-    others = [*snap.pods]
+    by_set = {ps.name: ps.rules for ps in search.gang.pod_sets}
+    pods = [*snap.pods]
     for p in placements:
         r = by_set.get(p.pod_set)
         if r is not None:
-            others.append(podaffinity.BoundPod(p.node, ns, r.labels, r.anti_affinity))
+            pods.append(podaffinity.BoundPod(p.node, ns, r.labels, r.anti_affinity))
+    # Only pods that one of the set's terms selects, or whose anti-affinity selects the
+    # set's pods, can matter (most bound pods do neither).
+    terms = (*rules.affinity, *rules.anti_affinity)
+    others = [p for p in pods
+              if any(t.selects(ns, p.namespace, p.labels) for t in terms)
+              or any(t.selects(p.namespace, ns, rules.labels) for t in p.anti_affinity)]
+    if rules.empty and not others:
+        return None
     labels_of = snap.scratch.get("node-labels")
     if labels_of is None:
         labels_of = snap.scratch["node-labels"] = {e.node.name: e.node.labels
                                                    for e in snap.entries}
-    return podaffinity.Gate(pod_set.rules or podaffinity.Rules(), ns, others, labels_of)
+    return podaffinity.Gate(rules, ns, others, labels_of)
 
 
 def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
