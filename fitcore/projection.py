@@ -24,6 +24,10 @@ question the gang can ask alike:
   equality only, so its values may be renamed consistently: devices are grouped by
   value, groups are ranked by their content, and the rank replaces the value. A node
   with GPUs 3 and 11 in use and one with 5 and 9 in use (8 per root) are then one class.
+- **Extended resources backed by devices** (DRA extended resources): the claim the
+  scheduler would build for a pod on a node that does not advertise the resource is
+  one of the gang's claims here (its class's selectors are read, its devices are
+  candidates), and whether a node advertises each such resource stays in the key.
 - **Free resources as far as the requests tell them apart.** A resource that one pod set
   requests is kept as how many of its pods it holds (capped at the pod count); one that
   several pod sets request is kept exactly, capped at what the whole gang requests.
@@ -46,7 +50,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from fitcore import gang, model, reads, semantics, values
+from fitcore import extended, gang, model, reads, semantics, values
 
 PoolKey = tuple[str, str]
 #: Device keys by device identity: the device (kept alive, so that ids stay unique), its
@@ -95,29 +99,53 @@ class DeviceView:
     ordered: bool  # keep device order in every pool
 
 
+def extended_claims(g: gang.Gang, classes: Mapping[str, model.DeviceClass]
+                    ) -> list[model.Claim]:
+    """The claims the scheduler builds for the gang's pods on nodes that do not advertise
+    the extended resources a DeviceClass backs (`fitcore.extended`)."""
+    out = []
+    for ps in g.pod_sets:
+        if not ps.containers:
+            continue
+        names = extended.backed(ps.containers, classes)
+        if names:
+            _, claim = extended.for_node(ps.containers, g.namespace, ps.name, {}, classes,
+                                         names)
+            if claim is not None:
+                out.append(claim)
+    return out
+
+
+def extended_names(g: gang.Gang, classes: Mapping[str, model.DeviceClass]) -> tuple[str, ...]:
+    """The extended resources of the gang that some DeviceClass backs."""
+    return tuple(sorted({n for ps in g.pod_sets if ps.containers
+                         for n in extended.backed(ps.containers, classes)}))
+
+
 def device_view(g: gang.Gang, classes: Mapping[str, model.DeviceClass]) -> DeviceView:
-    """What the gang's claims can see of a device."""
+    """What the gang's claims (and its extended-resource claims) can see of a device."""
     read: set[str] | None = set()
     constrained: set[str] = set()
     ordered = False
-    for ps in g.pod_sets:
-        for pc in ps.claims:
-            for r in pc.claim.requests:
-                for alt in r.alternatives:
-                    if alt.allocation_mode == "All" or alt.admin_access:
-                        ordered = True
-                    dc = classes.get(alt.device_class)
-                    expressions = (*(dc.selectors if dc else ()), *alt.selectors)
-                    for e in expressions:
-                        got = reads.attributes(e)
-                        if got is None or read is None:
-                            read = None
-                        else:
-                            read |= got
-            for k in pc.claim.constraints:
-                name = k.match_attribute or k.distinct_attribute
-                if name:
-                    constrained.add(_bare(name))
+    claims = [pc.claim for ps in g.pod_sets for pc in ps.claims]
+    claims += extended_claims(g, classes)
+    for claim in claims:
+        for r in claim.requests:
+            for alt in r.alternatives:
+                if alt.allocation_mode == "All" or alt.admin_access:
+                    ordered = True
+                dc = classes.get(alt.device_class)
+                expressions = (*(dc.selectors if dc else ()), *alt.selectors)
+                for e in expressions:
+                    got = reads.attributes(e)
+                    if got is None or read is None:
+                        read = None
+                    else:
+                        read |= got
+        for k in claim.constraints:
+            name = k.match_attribute or k.distinct_attribute
+            if name:
+                constrained.add(_bare(name))
     relabel = None
     if read is not None:
         only = constrained - read
@@ -167,9 +195,12 @@ class Projection:
         self._intern = interner
         self._device_keys = device_keys
         self._selector = selector
-        self._alternatives = [(alt, classes.get(alt.device_class))
-                              for ps in g.pod_sets for pc in ps.claims
-                              for r in pc.claim.requests for alt in r.alternatives]
+        claims = [pc.claim for ps in g.pod_sets for pc in ps.claims]
+        claims += extended_claims(g, classes)
+        self._alternatives = [(alt, classes.get(alt.device_class)) for c in claims
+                              for r in c.requests for alt in r.alternatives]
+        # Whether a node advertises these decides whether the scheduler allocates them.
+        self._extended = extended_names(g, classes)
         self._relevant: dict[int, bool] = {}
         # Per attribute name: 0 not observable, 1 kept in the key, 2 the renamed one.
         self._actions: dict[str, int] = {}
@@ -315,6 +346,8 @@ class Projection:
             else:
                 n = min(int(have // amount), cap) if have > 0 else 0
                 free.append((name, n if most is None else min(n, most)))
+        advertised = tuple(bool(q.value) if (q := e.node.allocatable.get(n)) is not None
+                           else False for n in self._extended)
         key = ("node", tuple(key_parts), e.node.taints, e.node.unschedulable, e.pristine,
-               tuple(free))
+               tuple(free), advertised)
         return self._intern.setdefault(key, len(self._intern)), tuple(order)

@@ -12,8 +12,9 @@ the real inventory are replayed instead.
 Only DRA is replayed: the oracle knows nothing of CPU, taints or node selectors, which
 tests/gang checks. Gangs with a shared ResourceClaim (one claim for several pods) are left
 out, because the oracle's gang mode allocates every claim of every pod afresh.
-FITGATE_SOUNDNESS_CASES sets the number of scenarios (default 1,000; about 300 of them give
-a gang to replay).
+It runs once per Kubernetes version the oracle is built for (FITGATE_ORACLE_KUBE_VERSIONS),
+fitcore following the same version. FITGATE_SOUNDNESS_CASES sets the number of scenarios
+(default 1,000; about 300 of them give a gang to replay).
 """
 
 from __future__ import annotations
@@ -25,16 +26,16 @@ from typing import Any
 import pytest
 
 from bench.oracle import oracle as oracle_client
-from fitcore import api, gang, plan, workload
+from fitcore import api, gang, plan, versions, workload
 from tests.gang.test_fuzz import provision, scenario
 
 CASES = int(os.environ.get("FITGATE_SOUNDNESS_CASES", "1000"))
 ENGINE = "c" if api.compiled_available() else "py"
 
 
-@pytest.fixture(scope="module")
-def oracle():
-    with oracle_client.Oracle.start() as o:
+@pytest.fixture(scope="module", params=oracle_client.kube_versions())
+def oracle(request):
+    with oracle_client.Oracle.start(kube=request.param) as o:
         yield o
 
 
@@ -59,7 +60,8 @@ def replay(objects: list[dict[str, Any]], placements: tuple[gang.Placement, ...]
             "pods": pods}
 
 
-def placements_of(seed: int) -> tuple[list[dict[str, Any]], tuple[gang.Placement, ...]] | None:
+def placements_of(seed: int, kube: str = "1.36"
+                  ) -> tuple[list[dict[str, Any]], tuple[gang.Placement, ...]] | None:
     """fitcore's placements for the scenario of `seed` (on the nodes its plan provisions,
     if any), with the objects of that cluster; None when there is nothing to replay."""
     objects = scenario(seed)
@@ -67,7 +69,8 @@ def placements_of(seed: int) -> tuple[list[dict[str, Any]], tuple[gang.Placement
     g = bundle.gangs[0]
     if any(pc.shared for ps in g.pod_sets for pc in ps.claims):
         return None
-    snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used)
+    version = versions.parse(kube)
+    snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used, kube=version)
     result = plan.plan(g, snapshot, bundle.shapes, engine=ENGINE)
     if result.verdict == "fits":
         return objects, result.placements
@@ -76,7 +79,7 @@ def placements_of(seed: int) -> tuple[list[dict[str, Any]], tuple[gang.Placement
     objects += provision(objects, result.plan)
     after = workload.load([(o, None) for o in objects])
     verified = plan.verify(after.gangs[0], gang.Snapshot(after.nodes, after.inventory,
-                                                         after.used),
+                                                         after.used, kube=version),
                            result.plan, after.shapes, engine=ENGINE)
     assert verified.verdict == "fits", (seed, verified.reasons)
     return objects, verified.placements
@@ -87,7 +90,7 @@ def placements_of(seed: int) -> tuple[list[dict[str, Any]], tuple[gang.Placement
 def test_every_fitcore_gang_placement_replays_through_the_upstream_allocator(oracle) -> None:
     seeds, cases = [], []
     for seed in range(CASES):
-        found = placements_of(seed)
+        found = placements_of(seed, oracle.kube)
         if found is not None and any(p.claims for p in found[1]):
             seeds.append(seed)
             cases.append(replay(*found))
