@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import pathlib
@@ -126,6 +127,19 @@ def run_fit(inventory_paths: Sequence[str], shape_paths: Sequence[str], workload
             ) -> tuple[gang.Gang, plan.PlanResult]:
     """Feed the inventory and shapes to an Inventory, build the gang, plan. Every bad
     object is reported (with its file), not only the first."""
+    # The objects read and parsed here live until the process ends: collecting garbage
+    # while they pile up would walk them again and again (a third of the time on 5,000
+    # nodes). Freeze what is loaded instead.
+    gc.disable()
+    try:
+        return _fit(inventory_paths, shape_paths, workload_path)
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
+def _fit(inventory_paths: Sequence[str], shape_paths: Sequence[str], workload_path: str
+         ) -> tuple[gang.Gang, plan.PlanResult]:
     inv = inventory.Inventory()
     problems: list[errors.FieldError] = []
     templates: dict[tuple[str, str], Mapping[str, Any]] = {}
