@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import gc
 import json
 import os
 import pathlib
@@ -115,6 +116,21 @@ def load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
     of other APIs are skipped and counted in `notes`. Every bad object is reported (with
     its file), not only the first. Workloads and Jobs in the inventory are other
     tenants' (their pods count, as Pods): only the --workload file names the gang."""
+    # The objects read and parsed here live until the process ends: collecting garbage
+    # while they pile up would walk them again and again (a third of the time on 5,000
+    # nodes). Freeze what is loaded instead.
+    gc.disable()
+    try:
+        return _load_inventory(inventory_paths, shape_paths, workload_path, lenient,
+                               kube_version, notes)
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
+def _load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
+                    workload_path: str, lenient: bool, kube_version: str,
+                    notes: list[str] | None) -> tuple[gang.Gang, inventory.Inventory]:
     inv = inventory.Inventory(kube_version=kube_version)
     problems: list[errors.FieldError] = []
     found = workload.Bundle()  # only its skipped counts and warnings: the notes

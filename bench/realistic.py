@@ -65,15 +65,21 @@ def objects(nodes: int) -> Iterator[dict[str, Any]]:
 
 
 def load(nodes: int) -> tuple[inventory.Inventory, float, int]:
+    """The initial list, as a service would feed it: without garbage collection while
+    the inventory grows (the caller freezes it afterwards)."""
     inv = inventory.Inventory()
     spent, events = 0.0, 0
-    for o in objects(nodes):
-        started = time.perf_counter()
-        inv.apply("ADDED", o)
-        spent += time.perf_counter() - started
-        events += 1
-    for o in rl.shapes():
-        inv.apply("ADDED", o)
+    gc.disable()
+    try:
+        for o in objects(nodes):
+            started = time.perf_counter()
+            inv.apply("ADDED", o)
+            spent += time.perf_counter() - started
+            events += 1
+        for o in rl.shapes():
+            inv.apply("ADDED", o)
+    finally:
+        gc.enable()
     return inv, spent, events
 
 

@@ -202,6 +202,12 @@ class Projection:
         # Whether a node advertises these decides whether the scheduler allocates them.
         self._extended = extended_names(g, classes)
         self._relevant: dict[int, bool] = {}
+        # Selector outcomes by (driver, observable attributes), when only those matter.
+        self._selectable: dict[tuple[Any, ...], bool] = {}
+        expressions = [e for alt, dc in self._alternatives
+                       for e in (*(dc.selectors if dc else ()), *alt.selectors)]
+        self._attributes_only = not any("capacity" in e or "allowMultipleAllocations" in e
+                                        for e in expressions)
         # Per attribute name: 0 not observable, 1 kept in the key, 2 the renamed one.
         self._actions: dict[str, int] = {}
         # Devices one pod of the only pod set takes for itself at least (0: unbounded).
@@ -216,6 +222,45 @@ class Projection:
                               not a.admin_access else 0 for a in r.alternatives]
                     per_pod += min(counts, default=0)
             self._per_pod = per_pod
+
+    def _maybe_selectable(self, driver: str, d: model.Device) -> bool:
+        """False when the selectors of every alternative are false on the device: then it
+        is no candidate whatever its capacity or taints, and its key need not be made.
+        Only used when no selector reads capacity or allowMultipleAllocations, so that
+        the driver and the observable attributes decide."""
+        actions = self._actions
+        seen = []
+        for name, value in d.attributes.items():
+            act = actions.get(name)
+            if act is None:
+                act = self._action(name)
+            if act == 1:
+                seen.append((name, type(value).__name__, value))
+        seen.sort()
+        key = (driver, tuple(seen))
+        found = self._selectable.get(key)
+        if found is None:
+            found = False
+            for alt, dc in self._alternatives:
+                if dc is None:
+                    found = True
+                    break
+                try:
+                    if semantics.device_selectable(self._selector, dc, alt, "", driver, d):
+                        found = True
+                        break
+                except semantics.SelectionError:
+                    found = True
+                    break
+            self._selectable[key] = found
+        return found
+
+    def _action(self, name: str) -> int:
+        bare = name.rpartition("/")[2]
+        act = self._actions[name] = (2 if bare == self.view.relabel else
+                                     1 if self.view.read is None or bare in self.view.read
+                                     else 0)
+        return act
 
     def _candidate(self, k: int, driver: str, d: model.Device) -> bool:
         """Whether some alternative of the gang could take this device (or its
@@ -251,10 +296,7 @@ class Projection:
         for name, value in d.attributes.items():
             act = actions.get(name)
             if act is None:
-                bare = name.rpartition("/")[2]
-                act = actions[name] = (2 if bare == self.view.relabel else
-                                       1 if self.view.read is None or bare in self.view.read
-                                       else 0)
+                act = self._action(name)
             if act == 1:
                 attrs.append((name, type(value).__name__, value))
             elif act == 2:
@@ -294,7 +336,14 @@ class Projection:
                                  for s in slices), counters, len(set(names)) == len(names))
             ordered = self.view.ordered or bool(counters) or any(
                 d.consumes_counters for s in slices for d in s.devices)
-            keyed = [(self._device_key(pk[0], d), d) for s in slices for d in s.devices]
+            skip = not ordered and self._attributes_only
+            if ordered and not self.view.ordered and self._attributes_only and not any(
+                    self._maybe_selectable(pk[0], d) for s in slices for d in s.devices):
+                # No device of this counter pool can be taken: none is observable.
+                pools.append((pk, ordered, (*info[:2], (), info[3]), []))
+                continue
+            keyed = [(self._device_key(pk[0], d), d) for s in slices for d in s.devices
+                     if not skip or self._maybe_selectable(pk[0], d)]
             wanted = [self._candidate(kl[0], pk[0], d) for kl, d in keyed]
             if ordered and not self.view.ordered:
                 # Devices sharing a counter set with a candidate are observable through
