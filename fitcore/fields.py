@@ -109,11 +109,14 @@ class Reader:
 
 
     def quantities(self, obj: Any, key: str, path: str) -> dict[str, values.Quantity]:
-        """A map of quantities (resource requests, allocatable)."""
+        """A map of resource quantities (requests, allocatable): never negative, as the
+        API server validates them."""
         out = {}
         for name, raw in self.get(obj, key, path, Mapping, {}).items():
             q = self.quantity(raw, f"{path}.{key}[{name!r}]")
-            if q is not None:
+            if q is not None and q.value < 0:
+                self.c.add(f"{path}.{key}[{name!r}]", f"must not be negative, got {raw!r}")
+            elif q is not None:
                 out[str(name)] = q
         return out
 
