@@ -68,9 +68,12 @@ def backed(containers: Sequence[Container], classes: Mapping[str, model.DeviceCl
 
 
 def _count(q: values.Quantity) -> int | None:
+    """The device count of a request: a whole number that fits int64 (upstream reads it
+    with AsInt64; anything else asks for no devices)."""
     v = q.value
-    return int(v) if isinstance(v, int) or (isinstance(v, Fraction) and v.denominator == 1) \
+    n = int(v) if isinstance(v, int) or (isinstance(v, Fraction) and v.denominator == 1) \
         else None
+    return n if n is not None and 0 <= n < 2**63 else None
 
 
 def for_node(containers: Sequence[Container], namespace: str, pod: str,

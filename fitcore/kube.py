@@ -123,6 +123,9 @@ def _attribute(r: fields.Reader, raw: Any, path: str) -> model.AttributeValue | 
         if isinstance(value, bool) or not isinstance(value, int):
             r.c.add(f"{path}.int", f"must be an integer, got {value!r}")
             return None
+        if not -(2**63) <= value < 2**63:
+            r.c.add(f"{path}.int", f"{value} does not fit in a 64-bit integer")
+            return None
         return value
     if kind == "bool":
         if not isinstance(value, bool):
