@@ -162,28 +162,19 @@ def pod_requests(f: fields.Reader, spec: Mapping[str, Any], path: str
     container when that is more (per resource); pod-level requests where set; plus the
     pod overhead."""
     total: dict[str, values.Quantity] = {}
-
-    def requests(resources: Any, rpath: str) -> dict[str, values.Quantity]:
-        found = f.quantities(resources, "requests", rpath)
-        for k, q in found.items():
-            if q.value < 0:  # the API server's validation refuses it
-                f.c.add(f"{rpath}.requests[{k!r}]", f"must be greater than or equal to 0, "
-                                                    f"got {q}")
-        return found
-
     for cpath, c in f.items(spec, "containers", path):
         resources = f.get(c, "resources", cpath, Mapping, {})
-        for k, q in requests(resources, f"{cpath}.resources").items():
+        for k, q in f.quantities(resources, "requests", f"{cpath}.resources").items():
             total[k] = total[k] + q if k in total else q
     for cpath, c in f.items(spec, "initContainers", path):
         resources = f.get(c, "resources", cpath, Mapping, {})
-        for k, q in requests(resources, f"{cpath}.resources").items():
+        for k, q in f.quantities(resources, "requests", f"{cpath}.resources").items():
             if k not in total or q > total[k]:
                 total[k] = q
     # Pod-level resources (PodLevelResources, on by default) replace the containers' sum
     # for the resources they name; the RuntimeClass overhead comes on top.
     pod_level = f.get(spec, "resources", path, Mapping, {})
-    total.update(requests(pod_level, f"{path}.resources"))
+    total.update(f.quantities(pod_level, "requests", f"{path}.resources"))
     for k, q in f.quantities(spec, "overhead", path).items():
         total[k] = total[k] + q if k in total else q
     return total
