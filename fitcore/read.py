@@ -295,7 +295,11 @@ def _one(obj: Any, source: str | None, lenient: bool, out: Sorted,
 def normalize(obj: Mapping[str, Any], names: collections.Counter[str] | None = None
               ) -> dict[str, Any]:
     """A copy of `obj` converted to the version fitcore parses and defaulted as the API
-    server would (the input is left alone)."""
+    server would (the input is left alone). When nothing changes (a v1 object with its
+    name, nothing to default: what a watch delivers), the copy is shallow: deep-copying
+    every object an inventory reads would cost as much as parsing it."""
+    if not _changes(obj):
+        return dict(obj)
     out = copy.deepcopy(dict(obj))
     group, version = split_version(str(out.get("apiVersion", "")))
     kind = out.get("kind")
@@ -313,6 +317,50 @@ def normalize(obj: Mapping[str, Any], names: collections.Counter[str] | None = N
         for ps in pod_sets if isinstance(pod_sets, list) else ():
             _pod_defaults(_at(ps, "template", "spec"))
     return out
+
+
+def _changes(obj: Mapping[str, Any]) -> bool:
+    """Whether `normalize` would change anything (conservative: True when unsure)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        return True
+    group, version = split_version(str(obj.get("apiVersion", "")))
+    if group == "resource.k8s.io":
+        return version != "v1"
+    kind = obj.get("kind")
+    if kind == "Node":
+        status = obj.get("status")
+        return isinstance(status, Mapping) and "allocatable" not in status
+    if kind == "Pod":
+        return _limits_default(obj.get("spec"))
+    return kind in ("Job", "Workload")
+
+
+def _limits_default(spec: Any) -> bool:
+    """Whether some limit of the pod spec stands in for a missing request."""
+    if not isinstance(spec, Mapping):
+        return True
+    resources = [spec.get("resources")]
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        if isinstance(items, list):
+            resources += [c.get("resources") if isinstance(c, Mapping) else None
+                          for c in items]
+        elif items is not None:
+            return True
+    for res in resources:
+        if res is None:
+            continue
+        if not isinstance(res, Mapping):
+            return True
+        limits = res.get("limits")
+        if limits is None:
+            continue
+        requests = res.get("requests")
+        if not isinstance(limits, Mapping) or not isinstance(requests, Mapping) or any(
+                k not in requests for k in limits):
+            return True
+    return False
 
 
 def _at(obj: Any, *keys: str) -> Any:

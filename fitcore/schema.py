@@ -48,34 +48,51 @@ def _known_kinds() -> frozenset[str]:
     return frozenset(_data()["knownKinds"])
 
 
+#: type name -> ("list" | "dict", element type), ("model", "") for a model with fields,
+#: or ("skip", "") for what holds no field to check (primitives, lists of them, ...).
+_SHAPES: dict[str, tuple[str, str]] = {}
+
+
+def _shape(typ: str, models: Mapping[str, Any]) -> tuple[str, str]:
+    found = _SHAPES.get(typ)
+    if found is None:
+        if typ.startswith("list[") or typ.startswith("dict("):
+            inner = typ[5:-1] if typ.startswith("list[") else typ[typ.index(",") + 1:-1].strip()
+            found = (typ[:4], inner) if _shape(inner, models)[0] != "skip" else ("skip", "")
+        else:
+            found = ("model", "") if typ in models and typ not in _PRIMITIVES else ("skip", "")
+        _SHAPES[typ] = found
+    return found
+
+
 def unknown_fields(obj: Any, model: str, path: str = "") -> list[str]:
     """Paths of every field of `obj` that `model` does not declare (iteratively, so
     that a deep document cannot exhaust the stack)."""
     models: dict[str, dict[str, str]] = _data()["models"]
     out: list[str] = []
     todo: list[tuple[Any, str, str]] = [(obj, model, path)]
+    # Values of primitive types are not visited, and a path is only made for what is
+    # visited: most of an object is leaves (this runs on every object an inventory
+    # reads). Types are classified once each.
     while todo:
         value, typ, where = todo.pop()
-        if typ in _PRIMITIVES:
+        form, inner = _shape(typ, models)
+        if form == "skip":
             continue
-        if typ.startswith("list["):
+        if form == "list":
             if isinstance(value, list):
-                inner = typ[5:-1]
                 todo.extend((v, inner, f"{where}[{i}]") for i, v in enumerate(value))
             continue
-        if typ.startswith("dict("):
-            if isinstance(value, Mapping):
-                inner = typ[typ.index(",") + 1:-1].strip()
-                todo.extend((v, inner, f"{where}[{k!r}]") for k, v in value.items())
+        if not (type(value) is dict or isinstance(value, Mapping)):
             continue
-        fields = models.get(typ)
-        if fields is None or not isinstance(value, Mapping):
+        if form == "dict":
+            todo.extend((v, inner, f"{where}[{k!r}]") for k, v in value.items())
             continue
+        fields = models[typ]
         for key, sub in value.items():
-            at = f"{where}.{key}" if where else str(key)
             field_type = fields.get(key) if isinstance(key, str) else None
             if field_type is None:
-                out.append(at)
-            else:
-                todo.append((sub, field_type, at))
+                out.append(f"{where}.{key}" if where else str(key))
+            elif _shape(field_type, models)[0] != "skip":
+                todo.append((sub, field_type, f"{where}.{key}" if where else key))
     return sorted(out)
