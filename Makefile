@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export FITGATE_CACHE ?= $(HOME)/.cache/fitgate
 
-.PHONY: demo demo-offline test setup lint unit helm-bin chart-rbac clean
+.PHONY: demo demo-offline test setup lint unit helm-bin chart-rbac clean schema
 
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard fitcore/*.pyx fitcore/*.pxd)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ test: setup
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory $(TEST_TARGETS); rc=$$?; \
 	echo "make test: $(TEST_TARGETS) finished in $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
+
+## Regenerate fitcore/schema.json (strict field validation) from the installed
+## kubernetes-asyncio, Kueue's Workload CRD (Go module cache) and fitgate's NodeShape.
+schema: setup
+	GOMODCACHE=$${GOMODCACHE:-$(FITGATE_CACHE)/go/mod} $(PY) tools/gen_schema.py
 
 clean:
 	rm -rf build $(VENV) fitcore/*.c fitcore/*.so

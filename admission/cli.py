@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import dataclasses
+import gc
 import json
 import os
 import pathlib
@@ -32,9 +34,7 @@ from typing import Any
 import yaml
 
 from admission import config
-from fitcore import errors, gang, inventory, plan, workload
-
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+from fitcore import errors, gang, inventory, plan, read, workload
 
 EXIT_BAD_INPUT = 2
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -71,6 +71,8 @@ def read_documents(paths: Sequence[str]) -> list[workload.Document]:
                 del text
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"{path}: cannot read: {exc}") from exc
+            except read.LimitError as exc:
+                raise UsageError(f"{path}: refused: {exc}") from exc
             except yaml.YAMLError as exc:
                 raise UsageError(f"{path}: not valid YAML or JSON: {exc}") from exc
             for i, doc in enumerate(docs):
@@ -79,93 +81,120 @@ def read_documents(paths: Sequence[str]) -> list[workload.Document]:
                 if not isinstance(doc, Mapping):
                     raise UsageError(f"{path}: document {i + 1} is a {type(doc).__name__}, "
                                      "not a Kubernetes object")
-                if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
-                    out.extend((item, str(path)) for item in doc["items"])
-                else:
-                    out.append((doc, str(path)))
+                out.extend(read.flatten(doc, str(path)))  # a List's items
             del docs
     return out
 
 
 def _parse(text: str, path: pathlib.Path) -> list[Any]:
-    """The documents of one file: JSON when it looks like JSON (one value), else YAML."""
+    """The documents of one file: JSON when it looks like JSON (one value), else YAML;
+    both within fitcore.read's size and depth limits, duplicate keys refused."""
     head = text.lstrip()[:1]
     if path.suffix == ".json" or head in ("{", "["):
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            pass  # several JSON documents, or YAML after all: the YAML reader says
-        else:
-            return value if isinstance(value, list) else [value]
-    return list(yaml.load_all(text, Loader=_YAML_LOADER))
+            return read.load_json(text)
+        except ValueError as exc:
+            if isinstance(exc, read.LimitError):
+                raise
+            # several JSON documents, or YAML after all: the YAML reader says
+    return read.load_yaml(text)
 
 
 # ------------------------------------------------------------------------ fit
 
 
-def load_cluster(inventory: Sequence[str], shape_paths: Sequence[str], workload_path: str
-                 ) -> tuple[gang.Gang, workload.Bundle]:
-    """The gang of the --workload file, and the inventory and shapes around it."""
-    # Workloads and Jobs in the inventory are other tenants' (their pods count, as Pods):
-    # only the --workload file names the gang.
-    docs = [d for d in read_documents(inventory) + read_documents(shape_paths)
-            if d[0].get("kind") not in _GANG_KINDS]
-    wl_docs = read_documents([workload_path])
-    bundle = workload.load(docs + wl_docs)
-    wl_sources = {source for _, source in wl_docs}
-    gangs = [g for g in bundle.gangs if g.source in wl_sources]
-    if len(gangs) != 1:
-        found = ", ".join(g.label for g in gangs) or "none"
-        raise UsageError(f"{workload_path}: must hold exactly one Workload or Job, found "
-                         f"{found}")
-    return gangs[0], bundle
-
-
 _TEMPLATE_KINDS = ("ResourceClaimTemplate",)
 
 
-def run_fit(inventory_paths: Sequence[str], shape_paths: Sequence[str], workload_path: str
-            ) -> tuple[gang.Gang, plan.PlanResult]:
-    """Feed the inventory and shapes to an Inventory, build the gang, plan. Every bad
-    object is reported (with its file), not only the first."""
-    inv = inventory.Inventory()
+def load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
+                   workload_path: str, *, lenient: bool = False,
+                   kube_version: str = workload.DEFAULT_KUBE_VERSION,
+                   notes: list[str] | None = None) -> tuple[gang.Gang, inventory.Inventory]:
+    """The gang of the --workload file, and an Inventory fed the inventory and shapes.
+
+    Every object is read as the API server hands it to the scheduler (fitcore.read:
+    strict fields, or warnings when `lenient`; v1beta1/v1beta2 converted to v1;
+    defaults), then applied to the Inventory one by one, each dropped as it goes. Objects
+    of other APIs are skipped and counted in `notes`. Every bad object is reported (with
+    its file), not only the first. Workloads and Jobs in the inventory are other
+    tenants' (their pods count, as Pods): only the --workload file names the gang."""
+    # The objects read and parsed here live until the process ends: collecting garbage
+    # while they pile up would walk them again and again (a third of the time on 5,000
+    # nodes). Freeze what is loaded instead.
+    gc.disable()
+    try:
+        return _load_inventory(inventory_paths, shape_paths, workload_path, lenient,
+                               kube_version, notes)
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
+def _load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
+                    workload_path: str, lenient: bool, kube_version: str,
+                    notes: list[str] | None) -> tuple[gang.Gang, inventory.Inventory]:
+    inv = inventory.Inventory(kube_version=kube_version)
     problems: list[errors.FieldError] = []
+    found = workload.Bundle()  # only its skipped counts and warnings: the notes
+    names: collections.Counter[str] = collections.Counter()
     templates: dict[tuple[str, str], Mapping[str, Any]] = {}
     claims: dict[tuple[str, str], Mapping[str, Any]] = {}
     docs = read_documents(inventory_paths) + read_documents(shape_paths)
     wl_docs = read_documents([workload_path])
-    docs += [d for d in wl_docs if d[0].get("kind") not in _GANG_KINDS]
-    gang_docs = [d for d in wl_docs if d[0].get("kind") in _GANG_KINDS]
+    docs += [d for d in wl_docs if _kind(d[0]) not in _GANG_KINDS]
+    gang_docs = [d for d in wl_docs if _kind(d[0]) in _GANG_KINDS]
     docs.reverse()  # popped from the end: in file order, each dropped once applied
     while docs:
-        obj, source = docs.pop()
-        kind = obj.get("kind")
-        if kind in _GANG_KINDS:
-            continue  # other tenants' workloads: their pods count, as Pods
-        if kind in _TEMPLATE_KINDS or kind == "ResourceClaim":
-            (templates if kind in _TEMPLATE_KINDS else claims)[_key(obj)] = obj
-            if kind in _TEMPLATE_KINDS:
-                continue
-        try:
-            inv.apply("ADDED", obj)
-        except errors.InputError as exc:
-            problems.extend(e if e.source else dataclasses.replace(e, source=source)
-                            for e in exc.errors)
+        raw, source = docs.pop()
+        if _kind(raw) in _GANG_KINDS:
+            continue
+        got = read.one(raw, source, lenient=lenient, names=names)
+        problems.extend(got.problems)
+        for k, n in got.skipped.items():
+            found.skipped[k] = found.skipped.get(k, 0) + n
+        found.warnings.extend(got.warnings)
+        for obj, _ in got.objects:
+            kind = obj["kind"]
+            if kind in _TEMPLATE_KINDS or kind == "ResourceClaim":
+                (templates if kind in _TEMPLATE_KINDS else claims)[_key(obj)] = obj
+                if kind in _TEMPLATE_KINDS:
+                    continue
+            try:
+                found.warnings.extend(inv.apply("ADDED", obj, read=False))
+            except errors.InputError as exc:
+                problems.extend(e if e.source else dataclasses.replace(e, source=source)
+                                for e in exc.errors)
+    found.warnings.extend(inv.notes())
+    if notes is not None:
+        notes.extend(found.notes())
     if len(gang_docs) != 1:
-        found = ", ".join(f"{o.get('kind')} {_key(o)[0]}/{_key(o)[1]}"
-                          for o, _ in gang_docs) or "none"
-        problems_text = f"{workload_path}: must hold exactly one Workload or Job, found {found}"
+        listed = ", ".join(f"{o.get('kind')} {_key(o)[0]}/{_key(o)[1]}"
+                           for o, _ in gang_docs) or "none"
         if problems:
             raise errors.InputError(problems)
-        raise UsageError(problems_text)
-    obj, source = gang_docs[0]
-    try:
-        g = workload.gang_of(obj, templates, claims, source)
-    except errors.InputError as exc:
-        problems.extend(exc.errors)
-    if problems:
+        raise UsageError(f"{workload_path}: must hold exactly one Workload or Job, found "
+                         f"{listed}")
+    got = read.one(gang_docs[0][0], gang_docs[0][1], lenient=lenient, names=names)
+    problems.extend(got.problems)
+    if notes is not None:
+        notes.extend(got.warnings)
+    g = None
+    if got.objects:
+        obj, source = got.objects[0]
+        try:
+            g = workload.gang_of(obj, templates, claims, source)
+        except errors.InputError as exc:
+            problems.extend(exc.errors)
+    if problems or g is None:
         raise errors.InputError(problems)
-    return g, inv.plan(g)
+    if not inv.nodes() and not inv.shapes():
+        raise UsageError(f"{', '.join(inventory_paths)}: holds no Node, and there are no "
+                         "NodeShapes: there is nothing to place the gang on")
+    return g, inv
+
+
+def _kind(obj: Any) -> Any:
+    return obj.get("kind") if isinstance(obj, Mapping) else None
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -174,18 +203,29 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
 
 
+def run_fit(inventory_paths: Sequence[str], shape_paths: Sequence[str], workload_path: str,
+            *, lenient: bool = False, kube_version: str = workload.DEFAULT_KUBE_VERSION,
+            notes: list[str] | None = None) -> tuple[gang.Gang, plan.PlanResult]:
+    """Plan the gang on an Inventory of the files (`load_inventory`). `notes` receives
+    what the reader skipped or ignored (for stderr)."""
+    g, inv = load_inventory(inventory_paths, shape_paths, workload_path, lenient=lenient,
+                            kube_version=kube_version, notes=notes)
+    return g, inv.plan(g)
+
+
 def run_verify(before: Sequence[str], after: Sequence[str], shape_paths: Sequence[str],
-               workload_path: str
+               workload_path: str, *, lenient: bool = False,
+               kube_version: str = workload.DEFAULT_KUBE_VERSION
                ) -> tuple[gang.Gang, plan.PlanResult, plan.VerifyResult | None]:
     """Plan on the inventory before provisioning, then verify on the one after."""
-    g, bundle = load_cluster(before, shape_paths, workload_path)
-    planned = plan.plan(g, gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used),
-                        bundle.shapes)
+    g, inv = load_inventory(before, shape_paths, workload_path, lenient=lenient,
+                            kube_version=kube_version)
+    planned = inv.plan(g)
     if planned.plan is None:
         return g, planned, None
-    g_after, after_bundle = load_cluster(after, shape_paths, workload_path)
-    snapshot = gang.Snapshot(after_bundle.nodes, after_bundle.inventory, after_bundle.used)
-    return g, planned, plan.verify(g_after, snapshot, planned.plan, after_bundle.shapes)
+    g_after, inv_after = load_inventory(after, shape_paths, workload_path, lenient=lenient,
+                                        kube_version=kube_version)
+    return g, planned, inv_after.verify(g_after, planned.plan)
 
 
 def verify_json(planned: plan.PlanResult, verified: plan.VerifyResult | None
@@ -201,7 +241,8 @@ def verify_json(planned: plan.PlanResult, verified: plan.VerifyResult | None
             "mismatches": list(verified.mismatches),
             "placements": [{"podSet": p.pod_set, "index": p.index, "node": p.node,
                             "devices": _devices(p)} for p in verified.placements],
-            "reasons": list(verified.reasons)}
+            "reasons": list(verified.reasons),
+            "details": [d.as_dict() for d in verified.details]}
 
 
 def verify_text(g: gang.Gang, planned: plan.PlanResult, verified: plan.VerifyResult | None
@@ -266,8 +307,10 @@ def as_json(g: gang.Gang, result: plan.PlanResult) -> dict[str, Any]:
                         "devices": _devices(p)} for p in placements],
         "plan": _plan_json(result.plan) if result.plan else None,
         "alternatives": [_plan_json(a) for a in result.alternatives],
-        "rejectedShapes": [{"shape": name, "reason": why} for name, why in result.rejected],
+        "rejectedShapes": [{"shape": d.shape, "code": d.code, "category": d.category,
+                            "reason": d.message} for d in result.rejected_details],
         "reasons": list(result.reasons),
+        "details": [d.as_dict() for d in result.details],
         "stats": {"seconds": round(result.stats.seconds, 6), "nodes": result.stats.nodes,
                   "devices": result.stats.devices, "steps": result.stats.steps},
     }
@@ -330,6 +373,13 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--workload", required=True, metavar="PATH",
                      help="one Workload or Job, with its ResourceClaimTemplates")
     fit.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    fit.add_argument("--lenient", action="store_true",
+                     help="warn about unknown fields instead of refusing the object (the "
+                          "API server's strict field validation refuses them)")
+    fit.add_argument("--kube-version", default=workload.DEFAULT_KUBE_VERSION,
+                     choices=workload.KUBE_VERSIONS,
+                     help="the Kubernetes minor version whose default-feature scheduler to "
+                          "follow (default %(default)s)")
     verify = sub.add_parser("verify", help="plan on an inventory, then check the nodes that "
                                            "came against what their shapes promised")
     verify.add_argument("--before", action="append", required=True, metavar="PATH",
@@ -341,6 +391,11 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--workload", required=True, metavar="PATH",
                         help="one Workload or Job, with its ResourceClaimTemplates")
     verify.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    verify.add_argument("--lenient", action="store_true",
+                        help="warn about unknown fields instead of refusing the object")
+    verify.add_argument("--kube-version", default=workload.DEFAULT_KUBE_VERSION,
+                        choices=workload.KUBE_VERSIONS,
+                        help="the Kubernetes minor version to follow (default %(default)s)")
     serve = sub.add_parser("serve", help="run the admission check controller (in a cluster, "
                                           "or locally with a kubeconfig)")
     serve.add_argument("--config", metavar="FILE", help="YAML file of configuration fields")
@@ -475,11 +530,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "verify":
             g, planned, verified = run_verify(args.before, args.after, args.shapes,
-                                              args.workload)
+                                              args.workload, lenient=args.lenient,
+                                              kube_version=args.kube_version)
             text = (json.dumps(verify_json(planned, verified), indent=2)
                     if args.output == "json" else verify_text(g, planned, verified))
         else:
-            g, result = run_fit(args.inventory, args.shapes, args.workload)
+            notes: list[str] = []
+            g, result = run_fit(args.inventory, args.shapes, args.workload,
+                                lenient=args.lenient, kube_version=args.kube_version,
+                                notes=notes)
+            for note in notes:
+                print(f"fitgate: note: {note}", file=sys.stderr)
             text = (json.dumps(as_json(g, result), indent=2) if args.output == "json"
                     else as_text(g, result))
     except (UsageError, errors.InputError) as exc:

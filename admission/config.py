@@ -63,6 +63,9 @@ class Config(pydantic.BaseModel):
     decision_timeout: float = pydantic.Field(
         30.0, gt=0, description="seconds a decision may take before it is undecided "
                                 "(each is also bounded by fitcore's work budget)")
+    kube_version: Literal["1.36", "1.37"] = pydantic.Field(
+        "1.37", description="the Kubernetes minor version whose scheduler and DRA allocator "
+                            "(default features) fitgate's decisions follow: the cluster's")
     provisioning_wait: float = pydantic.Field(
         600.0, gt=0, description="seconds to wait for provisioned nodes and their "
                                  "ResourceSlices before verifying")

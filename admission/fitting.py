@@ -111,8 +111,8 @@ class StoreEngine:
     on the real usage once Kueue has reserved quota), and an idle cluster changes only
     when nodes, devices or shapes do, not with every pod."""
 
-    def __init__(self, stores: Mapping[kinds.Kind, store.Store], *, idle: bool = False
-                 ) -> None:
+    def __init__(self, stores: Mapping[kinds.Kind, store.Store], *, idle: bool = False,
+                 kube_version: str = workload.DEFAULT_KUBE_VERSION) -> None:
         self.idle = idle
 
         def store_of(kind: kinds.Kind) -> store.Store:
@@ -121,7 +121,8 @@ class StoreEngine:
 
         # Events are applied before each decision, on the deciding thread (the webhook
         # and the gate decide in worker threads of their own).
-        self._inventory = inventory.ClusterInventory(store_of, idle=idle, background=False)
+        self._inventory = inventory.ClusterInventory(store_of, idle=idle, background=False,
+                                                     kube_version=kube_version)
 
     @property
     def problems(self) -> list[str]:

@@ -103,7 +103,8 @@ class ClusterInventory:
 
     def __init__(self, store_of: StoreOf, *, timeout: float = 30.0,
                  kept_problems: int | None = None, background: bool = True,
-                 idle: bool = False) -> None:
+                 idle: bool = False, kube_version: str = workload.DEFAULT_KUBE_VERSION
+                 ) -> None:
         """`background`: apply queued events on the decision thread as they come (the
         service); False leaves them queued until the next decision or `sync` (tests and
         benchmarks that time the engine's work on their own thread).
@@ -114,7 +115,8 @@ class ClusterInventory:
         self.timeout = timeout
         self._background = background
         self.generation = 0  # bumped on every event queued for the engine
-        self._engine = engine.Inventory(kept_problems=kept_problems)
+        self._engine = engine.Inventory(kept_problems=kept_problems,
+                                        kube_version=kube_version)
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="fitgate-decide")
         # An inventory dropped without close() (tests) does not leave its thread behind.

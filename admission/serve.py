@@ -124,7 +124,8 @@ class Service:
         self.clock = clock or clock_.SystemClock()
         self.informers = cache.Informers(api, specs)
         self.inventory = inventory.ClusterInventory(self.informers.store,
-                                                    timeout=cfg.decision_timeout)
+                                                    timeout=cfg.decision_timeout,
+                                                    kube_version=cfg.kube_version)
         self.runtime = controller.Runtime(self.informers.store, clock=self.clock,
                                           workers=cfg.workers)
         self.elector = lease.Elector(

@@ -1,8 +1,10 @@
 # Included by the top Makefile: benchmarks and the upstream-allocator oracle.
 
-## Build the upstream-allocator oracle (Go, cached under $(FITGATE_CACHE)/oracle).
+## Build the upstream-allocator oracle (Go, cached under $(FITGATE_CACHE)/oracle), for
+## Kubernetes 1.36 (k8s.io/dynamic-resource-allocation v0.36) and 1.37 (v0.37).
 oracle:
-	bash bench/oracle/build.sh
+	FITGATE_ORACLE_KUBE=1.36 bash bench/oracle/build.sh
+	FITGATE_ORACLE_KUBE=1.37 bash bench/oracle/build.sh
 
 ## The oracle's own tests: hand-written DRA cases with known answers.
 oracle-test: setup oracle

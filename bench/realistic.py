@@ -12,8 +12,11 @@ Gangs: 8, 64 and 256 pods, each pod 8 H100 GPUs and the NIC of one PCIe root, 16
 64Gi. Scenarios: `fit` (anywhere), `rack` (all pods in one rack, no NodeShapes) and
 `rack+shapes` (the same with two H100 NodeShapes: a plan when no rack is free enough).
 
-Columns: `cold` is the first decision of this gang on a freshly loaded inventory (its
-projection of every node, its fills; the inventory's snapshot is built too); `warm` the
+Times are wall-clock milliseconds with the process CPU time in brackets (steadier on a
+shared machine); the inventory is frozen out of the garbage collector's way after loading
+(`gc.freeze()`), as a service would do with its long-lived inventory. Columns: `cold` is
+the first decision of this gang on a freshly loaded inventory (its projection of every
+node, its fills; the inventory's snapshot is built too); `warm` the
 median of the same decision repeated; `1% changed` the median decision right after 1%
 of the nodes changed (their allocated claim replaced or released, a pod bound or
 finished: events applied through `apply`), `allocs` the allocator calls of the cold
@@ -62,15 +65,21 @@ def objects(nodes: int) -> Iterator[dict[str, Any]]:
 
 
 def load(nodes: int) -> tuple[inventory.Inventory, float, int]:
+    """The initial list, as a service would feed it: without garbage collection while
+    the inventory grows (the caller freezes it afterwards)."""
     inv = inventory.Inventory()
     spent, events = 0.0, 0
-    for o in objects(nodes):
-        started = time.perf_counter()
-        inv.apply("ADDED", o)
-        spent += time.perf_counter() - started
-        events += 1
-    for o in rl.shapes():
-        inv.apply("ADDED", o)
+    gc.disable()
+    try:
+        for o in objects(nodes):
+            started = time.perf_counter()
+            inv.apply("ADDED", o)
+            spent += time.perf_counter() - started
+            events += 1
+        for o in rl.shapes():
+            inv.apply("ADDED", o)
+    finally:
+        gc.enable()
     return inv, spent, events
 
 
@@ -114,36 +123,57 @@ def timed(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - started, out
 
 
+def timed_cpu(fn: Any) -> tuple[float, float, Any]:
+    """Wall and process CPU seconds (CPU time is steadier on a shared machine)."""
+    started, started_cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - started, time.process_time() - started_cpu, out
+
+
+def fresh(nodes: int) -> inventory.Inventory:
+    inv, _, _ = load(nodes)
+    gc.collect()
+    gc.freeze()  # the inventory is long-lived, as in the service
+    return inv
+
+
 def measure(nodes: int, repeat: int, fresh_per_row: bool) -> tuple[list[dict[str, Any]],
                                                                    dict[str, float]]:
     rows = []
     rng = random.Random(7)
     inv, load_s, load_events = load(nodes)
-    change_s, change_events = 0.0, 0
     gc.collect()
+    gc.freeze()
+    change_s, change_events = 0.0, 0
     for pods in GANGS:
         for scenario in SCENARIOS:
             if fresh_per_row and rows:
-                inv, _, _ = load(nodes)
+                gc.unfreeze()
+                del inv
                 gc.collect()
+                inv = fresh(nodes)
             g = gang_for(pods, scenario)
-            cold, result = timed(lambda: decide(inv, g, scenario))
-            warm = [timed(lambda: decide(inv, g, scenario))[0]
+            cold, cold_cpu, result = timed_cpu(lambda: decide(inv, g, scenario))
+            warm = [timed_cpu(lambda: decide(inv, g, scenario))
                     for _ in range(repeat)]
             changed = []
             for _ in range(3):
                 s, e = change(inv, nodes, rng)
                 change_s += s
                 change_events += e
-                changed.append(timed(lambda: decide(inv, g, scenario))[0])
+                changed.append(timed_cpu(lambda: decide(inv, g, scenario)))
             rows.append({
                 "nodes": nodes, "pods": pods, "scenario": scenario,
-                "cold_ms": cold * 1e3, "warm_ms": statistics.median(warm) * 1e3,
-                "changed_ms": statistics.median(changed) * 1e3,
+                "cold_ms": cold * 1e3, "cold_cpu_ms": cold_cpu * 1e3,
+                "warm_ms": statistics.median(w for w, _, _ in warm) * 1e3,
+                "warm_cpu_ms": statistics.median(c for _, c, _ in warm) * 1e3,
+                "changed_ms": statistics.median(w for w, _, _ in changed) * 1e3,
+                "changed_cpu_ms": statistics.median(c for _, c, _ in changed) * 1e3,
                 "allocations": result.stats.allocations, "classes": result.stats.classes,
                 "verdict": result.verdict,
                 "plan": ([(s.shape, s.count) for s in result.plan.shapes]
                          if result.plan else None)})
+    gc.unfreeze()
     per_event = {"load_us": load_s / load_events * 1e6,  # the first load of this size
                  "change_us": change_s / max(change_events, 1) * 1e6,
                  "load_s": load_s}
@@ -196,23 +226,27 @@ def main() -> None:
         got, per_event = measure(n, args.repeat, fresh_per_row=True)
         rows += got
         events[n] = per_event
-    print(f"{'nodes':>6} {'pods':>5} {'scenario':<12}{'cold ms':>9}{'warm ms':>9}"
-          f"{'1% changed ms':>15}{'allocs':>8}{'classes':>9}  result")
+    print("milliseconds, wall (process CPU)")
+    print(f"{'nodes':>6} {'pods':>5} {'scenario':<12}{'cold':>16}{'warm':>14}"
+          f"{'1% changed':>16}{'allocs':>8}{'classes':>9}  result")
     for r in rows:
         what = r["verdict"] + (f" {r['plan']}" if r["plan"] else "")
-        print(f"{r['nodes']:>6} {r['pods']:>5} {r['scenario']:<12}{r['cold_ms']:>9.1f}"
-              f"{r['warm_ms']:>9.2f}{r['changed_ms']:>15.2f}{r['allocations']:>8}"
-              f"{r['classes']:>9}  {what}")
+        print(f"{r['nodes']:>6} {r['pods']:>5} {r['scenario']:<12}"
+              f"{r['cold_ms']:>8.1f} ({r['cold_cpu_ms']:>5.0f})"
+              f"{r['warm_ms']:>7.2f} ({r['warm_cpu_ms']:>4.1f})"
+              f"{r['changed_ms']:>8.1f} ({r['changed_cpu_ms']:>5.1f})"
+              f"{r['allocations']:>8}{r['classes']:>9}  {what}")
     print("cold: the first decision on a freshly loaded inventory (each row loads its own)")
     for n, e in events.items():
         print(f"{n} nodes: loading {e['load_s']:.1f}s, {e['load_us']:.0f} us/event (parsing "
               f"included); change events (claims, pods) {e['change_us']:.0f} us/event")
     lo, hi = min(sizes), max(sizes)
     if lo != hi:
-        for key, label in (("warm_ms", "warm"), ("changed_ms", "1% changed")):
+        for key, label in (("warm_ms", "warm"), ("warm_cpu_ms", "warm cpu"),
+                           ("changed_ms", "1% changed"), ("changed_cpu_ms", "1% changed cpu")):
             a = [r[key] for r in rows if r["nodes"] == lo]
             b = [r[key] for r in rows if r["nodes"] == hi]
-            growth = statistics.median(y / x for x, y in zip(a, b, strict=True))
+            growth = statistics.median(y / max(x, 1e-3) for x, y in zip(a, b, strict=True))
             print(f"growth {lo:,} -> {hi:,} nodes, {label}: median x{growth:.1f} "
                   f"(x{hi / lo:.0f} would be linear)")
     if args.json:

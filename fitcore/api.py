@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from fitcore import cache, compiled, explain, model, reference
+from fitcore import cache, compiled, explain, model, reference, versions
 
 Engine = Literal["auto", "c", "py"]
 DEFAULT_BUDGET = reference.DEFAULT_BUDGET
@@ -40,21 +40,26 @@ def compiled_available() -> bool:
 
 
 def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim],
-             *, engine: Engine = "auto", budget: int = DEFAULT_BUDGET) -> model.NodeFit:
-    """Whether one pod's `claims` can be allocated on `node` now, with one allocation.
+             *, engine: Engine = "auto", budget: int = DEFAULT_BUDGET,
+             kube: versions.KubeVersion = versions.DEFAULT) -> model.NodeFit:
+    """Whether one pod's `claims` can be allocated on `node` now, with one allocation,
+    as the default-feature allocator of Kubernetes `kube` (1.36 or 1.37) answers.
 
     `budget` bounds the search steps; when it runs out the verdict is `undecided`.
     """
     if engine == "py" or (engine == "auto" and _alloc is None):
-        return reference.allocate(node, inventory, claims, budget=budget)
+        return reference.allocate(node, inventory, claims, budget=budget, kube=kube)
     if _alloc is None:
         raise RuntimeError("engine='c' requested but fitcore was imported with "
                            "FITCORE_NO_EXTENSIONS=1")
-    found = _compile(node, inventory, claims)
+    # The compiled core follows 1.36's capacity rules; where 1.37's differ (shared,
+    # consumable-capacity devices), the reference answers.
+    found = None if kube != versions.V1_36 and _differs_by_version(inventory, claims) else \
+        _compile(node, inventory, claims)
     if isinstance(found, reference.ClaimError):
         return model.NodeFit("error", node.name, reasons=(str(found),), engine="c")
     if found is None:
-        fit = reference.allocate(node, inventory, claims, budget=budget)
+        fit = reference.allocate(node, inventory, claims, budget=budget, kube=kube)
         return model.NodeFit(fit.verdict, fit.node, fit.allocations, fit.reasons, fit.steps,
                              engine="c->py")
     problem, state = found
@@ -72,6 +77,24 @@ def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
     prepared = problem.prepared if problem.baked else reference.prepare(node, inventory, claims)
     return model.NodeFit("no-fit", node.name, reasons=explain.no_fit(prepared), steps=steps,
                          engine="c")
+
+
+_SHARED: dict[int, tuple[object, bool]] = {}
+
+
+def _differs_by_version(inventory: model.Inventory, claims: Sequence[model.Claim]) -> bool:
+    """Whether the question involves what 1.36 and 1.37 allocate differently: devices
+    that allow multiple allocations, or capacity requests."""
+    if any(alt.capacity_requests for c in claims for r in c.requests
+           for alt in r.alternatives):
+        return True
+    have = _SHARED.get(id(inventory.slices))
+    if have is None or have[0] is not inventory.slices:
+        if len(_SHARED) > 64:
+            _SHARED.clear()
+        have = _SHARED[id(inventory.slices)] = (inventory.slices, any(
+            d.allow_multiple_allocations for s in inventory.slices for d in s.devices))
+    return have[1]
 
 
 _REFERENCE = "reference"  # the compiled core does not take these claims

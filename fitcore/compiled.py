@@ -334,7 +334,10 @@ class Problem:
             "req_alt_start": req_alt_start,
             "alt_claim": [ci for ci, _ in self.alts],
             "alt_mode": [1 if alt.all_devices is not None else 0 for _, alt in self.alts],
-            "alt_count": [alt.needed if alt.all_devices is None else len(all_lists[a] or ())
+            # More than a claim holds is skipped whatever the amount: cap it so that
+            # a count near 2**63 cannot overflow the core's sums.
+            "alt_count": [min(alt.needed, model.MAX_DEVICES_PER_CLAIM + 1)
+                          if alt.all_devices is None else len(all_lists[a] or ())
                           for a, (_, alt) in enumerate(self.alts)],
             "alt_cls_start": alt_cls_start,
             "alt_cls": alt_cls,

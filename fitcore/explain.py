@@ -21,9 +21,10 @@ def _plural(n: int, word: str) -> str:
 
 
 def _candidates(p: Prepared, claim: model.Claim, alt: Alternative
-                ) -> tuple[int, int, int, list[tuple[str, model.Device]]]:
-    """(matching, free, tainted, usable) devices for one alternative."""
-    matching = free = tainted = 0
+                ) -> tuple[int, int, int, list[tuple[str, model.Device]], int]:
+    """(matching, free, tainted, usable, unpublished) devices for one alternative;
+    unpublished: free devices that do not publish a capacity the request asks for."""
+    matching = free = tainted = unpublished = 0
     usable: list[tuple[str, model.Device]] = []
     for pool in p.pools:
         if not pool.usable:
@@ -42,9 +43,12 @@ def _candidates(p: Prepared, claim: model.Claim, alt: Alternative
             take = semantics.capacity_take(alt.exact, device)
             if take is None or not semantics.capacity_fits(
                     device, take, p.inventory.allocated.consumed.get(ident)):
+                if any(name not in device.capacity
+                       for name in alt.exact.capacity_requests or {}):
+                    unpublished += 1
                 continue
             usable.append((pool.driver, device))
-    return matching, free, tainted, usable
+    return matching, free, tainted, usable, unpublished
 
 
 def no_fit(p: Prepared) -> tuple[str, ...]:
@@ -62,7 +66,7 @@ def no_fit(p: Prepared) -> tuple[str, ...]:
         for alts in p.alternatives[ci]:
             shortfalls = []
             for alt in alts:
-                matching, free, tainted, usable = _candidates(p, claim, alt)
+                matching, free, tainted, usable, unpublished = _candidates(p, claim, alt)
                 usable_by_request.setdefault(alt.request.name, []).extend(usable)
                 need = alt.needed
                 if alt.all_devices is not None:
@@ -81,7 +85,11 @@ def no_fit(p: Prepared) -> tuple[str, ...]:
                     detail.append(f"{matching - free} in use")
                 if tainted:
                     detail.append(f"{tainted} tainted and not tolerated")
-                lacking = free - tainted - len(usable)
+                lacking = free - tainted - len(usable) - unpublished
+                if unpublished:
+                    names = ", ".join(sorted(alt.exact.capacity_requests or {}))
+                    detail.append(f"{unpublished} that do not publish the capacity it asks "
+                                  f"for ({names})")
                 if lacking:
                     detail.append(f"{lacking} without enough capacity")
                 shortfalls.append(f"needs {_plural(need, 'device')} of class "

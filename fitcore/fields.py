@@ -19,6 +19,7 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SELECTOR_OPS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class Reader:
@@ -41,6 +42,9 @@ class Reader:
         # bool is an int in Python: never accept it where a number is wanted.
         if (typ is int and isinstance(value, bool)) or not isinstance(value, typ):
             self.c.add(where, f"must be {_type_name(typ)}, got {type(value).__name__}")
+            return default
+        if typ is int and isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+            self.c.add(where, f"{value} does not fit in a 64-bit integer")
             return default
         return value
 
@@ -106,11 +110,14 @@ class Reader:
 
 
     def quantities(self, obj: Any, key: str, path: str) -> dict[str, values.Quantity]:
-        """A map of quantities (resource requests, allocatable)."""
+        """A map of resource quantities (requests, allocatable): never negative, as the
+        API server validates them."""
         out = {}
         for name, raw in self.get(obj, key, path, Mapping, {}).items():
             q = self.quantity(raw, f"{path}.{key}[{name!r}]")
-            if q is not None:
+            if q is not None and q.value < 0:
+                self.c.add(f"{path}.{key}[{name!r}]", f"must not be negative, got {raw!r}")
+            elif q is not None:
                 out[str(name)] = q
         return out
 

@@ -50,7 +50,18 @@ from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Literal
 
-from fitcore import api, model, pools, predicates, values
+from fitcore import (
+    api,
+    extended,
+    model,
+    multinode,
+    podaffinity,
+    pools,
+    predicates,
+    values,
+    versions,
+)
+from fitcore import reasons as codes
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
@@ -93,6 +104,8 @@ class PodClaim:
     shared: bool = False
     allocated: tuple[model.AllocatedDevice, ...] | None = None
     allocated_nodes: frozenset[str] | None = None
+    # The allocation's nodeSelector when it selects by labels (a multi-node allocation).
+    allocated_selector: model.NodeSelector | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,6 +121,10 @@ class PodSet:
     tolerations: tuple[Toleration, ...] = ()
     claims: tuple[PodClaim, ...] = ()
     topology: str | None = None  # node label: all pods in one domain (one value of it)
+    # Per container requests, for DRA extended resources (fitcore.extended).
+    containers: tuple[extended.Container, ...] = ()
+    # Labels and required pod (anti-)affinity / topology spread (fitcore.podaffinity).
+    rules: podaffinity.Rules | None = None
 
     @property
     def needed(self) -> int:
@@ -203,6 +220,8 @@ class GangResult:
     # Per pod set: how many pods one node of some class could host (0: none anywhere).
     hostable: Mapping[str, int] = dataclasses.field(default_factory=dict)
     stats: Stats = dataclasses.field(default_factory=Stats)
+    # `reasons` for programs: details[i].message == reasons[i].
+    details: tuple[codes.Reason, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -268,8 +287,12 @@ class Snapshot:
 
     def __init__(self, nodes: Sequence[model.Node], inventory: model.Inventory,
                  used: Mapping[str, Mapping[str, values.Quantity]] | None = None,
-                 previous: Snapshot | None = None) -> None:
+                 previous: Snapshot | None = None,
+                 pods: Sequence[podaffinity.BoundPod] = (),
+                 kube: versions.KubeVersion = versions.DEFAULT) -> None:
         self.inventory = inventory
+        self.pods = pods  # bound pods, for pod (anti-)affinity
+        self.kube = kube  # whose scheduler (default features) decides
         self.entries: list[_NodeEntry] = []
         # Class keys are large tuples: interned once, then compared as ints. Shared by
         # extended and rebuilt snapshots, so ids stay valid across them.
@@ -376,8 +399,12 @@ class Snapshot:
         free: dict[str, Fraction] = {k: q.value for k, q in n.allocatable.items()}
         for k, q in used.items():
             free[k] = free.get(k, _ZERO) - q.value
+        # Whether the node advertises an extended resource decides whether a pod asking
+        # for it gets devices instead (fitcore.extended); a free 0 does not tell.
+        advertised = tuple(sorted(k for k, q in n.allocatable.items()
+                                  if q.value and extended.is_extended(k)))
         key: tuple[Any, ...] = (tuple(pool_shapes), n.taints, n.unschedulable,
-                                tuple(sorted(free.items())))
+                                tuple(sorted(free.items())), advertised)
         if sees_global:
             key = (*key, ("node", n.name))
         if own_class is not None:
@@ -459,6 +486,8 @@ class Snapshot:
         other.devices = self.devices + sum(len(s.devices) for e in entries
                                            for s in e.local_slices)
         other.scratch = {}
+        other.pods = self.pods
+        other.kube = self.kube
         other.global_slices = self.global_slices
         other._allocated_by_pool = self._allocated_by_pool
         owner = {pk: e.node.name for e in entries for pk in e.local_pools}
@@ -476,21 +505,66 @@ class Snapshot:
         """The same inventory over these node entries, in this order (entries of this
         snapshot, reordered, or recomputed under a gang's projection)."""
         other = Snapshot.indexed(self.inventory, self.global_slices, self.owner,
-                                 self._allocated_by_pool, self.keys)
+                                 self._allocated_by_pool, self.keys, self.pods, self.kube)
         other.devices = self.devices
         for e in entries:
             other.insert(e)
+        return other
+
+    def replaced(self, changes: Mapping[int, _NodeEntry]) -> Snapshot:
+        """This snapshot with the entries at these positions replaced by other entries of
+        the same nodes, with the same labels (the hostname aside): what an incremental
+        index (`fitcore.inventory`) does after a few nodes changed. Costs O(changes +
+        classes) plus copying the entries list; the label groups are shared."""
+        other = Snapshot.indexed(self.inventory, self.global_slices, self.owner,
+                                 self._allocated_by_pool, self.keys, self.pods, self.kube)
+        other.devices = self.devices
+        other.entries = list(self.entries)
+        other.label_groups = self.label_groups
+        other.group_nodes = self.group_nodes
+        other.node_group = self.node_group
+        other._group_index = self._group_index  # not written: nothing is inserted
+        other.cells = dict(self.cells)
+        other.class_rep = dict(self.class_rep)
+        lost: set[int] = set()
+        for i, e in changes.items():
+            old = other.entries[i]
+            assert old.node.name == e.node.name and old.labels == e.labels
+            other.entries[i] = e
+            group = other.node_group[i]
+            cell = (group, old.key)
+            other.cells[cell] -= 1
+            if not other.cells[cell]:
+                del other.cells[cell]
+            cell = (group, e.key)
+            other.cells[cell] = other.cells.get(cell, 0) + 1
+            if other.class_rep.get(old.key) == i:
+                lost.add(old.key)
+            rep = other.class_rep.get(e.key)
+            if rep is None or i < rep:
+                other.class_rep[e.key] = i
+        lost = {k for k in lost if other.entries[other.class_rep[k]].key != k}
+        if lost:  # a class lost its first node: find its new first node, if any
+            for key in lost:
+                other.class_rep.pop(key, None)
+            for i, e in enumerate(other.entries):
+                if e.key in lost and e.key not in other.class_rep:
+                    other.class_rep[e.key] = i
+        if "node_names" in self.__dict__:
+            other.__dict__["node_names"] = self.__dict__["node_names"]
         return other
 
     @classmethod
     def indexed(cls, inventory: model.Inventory, global_slices: list[model.ResourceSlice],
                 owner: Mapping[PoolKey, str],
                 allocated_by_pool: dict[PoolKey, list[tuple[Any, ...]]],
-                keys: dict[Any, int]) -> Snapshot:
+                keys: dict[Any, int], pods: Sequence[podaffinity.BoundPod] = (),
+                kube: versions.KubeVersion = versions.DEFAULT) -> Snapshot:
         """A snapshot without nodes over an index its caller keeps up to date
         (`fitcore.inventory`): the slices that are not node-local, the owner node of each
         node-local pool, and per pool what is allocated in it, as ("d", device),
-        ("s", device) and ("c", device, sorted consumed amounts). Add nodes with
+        ("s", device) and ("c", device, sorted consumed amounts); the bound pods (for pod
+        (anti-)affinity) and the Kubernetes version whose scheduler decides. Add nodes with
         `entry` and `insert`, in name order. `inventory.allocated` is not read."""
         other = Snapshot.__new__(Snapshot)
         other.inventory = inventory
@@ -505,6 +579,8 @@ class Snapshot:
         other.class_rep = {}
         other.devices = 0
         other.scratch = {}
+        other.pods = pods
+        other.kube = kube
         other.global_slices = global_slices
         other._allocated_by_pool = allocated_by_pool
         other.owner = owner
@@ -544,6 +620,8 @@ class _Fill:
     allocations: list[tuple[tuple[model.DeviceResult, ...], ...]]
     stop: str = ""
     undecided: bool = False
+    code: str = ""  # `stop` for programs (a fitcore.reasons code)
+    resource: str = ""  # the node resource that ran out
 
 
 class Memo:
@@ -612,8 +690,12 @@ class _Search:
         self.cells = dict(snap.cells)
         self.global_results: list[model.DeviceResult] = []
         self.pinned: dict[str, tuple[str | None, tuple[model.DeviceResult, ...]]] = {}
+        # Shared claims allocated from pools that are not node-local: the nodes their
+        # devices reach (multi-node allocations; see fitcore.multinode).
+        self.spans: dict[str, frozenset[str] | None] = {}
         self.undecided = False
         self.rep_inventory: dict[int, model.Inventory] = {}
+        self.adapted: dict[tuple[int, int, int], tuple[_Variant, Mapping[str, Fraction]]] = {}
 
     # -- per-class questions ---------------------------------------------------------
 
@@ -632,11 +714,12 @@ class _Search:
 
     def save(self) -> tuple[Any, ...]:
         return (dict(self.moved), dict(self.cells), dict(self.pinned),
-                len(self.global_results))
+                len(self.global_results), dict(self.spans))
 
     def restore(self, saved: tuple[Any, ...]) -> None:
         self.moved, self.cells, self.pinned = dict(saved[0]), dict(saved[1]), dict(saved[2])
         del self.global_results[saved[3]:]
+        self.spans = dict(saved[4])
 
     def move(self, node: int, cid: int) -> None:
         group = self.snap.node_group[node]
@@ -663,6 +746,31 @@ class _Search:
                                       self.snap.local_allocated(e.local_pools))
             self.rep_inventory[cls.rep] = inv
         return inv
+
+    def adapt(self, cls: _Class, pod_set: PodSet, variant: _Variant,
+              requests: Mapping[str, Fraction]) -> tuple[_Variant, Mapping[str, Fraction]]:
+        """The pod as the scheduler sees it on nodes of this class: extended resources
+        that a DeviceClass backs and the node does not advertise become a claim
+        (fitcore.extended) and leave the node's resource requests."""
+        if not pod_set.containers:
+            return variant, requests
+        key = (cls.key, self.memo.keep(pod_set), id(variant))
+        have = self.adapted.get(key)
+        if have is None:
+            names = extended.backed(pod_set.containers, self.snap.inventory.classes)
+            allocatable = {k: q.value for k, q in
+                           self.snap.entries[cls.rep].node.allocatable.items()}
+            via, claim = extended.for_node(pod_set.containers, self.gang.namespace,
+                                           pod_set.name, allocatable,
+                                           self.snap.inventory.classes, names)
+            if claim is None:
+                have = (variant, requests)
+            else:
+                pc = PodClaim(extended.CLAIM_NAME, claim)
+                have = (_Variant([*variant.first, pc], [*variant.rest, pc]),
+                        {k: v for k, v in requests.items() if k not in via})
+            self.adapted[key] = have
+        return have
 
     def tolerated(self, cls: _Class, pod_set: PodSet) -> str:
         """The first taint of the class that the pod set does not tolerate ("" if none)."""
@@ -703,6 +811,7 @@ class _Search:
             if i >= bound:
                 if bound < limit:
                     f.stop = f"not enough {short}"
+                    f.code, f.resource = codes.INSUFFICIENT_RESOURCE, short
                 return f
             claims = variant.claims(i)
             needs = sum(r.exactly.count for c in claims for r in c.claim.requests
@@ -715,18 +824,21 @@ class _Search:
             if (needs and not e.sees_global and cls.devices - taken < needs
                     and not (i == 0 and cls.pristine)):
                 f.stop = "too few free devices"
+                f.code = codes.INSUFFICIENT_DEVICES
                 return f
             if not claims:
                 f.allocations.append(())
                 continue
             inv = model.Inventory(inventory.slices, inventory.classes, base.plus(carried))
             nf = api.allocate(e.node, inv, [c.claim for c in claims], engine=self.engine,
-                              budget=self.budget)
+                              budget=self.budget, kube=self.snap.kube)
             self.memo.allocations += 1
             self.memo.steps += nf.steps
             if not nf.fits:
                 f.stop = "; ".join(nf.reasons) or nf.verdict
                 f.undecided = nf.verdict == "undecided"
+                f.code = (codes.SEARCH_BUDGET if f.undecided else codes.CLAIM_ERROR
+                          if nf.verdict == "error" else codes.DEVICES_UNAVAILABLE)
                 return f
             f.allocations.append(nf.allocations)
             carried += [r.as_allocated() for rs in nf.allocations for r in rs]
@@ -818,8 +930,8 @@ def place(gang: Gang, snapshot: Snapshot, *, memo: Memo | None = None,
     verdict: GangVerdict = "undecided" if search.undecided else "no-fit"
     category: Category = "configuration" if any(v == 0 for v in hostable.values()) \
         else "capacity"
-    return GangResult(verdict, (), tuple(attempt.reasons), category, attempt.domains,
-                      hostable, stats)
+    return GangResult(verdict, (), tuple(r.message for r in attempt.reasons), category,
+                      attempt.domains, hostable, stats, tuple(attempt.reasons))
 
 
 @dataclasses.dataclass(slots=True)
@@ -827,7 +939,7 @@ class _Attempt:
     search: _Search
     failed: bool
     placements: list[Placement]
-    reasons: list[str]
+    reasons: list[codes.Reason]
     domains: dict[str, str]
     hostable: dict[str, int]
 
@@ -882,9 +994,39 @@ _Unit = tuple[int, "int | None", int, int]
 
 
 def _place_pod_set(search: _Search, pod_set: PodSet,
-                   placements: list[Placement]) -> tuple[bool, list[str], str | None, int]:
+                   placements: list[Placement]
+                   ) -> tuple[bool, list[codes.Reason], str | None, int]:
     """Place one pod set; append its placements. Returns (ok, reasons, domain, best)
-    where best is the most pods of this set that one node could host."""
+    where best is the most pods of this set that one node could host.
+
+    Pods that share a claim not yet allocated are first placed all on one node. When
+    that fails and some pools are not node-local, they are placed as the scheduler
+    does: the first pod allocates the claim, and the others go wherever its devices
+    reach (a multi-node allocation), pod by pod."""
+    saved, mark = search.save(), len(placements)
+    result = _place_pods(search, pod_set, placements)
+    if result[0] or pod_set.count < 2 or not search.snap.global_slices or not any(
+            pc.shared and pc.allocated is None and pc.claim.key not in search.pinned
+            for pc in pod_set.claims):
+        return result
+    search.restore(saved)
+    del placements[mark:]
+    first = dataclasses.replace(pod_set, count=1, min_count=None)
+    ok, _, domain, best = _place_pods(search, first, placements)
+    if ok:
+        rest = dataclasses.replace(pod_set, count=pod_set.count - 1, min_count=(
+            None if pod_set.min_count is None else max(pod_set.min_count - 1, 1)))
+        ok2, _, domain2, best2 = _place_pods(search, rest, placements)
+        if ok2 and (domain is None or domain2 in (None, domain)):
+            return True, [], domain, max(best, best2)
+    search.restore(saved)
+    del placements[mark:]
+    return result
+
+
+def _place_pods(search: _Search, pod_set: PodSet, placements: list[Placement]
+                ) -> tuple[bool, list[codes.Reason], str | None, int]:
+    """Place these pods, all at once (see `_place_pod_set`)."""
     snap = search.snap
     label = f"pod set {pod_set.name}"
     requests = _requests(pod_set)
@@ -901,24 +1043,34 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
             rest_claims.append(pc)
             continue
         if pc.allocated is not None:
-            if pc.allocated_nodes is not None:
-                allowed = set(pc.allocated_nodes) if allowed is None \
-                    else allowed & pc.allocated_nodes
+            reach = pc.allocated_nodes
+            if pc.allocated_selector is not None:
+                reach = multinode.matching(pc.allocated_selector,
+                                           [e.node for e in snap.entries])
+            if reach is not None:
+                allowed = set(reach) if allowed is None else allowed & reach
             continue
         pin = search.pinned.get(pc.claim.key)
         if pin is not None:
             if pin[0] is not None:
                 allowed = {pin[0]} if allowed is None else allowed & {pin[0]}
+            elif (spans := search.spans.get(pc.claim.key)) is not None:
+                allowed = set(spans) if allowed is None else allowed & spans
             continue
         first_claims.append(pc)
         unpinned.append(pc)
     variant = _Variant(first_claims, rest_claims)
     single_node = bool(unpinned)
+    gate = _gate(search, pod_set, placements)
+    topology = pod_set.topology
+    if gate is not None:
+        per_node = True
+        topology = topology or gate.self_key
     need, want = pod_set.needed, pod_set.count
     # The units to consider: (label group, node or None, class, nodes) for each cell, or
     # single nodes when selection is per node.
     units: list[_Unit] = []
-    skipped = {"selector": 0, "taint": 0, "topology": 0, "shared": 0}
+    skipped = {"selector": 0, "taint": 0, "topology": 0, "shared": 0, "affinity": 0}
     if allowed is not None or per_node:
         names = allowed
         for i, e in enumerate(snap.entries):
@@ -936,12 +1088,13 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
     # Why a class holds fewer pods -> (nodes, example node); keyed by class too, so that
     # each kind of node (existing or new) keeps its own example.
     short: dict[tuple[str, int], tuple[int, str]] = {}
+    short_why: dict[tuple[str, int], _Fill] = {}  # the fill behind each entry of short
     short_nodes: dict[int, int] = {}  # class -> nodes of it that hold fewer than wanted
     totals: dict[str, int] = {}
     domain_units: dict[str, list[_Unit]] = {}
     best = 0
-    topology = pod_set.topology
     entries = snap.entries
+    room: dict[tuple[str, str], int] = {}  # pods per (topology key, value), with a gate
     for u in units:
         group, node_index, cid, count = u
         info = group_info.get(group) if node_index is None else None
@@ -958,6 +1111,10 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
         if domain is None:
             skipped["topology"] += count
             continue
+        if gate is not None and node_index is not None and not gate.node_ok(
+                entries[node_index].node.name):
+            skipped["affinity"] += count
+            continue
         n = counts.get(cid)
         if n is None:
             cls = search.get_class(cid)
@@ -967,7 +1124,8 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
                 example = entries[node_index if node_index is not None else cls.rep].node.name
                 taint_example = taint_example or f"{bad} (node {example})"
             else:
-                f = search.fill(cls, pod_set, variant, requests, want)
+                f = search.fill(cls, pod_set, *search.adapt(cls, pod_set, variant, requests),
+                                want)
                 fills[cid] = f
                 n = len(f.allocations)
                 search.undecided = search.undecided or f.undecided
@@ -977,6 +1135,10 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
             continue
         if n < want:
             short_nodes[cid] = short_nodes.get(cid, 0) + count
+        if gate is not None and node_index is not None and n > 0:
+            name = entries[node_index].node.name
+            n = gate.room(name, room, n)
+            gate.took(name, room, n)
         if n > best:
             best = n
         if n == 0:
@@ -993,14 +1155,16 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
         if stop:
             example = entries[search.get_class(cid).rep].node.name
             short[(_holds(counts[cid], stop), cid)] = (count, example)
+            short_why[(_holds(counts[cid], stop), cid)] = fills[cid]
     ranked = [(t, d) for d, t in totals.items()]
     # Best fit: the smallest domain that holds every pod; else the largest holding minCount.
     full = sorted((t, d) for t, d in ranked if t >= want)
     partial = sorted(((t, d) for t, d in ranked if need <= t < want), key=lambda x: (-x[0], x[1]))
     choice = full[0] if full else (partial[0] if partial else None)
     if choice is None:
-        return False, _explain(pod_set, label, need, want, ranked, skipped, taint_example, short,
-                               single_node, len(snap.entries)), None, best
+        return False, _explain(search.gang, pod_set, label, need, want, ranked, skipped,
+                               taint_example, short, short_why, counts, single_node,
+                               len(snap.entries)), None, best
     index_base = sum(1 for p in placements if p.pod_set == pod_set.name)
     tag = (search.memo.keep(pod_set), tuple(c.claim.key for c in variant.first),
            tuple(c.claim.key for c in variant.rest))
@@ -1011,20 +1175,56 @@ def _place_pod_set(search: _Search, pod_set: PodSet,
         saved = search.save()
         mark = len(placements)
         placed = _fill_domain(search, pod_set, variant, requests, total, single_node,
-                              domain_units[domain], counts, fills, placements, index_base, tag)
+                              domain_units[domain], counts, fills, placements, index_base, tag,
+                              gate)
         if placed >= total or (t < want and placed >= need):
             return True, [], (domain if pod_set.topology else None), best
         search.restore(saved)
         del placements[mark:]
-    return False, [f"{label}: needs {want} pods; devices that all nodes share (not node-local) "
-                   "ran out before they were all placed"], None, best
+    return False, [codes.reason(
+        codes.SHARED_POOLS_EXHAUSTED,
+        f"{label}: needs {want} pods; devices that all nodes share (not node-local) ran out "
+        "before they were all placed", object=search.gang.label, pod_set=pod_set.name,
+        field=template_path(search.gang, pod_set) + ".resourceClaims")], None, best
+
+
+def _gate(search: _Search, pod_set: PodSet, placements: Sequence[Placement]
+          ) -> podaffinity.Gate | None:
+    """The pod set's pod (anti-)affinity and spread rules against the bound pods and the
+    gang's pods placed so far (None when it has none and no bound pod has any)."""
+    snap = search.snap
+    rules = pod_set.rules or podaffinity.Rules()
+    ns = search.gang.namespace
+    by_set = {ps.name: ps.rules for ps in search.gang.pod_sets}
+    pods = [*snap.pods]
+    for p in placements:
+        r = by_set.get(p.pod_set)
+        if r is not None:
+            pods.append(podaffinity.BoundPod(p.node, ns, r.labels, r.anti_affinity))
+    # Only pods that one of the set's terms selects, or whose anti-affinity selects the
+    # set's pods, can matter (most bound pods do neither).
+    terms = (*rules.affinity, *rules.anti_affinity)
+    others = [p for p in pods
+              if any(t.selects(ns, p.namespace, p.labels) for t in terms)
+              or any(t.selects(p.namespace, ns, rules.labels) for t in p.anti_affinity)]
+    if rules.empty and not others:
+        return None
+    # Kept with the entries list it was made from: an incremental inventory shares its
+    # scratch between successive snapshots (whose nodes and labels may differ).
+    have = snap.scratch.get("node-labels")
+    if have is None or have[0] is not snap.entries:
+        have = snap.scratch["node-labels"] = (snap.entries, {e.node.name: e.node.labels
+                                                             for e in snap.entries})
+    return podaffinity.Gate(rules, ns, others, have[1])
 
 
 def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
                  requests: Mapping[str, Fraction], total: int, single_node: bool,
                  units: list[_Unit], counts: Mapping[int, int], fills: Mapping[int, _Fill],
-                 placements: list[Placement], index_base: int, tag: tuple[Any, ...]) -> int:
+                 placements: list[Placement], index_base: int, tag: tuple[Any, ...],
+                 gate: podaffinity.Gate | None = None) -> int:
     """Place up to `total` pods on the nodes of one domain, in name order."""
+    room: dict[tuple[str, str], int] = {}
     snap = search.snap
     nodes: set[int] = set()
     for group, node_index, _, _ in units:
@@ -1040,10 +1240,13 @@ def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
         cls = search.get_class(cid)
         entry = snap.entries[i]
         k = min(max(counts.get(cid, 0), 0), total - placed)
+        if gate is not None:
+            k = gate.room(snap.entries[i].node.name, room, k)
         if k <= 0:  # a class that holds none (or that the pod set does not tolerate)
             continue
+        pod_variant, pod_requests = search.adapt(cls, pod_set, variant, requests)
         if entry.sees_global:  # what the gang took from shared pools changes the answer
-            f = search.fill(cls, pod_set, variant, requests, total - placed)
+            f = search.fill(cls, pod_set, pod_variant, pod_requests, total - placed)
             k = min(len(f.allocations), k)
         else:
             f = fills[cid]
@@ -1053,20 +1256,26 @@ def _fill_domain(search: _Search, pod_set: PodSet, variant: _Variant,
         pools_map = search.pool_map(cls, i)
         for j in range(k):
             claims = []
-            for pc, results in zip(variant.claims(j), f.allocations[j], strict=True):
+            for pc, results in zip(pod_variant.claims(j), f.allocations[j], strict=True):
                 claims.append((pc.name, results))
                 if pc.shared or entry.sees_global:
                     mapped = remap(results, pools_map) if pools_map else results
                     if pc.shared:
                         local = any((r.id.driver, r.id.pool) in snap.owner for r in mapped)
                         search.pinned[pc.claim.key] = (node_name if local else None, mapped)
+                        if not local:  # pods of the claim may run where its devices reach
+                            search.spans[pc.claim.key] = multinode.usable_nodes(
+                                mapped, [e.node for e in snap.entries], snap.owner,
+                                snap.global_slices)
                     if entry.sees_global:
                         search.global_results.extend(
                             r for r in mapped if (r.id.driver, r.id.pool) not in snap.owner)
             claims.extend(_pinned_devices(search, pod_set, {name for name, _ in claims}))
             placements.append(Placement(pod_set.name, index_base + placed + j, node_name,
                                         tuple(claims), pools_map))
-        search.move(i, search.derived(cls, f, k, requests, tag).key)
+        if gate is not None:
+            gate.took(node_name, room, k)
+        search.move(i, search.derived(cls, f, k, pod_requests, tag).key)
         placed += k
         if single_node:
             break
@@ -1101,44 +1310,80 @@ def _pinned_devices(search: _Search, pod_set: PodSet, have: set[str]
     return out
 
 
-def _explain(pod_set: PodSet, label: str, need: int, want: int, ranked: list[tuple[int, str]],
-             skipped: Mapping[str, int], taint_example: str,
-             short: Mapping[tuple[str, int], tuple[int, str]], single_node: bool,
-             nodes: int) -> list[str]:
+def template_path(gang: Gang, pod_set: PodSet) -> str:
+    """The path of a pod set's pod spec in the gang's object."""
+    if gang.kind == "Job":
+        return "spec.template.spec"
+    index = next((i for i, ps in enumerate(gang.pod_sets) if ps.name == pod_set.name), 0)
+    return f"spec.podSets[{index}].template.spec"
+
+
+def _explain(gang: Gang, pod_set: PodSet, label: str, need: int, want: int,
+             ranked: list[tuple[int, str]], skipped: Mapping[str, int], taint_example: str,
+             short: Mapping[tuple[str, int], tuple[int, str]],
+             short_why: Mapping[tuple[str, int], _Fill], counts: Mapping[int, int],
+             single_node: bool, nodes: int) -> list[codes.Reason]:
     wanted = _plural(want, "pod") if need == want else f"at least {need} of {want} pods"
-    out = []
+    spec = template_path(gang, pod_set)
+    out: list[codes.Reason] = []
+
+    def add(code: str, message: str, **where: Any) -> None:
+        where.setdefault("field", spec)
+        out.append(codes.reason(code, message, object=gang.label, pod_set=pod_set.name,
+                                  **where))
+
     most = max((t for t, _ in ranked), default=0)
     if pod_set.topology:
         where = min(ranked, key=lambda x: (-x[0], x[1]))[1] if ranked else None
-        out.append(f"{label}: needs {wanted} in one domain of {pod_set.topology}; "
-                   + (f"the largest, {where}, holds {most}" if where is not None
-                      else "no domain holds any"))
+        add(codes.TOPOLOGY_DOMAIN_TOO_SMALL,
+            f"{label}: needs {wanted} in one domain of {pod_set.topology}; "
+            + (f"the largest, {where}, holds {most}" if where is not None
+               else "no domain holds any"), held=most)
     elif single_node:
-        out.append(f"{label}: its pods share a ResourceClaim, so all {wanted} must run on one "
-                   f"node; the best node holds {most}")
+        add(codes.SHARED_CLAIM_ONE_NODE,
+            f"{label}: its pods share a ResourceClaim, so all {wanted} must run on one "
+            f"node; the best node holds {most}", held=most, field=f"{spec}.resourceClaims")
     else:
-        out.append(f"{label}: needs {wanted}; "
-                   + (f"the {nodes} nodes hold {most}" if nodes != 1 else
-                      f"the only node holds {most}"))
+        add(codes.TOO_FEW_PODS, f"{label}: needs {wanted}; "
+            + (f"the {nodes} nodes hold {most}" if nodes != 1 else
+               f"the only node holds {most}"), held=most)
     if skipped["shared"]:
-        out.append(f"{label}: {skipped['shared']} node(s) cannot use its allocated shared claims")
+        add(codes.SHARED_CLAIM_NODES,
+            f"{label}: {skipped['shared']} node(s) cannot use its allocated shared claims",
+            field=f"{spec}.resourceClaims")
     if skipped["selector"]:
-        out.append(f"{label}: {_nodes(skipped['selector'])} not match its nodeSelector or "
-                   "required node affinity")
+        add(codes.NODE_SELECTOR,
+            f"{label}: {_nodes(skipped['selector'])} not match its nodeSelector or "
+            "required node affinity", field=f"{spec}.nodeSelector")
     if skipped["topology"]:
-        out.append(f"{label}: {_nodes(skipped['topology'], 'has', 'have')} no {pod_set.topology} "
-                   "label")
+        add(codes.TOPOLOGY_LABEL_MISSING,
+            f"{label}: {_nodes(skipped['topology'], 'has', 'have')} no {pod_set.topology} "
+            "label")
+    for filt, filt_code in (("affinity", codes.POD_AFFINITY),
+                            ("spread", codes.TOPOLOGY_SPREAD)):
+        if skipped.get(filt):
+            add(filt_code, f"{label}: {_nodes(skipped[filt])} not satisfy its required "
+                + ("pod affinity or anti-affinity" if filt == "affinity"
+                   else "topology spread constraints"),
+                field=f"{spec}.{'affinity' if filt == 'affinity' else 'topologySpreadConstraints'}")
     if skipped["taint"]:
-        out.append(f"{label}: {_nodes(skipped['taint'], 'has', 'have')} a taint it does not "
-                   "tolerate, e.g. "
-                   f"{taint_example}")
+        add(codes.UNTOLERATED_TAINT,
+            f"{label}: {_nodes(skipped['taint'], 'has', 'have')} a taint it does not "
+            f"tolerate, e.g. {taint_example}", field=f"{spec}.tolerations",
+            node=taint_example.rsplit("(node ", 1)[-1].rstrip(")") or None)
     kinds = sorted(short.items(), key=lambda x: (-x[1][0], x[1][1]))
-    for (stop, _), (count, example) in kinds[:_MAX_KINDS]:
+    for key, (count, example) in kinds[:_MAX_KINDS]:
+        stop, cid = key
         like = f" (and {count - 1} like it)" if count > 1 else ""
-        out.append(f"{label}: node {example}{like}: {stop}")
+        f = short_why[key]
+        code = f.code or codes.DEVICES_UNAVAILABLE
+        field = (f"{spec}.containers[*].resources.requests" if code ==
+                 codes.INSUFFICIENT_RESOURCE else f"{spec}.resourceClaims")
+        add(code, f"{label}: node {example}{like}: {stop}", node=example, field=field,
+            resource=f.resource or None, held=max(counts.get(cid, 0), 0))
     if len(kinds) > _MAX_KINDS:
         rest = sum(count for _, (count, _) in kinds[_MAX_KINDS:])
-        out.append(f"{label}: {rest} more nodes of {len(kinds) - _MAX_KINDS} other kinds hold "
-                   "fewer pods too")
+        add(codes.MORE_NODE_KINDS,
+            f"{label}: {rest} more nodes of {len(kinds) - _MAX_KINDS} other kinds hold "
+            "fewer pods too")
     return out
-

@@ -1,17 +1,24 @@
 """The incremental inventory: the engine side of the admission service's watch caches.
 
 The service feeds every watch event of Nodes, ResourceSlices, ResourceClaims, Pods,
-DeviceClasses and NodeShapes into `Inventory.apply`, and asks `fit`, `plan` and
-`verify` for a gang against the current view. This module, `gang` (types), `plan`
-(result types), `workload` (`gang_of`), `errors` and `model` (types) are all the service
-may use of fitcore.
+DeviceClasses, DeviceTaintRules and NodeShapes into `Inventory.apply`, and asks `fit`,
+`plan` and `verify` for a gang against the current view, as the default-feature scheduler
+of one Kubernetes version (`kube_version`) would place it: DRA extended resources,
+multi-node allocations, pod affinity, anti-affinity and topology spread against the bound
+pods, DeviceTaintRules, structured reasons (`details`). This module, `gang` (types),
+`plan` (result types), `workload` (`gang_of`), `errors`, `reasons` (codes) and `model`
+(types) are all the service may use of fitcore.
 
 What it keeps, and what a change costs:
-- Parsed objects by name. `apply` parses first and changes nothing when the object is
-  bad (`errors.InputError` names the object and field); DELETED of an unknown object is a
-  no-op. Events are applied in O(the object): a node is marked *dirty* when its Node,
-  one of its node-local slices, an allocation in one of its pools, or a pod bound to it
-  changes; a change to a slice that is not node-local (or a DeviceClass) marks all.
+- Parsed objects by name. `apply` reads (`fitcore.read`: versions, strict fields,
+  defaults) and parses first and changes nothing when the object is bad
+  (`errors.InputError` names the object and field); DELETED of an unknown object is a
+  no-op. Slices are indexed with the taints of the DeviceTaintRules the version applies;
+  a rule that comes, changes or goes re-taints the slices (rules are few). Bound pods
+  are kept as pod (anti-)affinity sees them (labels, namespace, anti-affinity). Events
+  are applied in O(the object): a node is marked *dirty* when its Node, one of its
+  node-local slices, an allocation in one of its pools, or a pod bound to it changes; a
+  change to a slice that is not node-local (or a DeviceClass) marks all.
 - The index of each node (`gang._NodeEntry`: label group, free resources, its node-local
   slices as one tuple) is recomputed at the next decision for dirty nodes only. Each
   version of a node is a class of its own there (`Snapshot.entry(own_class=...)`: hashing
@@ -46,8 +53,23 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal
 
-from fitcore import cache, errors, fields, gang, kube, model, projection, values, workload
+from fitcore import (
+    cache,
+    errors,
+    fields,
+    gang,
+    kube,
+    model,
+    podaffinity,
+    projection,
+    taintrules,
+    values,
+    versions,
+    workload,
+)
 from fitcore import plan as planning  # `plan` and `shapes` are method names here
+from fitcore import read as reading  # `read` is a parameter name here
+from fitcore import reasons as codes
 from fitcore import shapes as node_shapes
 
 Event = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -62,7 +84,9 @@ INTERNED = 2_000_000
 #: a few pods' device results; multi-pod-set gangs that fail add probes each decision.
 FILLS = 50_000
 
-_KINDS = ("Node", "ResourceSlice", "ResourceClaim", "Pod", "DeviceClass", "NodeShape")
+#: The kinds `apply` takes.
+KINDS = ("Node", "ResourceSlice", "ResourceClaim", "Pod", "DeviceClass", "DeviceTaintRule",
+         "NodeShape")
 _EMPTY_STATE = model.AllocatedState()
 
 
@@ -74,16 +98,26 @@ class _GangState:
     memo: gang.Memo
     projection: projection.Projection
     entries: dict[str, tuple[gang._NodeEntry, gang._NodeEntry]]  # base -> projected
-    view: tuple[int, gang.Snapshot] | None = None  # (version, projected snapshot)
+    # (snapshot number, inventory version, the projected snapshot)
+    view: tuple[int, int, gang.Snapshot] | None = None
 
 
 class Inventory:
     """Nodes, slices, claims, pods, classes and shapes, kept current event by event."""
 
-    def __init__(self, *, kept_problems: int | None = None) -> None:
+    def __init__(self, *, kube_version: str = workload.DEFAULT_KUBE_VERSION,
+                 lenient: bool = False, kept_problems: int | None = None) -> None:
+        """`kube_version`: the Kubernetes minor version (1.36, 1.37) whose default-feature
+        scheduler and allocator the answers follow (ValueError for another). `lenient`:
+        unknown fields of applied objects are returned as notes instead of refused."""
+        self.kube = versions.parse(kube_version)
+        self._lenient = lenient
         self._nodes: dict[str, model.Node] = {}
         self._names: list[str] = []  # node names, sorted
-        self._slices: dict[str, model.ResourceSlice] = {}
+        self._slices: dict[str, model.ResourceSlice] = {}  # as published
+        # DeviceTaintRules by name; the slices with their taints (as the version applies
+        # them) are the ones indexed (`_pool_slices`).
+        self._rules: dict[str, taintrules.Rule] = {}
         self._pool_slices: dict[PoolKey, dict[str, model.ResourceSlice]] = {}
         self._owner: dict[PoolKey, str] = {}  # node-local pools -> their node
         self._node_pools: dict[str, set[PoolKey]] = {}
@@ -93,6 +127,10 @@ class Inventory:
         self._pool_claims: dict[PoolKey, set[Key]] = {}
         self._allocated: dict[PoolKey, list[tuple[Any, ...]]] = {}
         self._pods: dict[Key, tuple[str, dict[str, values.Quantity]]] = {}
+        # Bound pods as pod (anti-)affinity sees them; the list decisions see is made
+        # again only after a change.
+        self._bound: dict[Key, podaffinity.BoundPod] = {}
+        self._bound_list: list[podaffinity.BoundPod] | None = None
         self._used: dict[str, dict[str, values.Quantity]] = {}
         self._shapes: dict[str, node_shapes.NodeShape] = {}
         self._store = cache.Store(size=4096, kept_problems=kept_problems)
@@ -109,25 +147,55 @@ class Inventory:
         self._scratch: dict[Any, Any] = {}  # hypothetical nodes of shapes, across snapshots
         self._devices = 0
         self._generation = 0  # numbers each version of a node's index entry
+        # Snapshots are numbered; the log says which nodes each one recomputed, so that
+        # a gang's view of an earlier one is patched instead of rebuilt. It is cleared
+        # when nodes come or go (positions shift).
+        self._snap_no = 0
+        self._log: collections.deque[tuple[int, frozenset[str]]] = collections.deque(maxlen=256)
+        self._index: dict[str, int] = {}  # node name -> position in name order
+        self._layout_changed = True
 
     # ------------------------------------------------------------------ events
 
-    def apply(self, event: Event, obj: Mapping[str, Any]) -> None:
+    def apply(self, event: Event, obj: Mapping[str, Any], *, read: bool = True
+              ) -> list[str]:
         """Apply one watch event. Kinds: Node, ResourceSlice, ResourceClaim (its
-        allocation), Pod (bound to a node and not finished: its requests count), DeviceClass,
-        NodeShape. A bad object, an unknown kind or event raises errors.InputError and
-        leaves the inventory as it was."""
+        allocation), Pod (bound to a node and not finished: its requests count, its labels
+        and anti-affinity are seen by pod (anti-)affinity), DeviceClass (with its
+        extended resource), DeviceTaintRule (applied to the devices it selects when the
+        version applies rules), NodeShape. A bad object, an unknown kind or event raises
+        errors.InputError and leaves the inventory as it was.
+
+        The object is first read as the API server hands it to the scheduler
+        (`fitcore.read`: a served apiVersion, v1beta1/v1beta2 converted to v1, strict
+        fields, defaults), unless `read` is False because the caller did that already.
+        An object with only `generateName` gets a name derived from its content (the same
+        for a DELETED event of the same object; watch events always carry a name).
+        Returns notes: unknown fields ignored when lenient (see also `notes`)."""
         kind = obj.get("kind") if isinstance(obj, Mapping) else None
-        if kind not in _KINDS:
+        if kind not in KINDS:
             raise errors.InputError([errors.FieldError(
                 kube.describe(obj, "object"), "kind",
-                f"unsupported kind {kind!r}; expected one of {', '.join(_KINDS)}")])
+                f"unsupported kind {kind!r}; expected one of {', '.join(KINDS)}")])
         if event not in ("ADDED", "MODIFIED", "DELETED"):
             raise errors.InputError([errors.FieldError(
                 kube.describe(obj, str(kind)), "", f"unknown event {event!r}; expected "
                 "ADDED, MODIFIED or DELETED")])
-        key = _key(obj, str(kind))
         deleted = event == "DELETED"
+        notes: list[str] = []
+        if read and not deleted:
+            got = reading.one(obj, lenient=self._lenient)
+            if got.problems:
+                raise errors.InputError(got.problems)
+            if not got.objects:  # a kind of the same name in another API
+                raise errors.InputError([errors.FieldError(
+                    kube.describe(obj, str(kind)), "apiVersion",
+                    f"{obj.get('apiVersion')!r} is not an API of the kinds fitgate reads")])
+            obj = got.objects[0][0]
+            notes = got.warnings
+        elif read and not _named(obj):
+            obj = reading.normalize(obj)  # the name generateName gave it when ADDED
+        key = _key(obj, str(kind))
         if kind == "Node":
             self._node(key[1], None if deleted else kube.node(obj))
         elif kind == "ResourceSlice":
@@ -135,22 +203,31 @@ class Inventory:
         elif kind == "ResourceClaim":
             self._claim(key, () if deleted else tuple(kube.allocated_devices(obj)))
         elif kind == "Pod":
-            self._pod(key, None if deleted else workload.pod_usage(obj))
+            if deleted:
+                self._pod(key, None, None)
+            else:
+                usage, bound = workload.pod_usage(obj), workload.bound_pod(obj)
+                self._pod(key, usage, bound)
         elif kind == "DeviceClass":
             self._device_class(key[1], None if deleted else kube.device_class(obj))
+        elif kind == "DeviceTaintRule":
+            self._rule(key[1], None if deleted else taintrules.rule(obj))
         else:
             self._shape(key[1], None if deleted else workload.node_shape(obj))
         self._version += 1
+        return notes
 
     def _node(self, name: str, node: model.Node | None) -> None:
         if node is None:
             if self._nodes.pop(name, None) is not None:
                 self._names.remove(name)
+                self._layout_changed = True
                 self._entries.pop(name, None)
                 self._dirty.discard(name)
             return
         if name not in self._nodes:
             bisect.insort(self._names, name)
+            self._layout_changed = True
         self._nodes[name] = node
         self._dirty.add(name)
 
@@ -167,11 +244,34 @@ class Inventory:
         if s is not None:
             self._slices[name] = s
             pk = (s.driver, s.pool)
-            self._pool_slices.setdefault(pk, {})[name] = s
+            self._pool_slices.setdefault(pk, {})[name] = self._tainted(s)
             self._devices += len(s.devices)
             touched.add(pk)
         for pk in touched:
             self._place_pool(pk)
+
+    def _tainted(self, s: model.ResourceSlice) -> model.ResourceSlice:
+        """The slice as the scheduler sees it: with the taints of the DeviceTaintRules
+        that select its devices (the same object when none does)."""
+        if not self._rules:
+            return s
+        return taintrules.apply([s], list(self._rules.values()), self.kube)[0][0]
+
+    def _rule(self, name: str, rule: taintrules.Rule | None) -> None:
+        """A rule came, changed or went: every slice whose devices it selected or selects
+        is seen anew (rules are few and change rarely)."""
+        if rule is None and name not in self._rules:
+            return
+        if rule is None:
+            del self._rules[name]
+        else:
+            self._rules[name] = rule
+        for slice_name, s in self._slices.items():
+            pk = (s.driver, s.pool)
+            seen = self._tainted(s)
+            if seen != self._pool_slices[pk][slice_name]:
+                self._pool_slices[pk][slice_name] = seen
+                self._place_pool(pk)
 
     def _place_pool(self, pk: PoolKey) -> None:
         """Recompute whether a pool is node-local (and to which node); mark who sees it."""
@@ -208,7 +308,13 @@ class Inventory:
             self._pool_claims.setdefault(pk, set()).add(key)
             self._dirty_pools.add(pk)
 
-    def _pod(self, key: Key, usage: tuple[str, dict[str, values.Quantity]] | None) -> None:
+    def _pod(self, key: Key, usage: tuple[str, dict[str, values.Quantity]] | None,
+             bound: podaffinity.BoundPod | None) -> None:
+        if self._bound.pop(key, None) is not None:
+            self._bound_list = None
+        if bound is not None:
+            self._bound[key] = bound
+            self._bound_list = None
         old = self._pods.pop(key, None)
         if old is not None:
             into = self._used[old[0]]
@@ -254,6 +360,7 @@ class Inventory:
             self._gangs.clear()
             self._scratch = {}
             self._all_dirty = True
+            self._layout_changed = True
         for pk in self._dirty_pools:
             self._allocated_in(pk)
             owner = self._owner.get(pk)
@@ -267,19 +374,35 @@ class Inventory:
             self._scratch = {}
         global_slices = [s for pk in sorted(self._global)
                          for s in self._pool_slices.get(pk, {}).values()]
+        # The owner and allocation tables are shared with the snapshot, not copied: a
+        # snapshot is only decided on while it is current.
+        if self._bound_list is None:
+            self._bound_list = [self._bound[k] for k in sorted(self._bound)]
         snap = gang.Snapshot.indexed(
-            model.Inventory((), self._classes, _EMPTY_STATE), global_slices, dict(self._owner),
-            dict(self._allocated), self._keys)
+            model.Inventory((), self._classes, _EMPTY_STATE), global_slices, self._owner,
+            self._allocated, self._keys, self._bound_list, self.kube)
         snap.devices = self._devices
         snap.scratch = self._scratch
         # The node entries, in name order. They are not inserted: decisions run on the
         # gang's projected view of them (`_view`), which indexes them itself.
-        entries = snap.entries
-        for name in self._names:
-            e = self._entries.get(name)
-            if e is None or name in self._dirty:
-                e = self._entry(snap, name, e)
-            entries.append(e)
+        previous = self._snapshot[1] if self._snapshot is not None else None
+        self._snap_no += 1
+        if previous is None or self._layout_changed:
+            self._index = {name: i for i, name in enumerate(self._names)}
+            self._log.clear()
+            entries = snap.entries
+            for name in self._names:
+                e = self._entries.get(name)
+                if e is None or name in self._dirty:
+                    e = self._entry(snap, name, e)
+                entries.append(e)
+        else:
+            snap.entries = entries = list(previous.entries)
+            changed = self._dirty & self._nodes.keys()
+            for name in changed:
+                entries[self._index[name]] = self._entry(snap, name, self._entries.get(name))
+            self._log.append((self._snap_no, frozenset(changed)))
+        self._layout_changed = False
         self._dirty.clear()
         self._all_dirty = False
         self._store.size = 2 * len(self._names) + 4096
@@ -335,8 +458,13 @@ class Inventory:
         snap = self._current()
         if self._global:
             state.memo = gang.Memo()  # fills of nodes that see shared pools are not kept
-        if node_filter is None and state.view is not None and state.view[0] == self._version:
-            return state.view[1], []
+        if node_filter is None and state.view is not None:
+            if state.view[0] == self._snap_no:
+                return state.view[2], []
+            patched = self._patched(state, snap)
+            if patched is not None:
+                state.view = (self._snap_no, self._version, patched)
+                return patched, []
         entries = []
         refused: list[str] = []
         kept = state.entries
@@ -348,16 +476,40 @@ class Inventory:
                 continue
             hit = kept.get(e.node.name)
             if hit is None or hit[0] is not e:
-                hit = kept[e.node.name] = (e, self._project(state.projection, snap, e))
+                hit = kept[e.node.name] = (e, self._project(state.projection, e))
             entries.append(hit[1])
         view = snap.with_entries(entries)
         view.scratch = self._scratch
         if node_filter is None:
-            state.view = (self._version, view)
+            state.view = (self._snap_no, self._version, view)
         return view, refused
 
-    def _project(self, proj: projection.Projection, snap: gang.Snapshot,
-                 e: gang._NodeEntry) -> gang._NodeEntry:
+    def _patched(self, state: _GangState, snap: gang.Snapshot) -> gang.Snapshot | None:
+        """The gang's previous view with the nodes recomputed since patched in, or None
+        when it must be rebuilt (nodes came or went, too many changed, labels changed)."""
+        assert state.view is not None
+        since = state.view[0]
+        if not self._log or self._log[0][0] > since + 1:
+            return None
+        changed = set().union(*(names for no, names in self._log if no > since))
+        if len(changed) > len(snap.entries) // 8 + 1:
+            return None
+        previous = state.view[2]
+        changes = {}
+        for name in changed:
+            i = self._index[name]
+            e = snap.entries[i]
+            projected = self._project(state.projection, e)
+            state.entries[name] = (e, projected)
+            if projected.labels != previous.entries[i].labels:
+                return None
+            changes[i] = projected
+        view = previous.replaced(changes)
+        view.scratch = self._scratch
+        view.pods = snap.pods  # bound pods may have come or gone anywhere
+        return view
+
+    def _project(self, proj: projection.Projection, e: gang._NodeEntry) -> gang._NodeEntry:
         if e.sees_global:
             return e
         key, order = proj.node_key(e, self._allocated)
@@ -387,8 +539,12 @@ class Inventory:
             missing = sorted(n for n in shapes if n not in self._shapes)
         result = self._decide(g, chosen, node_filter)
         if missing:
-            result = dataclasses.replace(result, rejected=(
-                *result.rejected, *((n, "no NodeShape of this name") for n in missing)))
+            why = "no NodeShape of this name"
+            result = dataclasses.replace(
+                result, rejected=(*result.rejected, *((n, why) for n in missing)),
+                rejected_details=(*result.rejected_details, *(
+                    codes.reason(codes.SHAPE_UNKNOWN, why, object=f"NodeShape {n}", shape=n)
+                    for n in missing)))
         return result
 
     def _decide(self, g: gang.Gang, chosen: list[node_shapes.NodeShape],
@@ -398,7 +554,9 @@ class Inventory:
             view, refused = self._view(state, node_filter)
             result = planning.plan(state.first, view, chosen, memo=state.memo)
         if refused and result.verdict != "fits":
-            result = dataclasses.replace(result, reasons=(*result.reasons, _refused(refused)))
+            why = _refused(g, refused)
+            result = dataclasses.replace(result, reasons=(*result.reasons, why.message),
+                                         details=(*result.details, why))
         return result
 
     def verify(self, g: gang.Gang, p: planning.Plan, *,
@@ -411,10 +569,17 @@ class Inventory:
             view, refused = self._view(state, node_filter)
             result = planning.verify(state.first, view, p, list(self._shapes.values()))
         if refused and result.verdict != "fits":
-            result = dataclasses.replace(result, reasons=(*result.reasons, _refused(refused)))
+            why = _refused(g, refused)
+            result = dataclasses.replace(result, reasons=(*result.reasons, why.message),
+                                         details=(*result.details, why))
         return result
 
     # ----------------------------------------------------------------- reading
+
+    def notes(self) -> list[str]:
+        """What a person should know about the inventory besides the verdicts: the
+        DeviceTaintRules the version does not apply."""
+        return taintrules.apply([], [self._rules[n] for n in sorted(self._rules)], self.kube)[1]
 
     def shapes(self) -> list[node_shapes.NodeShape]:
         """The known NodeShapes, by name."""
@@ -429,7 +594,8 @@ class Inventory:
         return {
             "nodes": len(self._nodes), "devices": self._devices, "slices": len(self._slices),
             "allocated claims": len(self._claims), "pods": len(self._pods),
-            "device classes": len(self._classes), "shapes": len(self._shapes),
+            "device classes": len(self._classes), "device taint rules": len(self._rules),
+            "shapes": len(self._shapes),
             "gangs kept": len(self._gangs),
             "fills kept": sum(len(s.memo.fills) for s in self._gangs.values()),
             "interned keys": len(self._keys),
@@ -437,11 +603,17 @@ class Inventory:
         }
 
 
-def _refused(names: list[str]) -> str:
+def _refused(g: gang.Gang, names: list[str]) -> codes.Reason:
     example = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
     n = len(names)
-    return (f"{n} node{'s are' if n != 1 else ' is'} not allowed for this workload by policy "
-            f"({example})")
+    return codes.reason(
+        codes.NODE_POLICY, f"{n} node{'s are' if n != 1 else ' is'} not allowed for this "
+        f"workload by policy ({example})", object=g.label, node=names[0])
+
+
+def _named(obj: Mapping[str, Any]) -> bool:
+    meta = obj.get("metadata")
+    return isinstance(meta, Mapping) and bool(meta.get("name"))
 
 
 def _key(obj: Mapping[str, Any], kind: str) -> Key:

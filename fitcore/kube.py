@@ -123,6 +123,9 @@ def _attribute(r: fields.Reader, raw: Any, path: str) -> model.AttributeValue | 
         if isinstance(value, bool) or not isinstance(value, int):
             r.c.add(f"{path}.int", f"must be an integer, got {value!r}")
             return None
+        if not -(2**63) <= value < 2**63:
+            r.c.add(f"{path}.int", f"{value} does not fit in a 64-bit integer")
+            return None
         return value
     if kind == "bool":
         if not isinstance(value, bool):
@@ -191,6 +194,9 @@ def _device(r: fields.Reader, obj: Mapping[str, Any], path: str, per_device: boo
                           "allNodes")
     elif any(obj.get(k) for k in ("nodeName", "nodeSelector", "allNodes")):
         r.c.add(path, "device-level node selection needs spec.perDeviceNodeSelection: true")
+    if obj.get("nodeAllocatableResourceMappings"):
+        r.c.add(f"{path}.nodeAllocatableResourceMappings", "is an alpha field (off by default) "
+                                                           "that fitgate does not model")
     conditions = r.get(obj, "bindingConditions", path, list, default=[])
     return model.Device(
         name=name, attributes=attributes, capacity=capacity, consumes_counters=tuple(consumes),
@@ -241,8 +247,9 @@ def device_class(obj: Mapping[str, Any], source: str | None = None) -> model.Dev
     name, _ = fields.meta_name(r, obj)
     spec = r.get(obj, "spec", "", Mapping, default={})
     selectors = tuple(_selector(r, s, p) for p, s in r.items(spec, "selectors", "spec", limit=32))
+    extended = r.get(spec, "extendedResourceName", "spec", str)
     c.raise_if_any()
-    return model.DeviceClass(name, selectors)
+    return model.DeviceClass(name, selectors, extended or None)
 
 
 def _selector(r: fields.Reader, obj: Mapping[str, Any], path: str) -> str:
@@ -296,7 +303,9 @@ def _claim_spec(r: fields.Reader, spec: Mapping[str, Any], path: str, name: str,
     for cpath, raw in r.items(devices, "constraints", dpath, limit=32):
         refs = r.get(raw, "requests", cpath, list, default=[])
         for i, ref in enumerate(refs):
-            if ref not in valid_refs:
+            if not isinstance(ref, str):
+                r.c.add(f"{cpath}.requests[{i}]", f"must be a string, got {type(ref).__name__}")
+            elif ref not in valid_refs:
                 r.c.add(f"{cpath}.requests[{i}]", f"{ref!r} names no request of this claim")
         match = raw.get("matchAttribute")
         distinct = raw.get("distinctAttribute")
@@ -342,8 +351,11 @@ def _exact(r: fields.Reader, obj: Mapping[str, Any], path: str, name: str,
     count = r.get(obj, "count", path, int, default=1)
     if mode == "All" and "count" in obj and obj["count"] is not None:
         r.c.add(f"{path}.count", "must not be set with allocationMode All")
-    if mode == "ExactCount" and not 1 <= count <= 32:
-        r.c.add(f"{path}.count", f"must be between 1 and 32, got {count}")
+    # The API only requires count > 0. More than a claim may hold (32) is not bad input:
+    # the allocator skips such a firstAvailable alternative (and a claim that needs more
+    # than 32 devices is an error of the allocation, not of the object).
+    if mode == "ExactCount" and count < 1:
+        r.c.add(f"{path}.count", f"must be at least 1, got {count}")
     admin = r.get(obj, "adminAccess", path, bool, default=False)
     if admin and not admin_allowed:
         r.c.add(f"{path}.adminAccess", "is not allowed in a firstAvailable subrequest")

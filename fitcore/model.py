@@ -167,6 +167,10 @@ class ResourceSlice:
 class DeviceClass:
     name: str
     selectors: tuple[str, ...] = ()  # CEL expressions, ANDed
+    # DRAExtendedResource: the extended resource (`resources.requests`) this class backs
+    # on nodes that do not advertise it; every class also backs
+    # `deviceclass.resource.kubernetes.io/<name>`.
+    extended_resource_name: str | None = None
 
 
 # --------------------------------------------------------------------------- claims

@@ -33,6 +33,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from fitcore import api, errors, gang, model, shapes, values
+from fitcore import reasons as codes
 
 PlanVerdict = Literal["fits", "needs-capacity", "unsatisfiable", "undecided"]
 
@@ -125,6 +126,10 @@ class PlanResult:
     rejected: tuple[tuple[str, str], ...] = ()
     domains: Mapping[str, str] = dataclasses.field(default_factory=dict)
     stats: gang.Stats = dataclasses.field(default_factory=gang.Stats)
+    # `reasons` for programs (details[i].message == reasons[i]), and each rejected
+    # shape's reason (rejected_details[i].shape == rejected[i][0]).
+    details: tuple[codes.Reason, ...] = ()
+    rejected_details: tuple[codes.Reason, ...] = ()
 
 
 def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes.NodeShape],
@@ -148,10 +153,12 @@ def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes
         return PlanResult("fits", placements=base.placements, domains=base.domains,
                           stats=stats())
     if base.verdict == "undecided":
-        return PlanResult("undecided", reasons=base.reasons, stats=stats())
+        return PlanResult("undecided", reasons=base.reasons, stats=stats(),
+                          details=base.details)
     existing = snapshot.node_names
     plans: list[Plan] = []
     rejected: list[tuple[str, str]] = []
+    rejected_why: list[codes.Reason] = []
     hostable = dict(base.hostable)
     undecided = False
     for shape in sorted(node_shapes, key=lambda s: s.name):
@@ -161,8 +168,10 @@ def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes
         if found.plan is not None:
             plans.append(found.plan)
         else:
-            undecided = undecided or found.why.startswith("undecided")
+            undecided = undecided or found.code == codes.SHAPE_UNDECIDED
             rejected.append((shape.name, found.why))
+            rejected_why.append(codes.reason(found.code, found.why, object=f"NodeShape "
+                                               f"{shape.name}", shape=shape.name))
     if not plans and len(node_shapes) > 1 and len(gang_.pod_sets) > 1 and not undecided:
         mixed = _combined(gang_, snapshot, sorted(node_shapes, key=lambda s: s.name), memo,
                           existing, engine, budget)
@@ -170,24 +179,32 @@ def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes
             plans.append(mixed)
             in_plan = {g.shape for g in mixed.shapes}
             rejected = [(name, why) for name, why in rejected if name not in in_plan]
-    shape_reasons = [f"shape {name}: {why}" for name, why in rejected]
+            rejected_why = [r for r in rejected_why if r.shape not in in_plan]
+    shape_reasons = [dataclasses.replace(r, message=f"shape {r.shape}: {r.message}")
+                     for r in rejected_why]
     plans.sort(key=lambda p: (p.price, p.nodes, p.shapes[0].shape))
     if plans:
         return PlanResult("needs-capacity", "capacity", plan=plans[0],
                           alternatives=tuple(plans[1:]), reasons=base.reasons,
-                          rejected=tuple(rejected), stats=stats())
+                          rejected=tuple(rejected), stats=stats(), details=base.details,
+                          rejected_details=tuple(rejected_why))
     if undecided:
-        return PlanResult("undecided", reasons=(*base.reasons, *shape_reasons),
-                          rejected=tuple(rejected), stats=stats())
+        details = (*base.details, *shape_reasons)
+        return PlanResult("undecided", reasons=tuple(r.message for r in details),
+                          rejected=tuple(rejected), stats=stats(), details=details,
+                          rejected_details=tuple(rejected_why))
     category: gang.Category = "configuration" if any(n == 0 for n in hostable.values()) \
         else "capacity"
     lead = ("no node and no shape can host even one pod of "
             + ", ".join(sorted(k for k, n in hostable.items() if n == 0))
             if category == "configuration" else
             "every pod fits somewhere, but not the whole gang within the shapes' limits")
+    first = codes.reason(codes.NO_HOST if category == "configuration"
+                           else codes.SHAPE_LIMITS, lead, object=gang_.label)
+    details = (first, *base.details, *shape_reasons)
     return PlanResult("unsatisfiable", category,
-                      reasons=(lead, *base.reasons, *shape_reasons), rejected=tuple(rejected),
-                      stats=stats())
+                      reasons=tuple(r.message for r in details), rejected=tuple(rejected),
+                      stats=stats(), details=details, rejected_details=tuple(rejected_why))
 
 
 def _limit(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape) -> int:
@@ -254,6 +271,7 @@ class _Found:
     snapshot: gang.Snapshot | None = None  # with the plan's new nodes
     nodes: int = 0
     domains: int = 0
+    code: str = ""  # `why` for programs
 
 
 def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape,
@@ -268,7 +286,8 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
         one = _new_nodes(snapshot, shape, 1, first, first_domain)
         probe = gang.place(gang_, snapshot.extended(one.entries[:1]), memo=memo,
                            engine=engine, budget=budget)
-        return _Found(None, f"at its limit of {shape.max_nodes} nodes", dict(probe.hostable))
+        return _Found(None, f"at its limit of {shape.max_nodes} nodes", dict(probe.hostable),
+                      code=codes.SHAPE_AT_LIMIT)
     new = _new_nodes(snapshot, shape, limit, first, first_domain)
     tried: dict[int, tuple[gang.GangResult, gang.Snapshot]] = {}
 
@@ -282,16 +301,18 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
     hostable = dict(top.hostable)
     if not top.fits:
         if top.verdict == "undecided":
-            return _Found(None, "undecided: " + "; ".join(top.reasons), hostable)
+            return _Found(None, "undecided: " + "; ".join(top.reasons), hostable,
+                          code=codes.SHAPE_UNDECIDED)
         prefix = shape.node_name(first)
-        about = [r for r in top.reasons if prefix in r] or list(top.reasons[:1])
+        about = [d for d in top.details if d.node == prefix] or list(top.details[:1])
+        text = [d.message for d in about]
         if shape.domain_label and shape.nodes_per_domain and not any(
-                "holds none" in r for r in about) and any(
+                d.code in codes.NODE_KINDS and d.held == 0 for d in about) and any(
                 ps.topology == shape.domain_label for ps in gang_.pod_sets):
-            about.append(f"new {shape.name} nodes come in {shape.domain_label} domains of at "
-                         f"most {shape.nodes_per_domain} nodes")
+            text.append(f"new {shape.name} nodes come in {shape.domain_label} domains of at "
+                        f"most {shape.nodes_per_domain} nodes")
         return _Found(None, f"even {limit} new nodes do not make the gang fit: "
-                      + "; ".join(about), hostable)
+                      + "; ".join(text), hostable, code=codes.SHAPE_DOES_NOT_FIT)
     # The plan is what placement finds on exactly the planned nodes (it is what verify
     # will run on the real ones): the nodes a placement used bound the answer, so shrink
     # to them while that still fits, then make sure one node less does not.
@@ -381,6 +402,8 @@ class VerifyResult:
     placements: tuple[gang.Placement, ...] = ()
     mismatches: tuple[str, ...] = ()
     reasons: tuple[str, ...] = ()
+    # For programs: one shape-mismatch Reason per mismatch, then the gang's reasons.
+    details: tuple[codes.Reason, ...] = ()
 
 
 def verify(gang_: gang.Gang, snapshot: gang.Snapshot, plan_: Plan,
@@ -390,27 +413,36 @@ def verify(gang_: gang.Gang, snapshot: gang.Snapshot, plan_: Plan,
     what the planned shapes promised."""
     by_name = {s.name: s for s in node_shapes}
     mismatches: list[str] = []
+    where: list[tuple[str, str, str | None]] = []  # per mismatch: (text, shape, node)
     new = [e for e in snapshot.entries if e.node.name not in plan_.existing_nodes]
     for name in sorted({g.shape for g in plan_.shapes}):
         shape = by_name.get(name)
         if shape is None:
-            mismatches.append(f"shape {name} of the plan is not among the NodeShapes")
+            where.append((f"shape {name} of the plan is not among the NodeShapes", name, None))
             continue
         planned = sum(g.count for g in plan_.shapes if g.shape == name)
         mine = [e for e in new if shape.matches(e.node)]
         if len(mine) < planned:
-            mismatches.append(f"shape {name}: planned {planned} new nodes, found {len(mine)}")
+            where.append((f"shape {name}: planned {planned} new nodes, found {len(mine)}", name,
+                          None))
         for e in mine:
-            mismatches.extend(compare(shape, e.node, e.local_slices))
+            where.extend((m, name, e.node.name) for m in compare(shape, e.node, e.local_slices))
+    mismatches = [m for m, _, _ in where]
     # Placement is greedy, in node order: put the new nodes last, as the plan had them.
     ordered = snapshot.reordered(lambda name: (name not in plan_.existing_nodes, name))
     result = gang.place(gang_, ordered, engine=engine, budget=budget)
+    found = tuple(codes.reason(codes.SHAPE_MISMATCH, m, object=f"NodeShape {shape}",
+                                 shape=shape, node=node) for m, shape, node in where)
     if result.fits:
-        return VerifyResult("fits", placements=result.placements, mismatches=tuple(mismatches))
+        return VerifyResult("fits", placements=result.placements, mismatches=tuple(mismatches),
+                            details=found)
     if result.verdict == "undecided":
-        return VerifyResult("undecided", mismatches=tuple(mismatches), reasons=result.reasons)
+        return VerifyResult("undecided", mismatches=tuple(mismatches), reasons=result.reasons,
+                            details=(*found, *result.details))
+    lead = codes.reason(codes.MISFIT, "the gang does not fit the provisioned nodes",
+                          object=gang_.label)
     return VerifyResult("misfit", "coordination", mismatches=tuple(mismatches),
-                        reasons=result.reasons)
+                        reasons=result.reasons, details=(lead, *found, *result.details))
 
 
 def compare(shape: shapes.NodeShape, node: model.Node,

@@ -24,6 +24,10 @@ question the gang can ask alike:
   equality only, so its values may be renamed consistently: devices are grouped by
   value, groups are ranked by their content, and the rank replaces the value. A node
   with GPUs 3 and 11 in use and one with 5 and 9 in use (8 per root) are then one class.
+- **Extended resources backed by devices** (DRA extended resources): the claim the
+  scheduler would build for a pod on a node that does not advertise the resource is
+  one of the gang's claims here (its class's selectors are read, its devices are
+  candidates), and whether a node advertises each such resource stays in the key.
 - **Free resources as far as the requests tell them apart.** A resource that one pod set
   requests is kept as how many of its pods it holds (capped at the pod count); one that
   several pod sets request is kept exactly, capped at what the whole gang requests.
@@ -46,7 +50,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from fitcore import gang, model, reads, semantics, values
+from fitcore import extended, gang, model, reads, semantics, values
 
 PoolKey = tuple[str, str]
 #: Device keys by device identity: the device (kept alive, so that ids stay unique), its
@@ -57,10 +61,33 @@ def _bare(name: str) -> str:
     return name.rpartition("/")[2]
 
 
+_EXACT: dict[int, tuple[values.Quantity, tuple[int, int]]] = {}
+_STATES: dict[tuple[Any, ...], str] = {}
+
+
 def _exact(q: values.Quantity) -> tuple[int, int]:
-    """A quantity as a pair of ints: hashed far faster than its Fraction."""
+    """A quantity as a pair of ints: hashed far faster than its Fraction. Parsed
+    quantities are shared per text (values.Quantity.parse), so this is mostly a lookup;
+    the quantity is kept with its pair, so that its id stays unique."""
+    hit = _EXACT.get(id(q))
+    if hit is not None and hit[0] is q:
+        return hit[1]
     v = q.value
-    return (v.numerator, v.denominator)
+    pair = (v.numerator, v.denominator)
+    if len(_EXACT) > 1 << 16:
+        _EXACT.clear()
+    _EXACT[id(q)] = (q, pair)
+    return pair
+
+
+def _state(st: tuple[Any, ...]) -> str:
+    """A device's allocated state as sortable text (states are few: found once each)."""
+    found = _STATES.get(st)
+    if found is None:
+        if len(_STATES) > 1 << 16:
+            _STATES.clear()
+        found = _STATES[st] = repr(st)
+    return found
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,29 +99,53 @@ class DeviceView:
     ordered: bool  # keep device order in every pool
 
 
+def extended_claims(g: gang.Gang, classes: Mapping[str, model.DeviceClass]
+                    ) -> list[model.Claim]:
+    """The claims the scheduler builds for the gang's pods on nodes that do not advertise
+    the extended resources a DeviceClass backs (`fitcore.extended`)."""
+    out = []
+    for ps in g.pod_sets:
+        if not ps.containers:
+            continue
+        names = extended.backed(ps.containers, classes)
+        if names:
+            _, claim = extended.for_node(ps.containers, g.namespace, ps.name, {}, classes,
+                                         names)
+            if claim is not None:
+                out.append(claim)
+    return out
+
+
+def extended_names(g: gang.Gang, classes: Mapping[str, model.DeviceClass]) -> tuple[str, ...]:
+    """The extended resources of the gang that some DeviceClass backs."""
+    return tuple(sorted({n for ps in g.pod_sets if ps.containers
+                         for n in extended.backed(ps.containers, classes)}))
+
+
 def device_view(g: gang.Gang, classes: Mapping[str, model.DeviceClass]) -> DeviceView:
-    """What the gang's claims can see of a device."""
+    """What the gang's claims (and its extended-resource claims) can see of a device."""
     read: set[str] | None = set()
     constrained: set[str] = set()
     ordered = False
-    for ps in g.pod_sets:
-        for pc in ps.claims:
-            for r in pc.claim.requests:
-                for alt in r.alternatives:
-                    if alt.allocation_mode == "All" or alt.admin_access:
-                        ordered = True
-                    dc = classes.get(alt.device_class)
-                    expressions = (*(dc.selectors if dc else ()), *alt.selectors)
-                    for e in expressions:
-                        got = reads.attributes(e)
-                        if got is None or read is None:
-                            read = None
-                        else:
-                            read |= got
-            for k in pc.claim.constraints:
-                name = k.match_attribute or k.distinct_attribute
-                if name:
-                    constrained.add(_bare(name))
+    claims = [pc.claim for ps in g.pod_sets for pc in ps.claims]
+    claims += extended_claims(g, classes)
+    for claim in claims:
+        for r in claim.requests:
+            for alt in r.alternatives:
+                if alt.allocation_mode == "All" or alt.admin_access:
+                    ordered = True
+                dc = classes.get(alt.device_class)
+                expressions = (*(dc.selectors if dc else ()), *alt.selectors)
+                for e in expressions:
+                    got = reads.attributes(e)
+                    if got is None or read is None:
+                        read = None
+                    else:
+                        read |= got
+        for k in claim.constraints:
+            name = k.match_attribute or k.distinct_attribute
+            if name:
+                constrained.add(_bare(name))
     relabel = None
     if read is not None:
         only = constrained - read
@@ -144,10 +195,19 @@ class Projection:
         self._intern = interner
         self._device_keys = device_keys
         self._selector = selector
-        self._alternatives = [(alt, classes.get(alt.device_class))
-                              for ps in g.pod_sets for pc in ps.claims
-                              for r in pc.claim.requests for alt in r.alternatives]
+        claims = [pc.claim for ps in g.pod_sets for pc in ps.claims]
+        claims += extended_claims(g, classes)
+        self._alternatives = [(alt, classes.get(alt.device_class)) for c in claims
+                              for r in c.requests for alt in r.alternatives]
+        # Whether a node advertises these decides whether the scheduler allocates them.
+        self._extended = extended_names(g, classes)
         self._relevant: dict[int, bool] = {}
+        # Selector outcomes by (driver, observable attributes), when only those matter.
+        self._selectable: dict[tuple[Any, ...], bool] = {}
+        expressions = [e for alt, dc in self._alternatives
+                       for e in (*(dc.selectors if dc else ()), *alt.selectors)]
+        self._attributes_only = not any("capacity" in e or "allowMultipleAllocations" in e
+                                        for e in expressions)
         # Per attribute name: 0 not observable, 1 kept in the key, 2 the renamed one.
         self._actions: dict[str, int] = {}
         # Devices one pod of the only pod set takes for itself at least (0: unbounded).
@@ -162,6 +222,45 @@ class Projection:
                               not a.admin_access else 0 for a in r.alternatives]
                     per_pod += min(counts, default=0)
             self._per_pod = per_pod
+
+    def _maybe_selectable(self, driver: str, d: model.Device) -> bool:
+        """False when the selectors of every alternative are false on the device: then it
+        is no candidate whatever its capacity or taints, and its key need not be made.
+        Only used when no selector reads capacity or allowMultipleAllocations, so that
+        the driver and the observable attributes decide."""
+        actions = self._actions
+        seen = []
+        for name, value in d.attributes.items():
+            act = actions.get(name)
+            if act is None:
+                act = self._action(name)
+            if act == 1:
+                seen.append((name, type(value).__name__, value))
+        seen.sort()
+        key = (driver, tuple(seen))
+        found = self._selectable.get(key)
+        if found is None:
+            found = False
+            for alt, dc in self._alternatives:
+                if dc is None:
+                    found = True
+                    break
+                try:
+                    if semantics.device_selectable(self._selector, dc, alt, "", driver, d):
+                        found = True
+                        break
+                except semantics.SelectionError:
+                    found = True
+                    break
+            self._selectable[key] = found
+        return found
+
+    def _action(self, name: str) -> int:
+        bare = name.rpartition("/")[2]
+        act = self._actions[name] = (2 if bare == self.view.relabel else
+                                     1 if self.view.read is None or bare in self.view.read
+                                     else 0)
+        return act
 
     def _candidate(self, k: int, driver: str, d: model.Device) -> bool:
         """Whether some alternative of the gang could take this device (or its
@@ -197,15 +296,12 @@ class Projection:
         for name, value in d.attributes.items():
             act = actions.get(name)
             if act is None:
-                bare = name.rpartition("/")[2]
-                act = actions[name] = (2 if bare == self.view.relabel else
-                                       1 if self.view.read is None or bare in self.view.read
-                                       else 0)
+                act = self._action(name)
             if act == 1:
                 attrs.append((name, type(value).__name__, value))
             elif act == 2:
                 labels.append(f"{name}={value!r}")
-        attrs.sort(key=lambda a: a[0])
+        attrs.sort()  # by name: names are unique
         capacity = tuple(sorted((name, _exact(c.value), c.request_policy)
                                 for name, c in d.capacity.items())) if d.capacity else ()
         counters = tuple((c.counter_set, tuple(sorted((n, _exact(q))
@@ -240,7 +336,14 @@ class Projection:
                                  for s in slices), counters, len(set(names)) == len(names))
             ordered = self.view.ordered or bool(counters) or any(
                 d.consumes_counters for s in slices for d in s.devices)
-            keyed = [(self._device_key(pk[0], d), d) for s in slices for d in s.devices]
+            skip = not ordered and self._attributes_only
+            if ordered and not self.view.ordered and self._attributes_only and not any(
+                    self._maybe_selectable(pk[0], d) for s in slices for d in s.devices):
+                # No device of this counter pool can be taken: none is observable.
+                pools.append((pk, ordered, (*info[:2], (), info[3]), []))
+                continue
+            keyed = [(self._device_key(pk[0], d), d) for s in slices for d in s.devices
+                     if not skip or self._maybe_selectable(pk[0], d)]
             wanted = [self._candidate(kl[0], pk[0], d) for kl, d in keyed]
             if ordered and not self.view.ordered:
                 # Devices sharing a counter set with a candidate are observable through
@@ -267,7 +370,7 @@ class Projection:
         # Values of the renamed attribute by rank of their group's content.
         rank: dict[str | None, int] = {None: -1}
         if self.view.relabel is not None:
-            ranked = sorted((tuple(sorted((pi, dk, repr(st)) for pi, dk, st in members)), label)
+            ranked = sorted((tuple(sorted((pi, dk, _state(st)) for pi, dk, st in members)), label)
                             for label, members in groups.items() if label is not None)
             for i, (_, label) in enumerate(ranked):
                 rank[label] = i
@@ -276,7 +379,7 @@ class Projection:
         for pk, ordered, info, devices in pools:
             items = [(k, st, rank[lbl], name) for k, st, lbl, name in devices]
             if not ordered:
-                items.sort(key=lambda x: (x[0], repr(x[1]), x[2], x[3]))
+                items.sort(key=lambda x: (x[0], _state(x[1]), x[2], x[3]))
             key_parts.append((info, tuple((k, st, r) for k, st, r, _ in items)))
             order.extend(model.DeviceId(pk[0], pk[1], name) for _, _, _, name in items)
         # Pods one node can hold by its devices at most: resources that allow more do not
@@ -292,6 +395,8 @@ class Projection:
             else:
                 n = min(int(have // amount), cap) if have > 0 else 0
                 free.append((name, n if most is None else min(n, most)))
+        advertised = tuple(bool(q.value) if (q := e.node.allocatable.get(n)) is not None
+                           else False for n in self._extended)
         key = ("node", tuple(key_parts), e.node.taints, e.node.unschedulable, e.pristine,
-               tuple(free))
+               tuple(free), advertised)
         return self._intern.setdefault(key, len(self._intern)), tuple(order)

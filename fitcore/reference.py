@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from fitcore import cache, explain, model, pools, semantics, values
+from fitcore import cache, explain, model, pools, semantics, values, versions
 
 DEFAULT_BUDGET = 2_000_000
 
@@ -59,6 +59,7 @@ class Prepared:
     selector: semantics.Selector
     # alternatives[claim][request] -> list of alternatives in preference order
     alternatives: list[list[list[Alternative]]]
+    kube: versions.KubeVersion = versions.DEFAULT
 
     def selectable(self, alt: Alternative, claim: model.Claim, pool: _Pool,
                    s: model.ResourceSlice, device: model.Device) -> bool:
@@ -67,12 +68,13 @@ class Prepared:
                                                 alt.label, pool.driver, device))
 
 
-def prepare(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim]
-            ) -> Prepared:
+def prepare(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim],
+            kube: versions.KubeVersion = versions.DEFAULT) -> Prepared:
     """Resolve classes, gather pools, expand `All`, check the per-claim device cap and
     evaluate every selector that the search could reach. Raises ClaimError."""
     cached = cache.for_slices(inventory.slices)
-    prepared = Prepared(node, inventory, claims, cached.pools_for(node), cached.selector, [])
+    prepared = Prepared(node, inventory, claims, cached.pools_for(node), cached.selector, [],
+                        kube)
     allocated = inventory.allocated
     try:
         for claim in claims:
@@ -122,10 +124,13 @@ def _all_devices(prepared: Prepared, claim: model.Claim, alt: Alternative
         for s, device in pool.devices:
             if not prepared.selectable(alt, claim, pool, s, device):
                 continue
-            take = semantics.capacity_take(alt.exact, device)
+            take = _capacity_take(prepared.kube, alt, device)
             ident = model.DeviceId(pool.driver, pool.name, device.name)
-            if take is None or not semantics.capacity_fits(
-                    device, take, prepared.inventory.allocated.consumed.get(ident)):
+            # 1.36 leaves out devices whose remaining capacity is too small (All takes the
+            # rest); 1.37 checks static capacity here, so such a device makes All fail.
+            used = None if prepared.kube.all_checks_static_capacity else \
+                prepared.inventory.allocated.consumed.get(ident)
+            if take is None or not semantics.capacity_fits(device, take, used):
                 continue
             out.append((pool, device))
     return out
@@ -206,8 +211,13 @@ class _Search:
         self.step()
         if ri == len(self.p.claims[ci].requests):
             return self.claim(ci + 1)
+        # A request is worth at least its smallest alternative: an alternative that,
+        # with the devices taken and the least the later requests need, exceeds the
+        # claim's cap cannot lead to an allocation (upstream backtracks out of it).
+        later = sum(min(a.needed for a in alts)
+                    for alts in self.p.alternatives[ci][ri + 1:])
         for alt in self.p.alternatives[ci][ri]:
-            if len(self.results[ci]) + alt.needed > model.MAX_DEVICES_PER_CLAIM:
+            if len(self.results[ci]) + alt.needed + later > model.MAX_DEVICES_PER_CLAIM:
                 continue
             if alt.all_devices is not None:
                 if alt.all_devices and self.take_all(ci, ri, alt, 0):
@@ -280,7 +290,8 @@ class _Search:
             return None
         if not admin and self.in_use(ident):
             return None
-        already_sharing = ident in self.sharing or bool(self.allocated.consumed.get(ident))
+        already_sharing = ident in self.sharing or bool(self.allocated.consumed.get(ident)) or (
+            self.p.kube.shared_without_capacity_is_shared and ident in self.allocated.shared)
         counted = False
         if device.consumes_counters and not (multi and already_sharing):
             if not self.reserve_counters(pool, device):
@@ -304,7 +315,7 @@ class _Search:
                         f"claim's constraint on {constraint.attribute}")
                 return None
             added.append(constraint)
-        take = semantics.capacity_take(alt.exact, device)
+        take = _capacity_take(self.p.kube, alt, device)
         if take is None or not semantics.capacity_fits(
                 device, take, self.allocated.consumed.get(ident), self.sharing.get(ident)):
             for c in reversed(added):
@@ -357,11 +368,34 @@ class _Search:
             semantics.sub_amounts(used[consumption.counter_set], consumption.counters)
 
 
+def _capacity_take(kube: versions.KubeVersion, alt: Alternative, device: model.Device
+                   ) -> dict[str, values.Quantity] | None:
+    """`semantics.capacity_take`, after the checks upstream makes first: a capacity
+    request that is negative or beyond int64 is an error in 1.37 (the claim cannot be
+    allocated anywhere); 1.36 takes a negative one as it is. Beyond int64 is an error on
+    both (fitcore follows 1.37 there; docs/semantics.md)."""
+    for name, q in (alt.exact.capacity_requests or {}).items():
+        if name not in device.capacity:
+            continue
+        if q.value < 0 and kube.capacity_errors_abort:
+            raise ClaimError(f"{alt.label}: device {device.name}: capacity {name!r}: capacity "
+                             "value is negative")
+        if q.value > _INT64_MAX:
+            raise ClaimError(f"{alt.label}: device {device.name}: capacity {name!r}: request "
+                             f"{q} cannot be represented (exceeds int64)")
+    return semantics.capacity_take(alt.exact, device)
+
+
+_INT64_MAX = 2**63 - 1
+
+
 def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim],
-             *, budget: int = DEFAULT_BUDGET) -> model.NodeFit:
-    """Whether `claims` (one pod's) can be allocated on `node` now, and one allocation."""
+             *, budget: int = DEFAULT_BUDGET,
+             kube: versions.KubeVersion = versions.DEFAULT) -> model.NodeFit:
+    """Whether `claims` (one pod's) can be allocated on `node` now, and one allocation,
+    with the default-feature allocator of Kubernetes `kube`."""
     try:
-        prepared = prepare(node, inventory, claims)
+        prepared = prepare(node, inventory, claims, kube)
     except ClaimError as exc:
         return model.NodeFit("error", node.name, reasons=(str(exc),), engine="py")
     search = _Search(prepared, budget)

@@ -5,7 +5,10 @@ every feature the engine supports: several drivers and pools, generations and in
 pools, taints of each effect, shared counters (partitionable devices), multi-allocatable
 devices with request policies, class and request selectors, ExactCount / All /
 firstAvailable, matchAttribute (qualified and bare-name lookups) and distinctAttribute,
-devices already allocated (dedicated and shared).
+devices already allocated (dedicated and shared, with and without consumed capacity),
+multi-node slices (a node selector, all nodes, per-device node selection, on this node
+or not), and DRA extended resources: the claim the scheduler builds for a pod's
+`resources.requests` of a class's `extendedResourceName` (via `fitcore.extended`).
 
 Deliberately avoided, because upstream's answer there depends on search order or on a
 known upstream bug rather than on the semantics (see docs/semantics.md):
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import random
 from typing import Any
+
+from fitcore import extended, kube, model, values
 
 GPU = "gpu.example.com"
 NIC = "nic.example.com"
@@ -81,12 +86,12 @@ def _pool(rng: random.Random, driver: str, pool: str, slices_out: list[dict[str,
         devices = []
         for _ in range(rng.randrange(0, 7)):
             dev = _device(rng, driver, f"d{k}", counter_sets=counter_sets,
-                          multi_ok=not counter_sets)
+                          multi_ok=not counter_sets or rng.random() < 0.5)
             devices.append(dev)
             devices_out.append((driver, pool, dev))
             k += 1
         on_other = i == 1 and rng.random() < 0.3
-        spec = dict(base, devices=devices, nodeName="n2" if on_other else NODE)
+        spec = dict(base, devices=devices, **_selection(rng, on_other, devices))
         slices_out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
                            "metadata": {"name": f"{pool}-{i}"}, "spec": spec})
     for j, body in enumerate(extra):
@@ -96,9 +101,35 @@ def _pool(rng: random.Random, driver: str, pool: str, slices_out: list[dict[str,
     if rng.random() < 0.1:  # an older generation that must be ignored
         old = dict(base, pool={"name": pool, "generation": generation - 1,
                                "resourceSliceCount": 1}, nodeName=NODE,
-                   devices=[{"name": "stale", "attributes": {"index": {"int": 0}}}])
+                   # Every attribute a selector reads: with multi-node slices the
+                   # stale generation can be the one a node sees.
+                   devices=[{"name": "stale", "attributes": {"index": {"int": 0},
+                                                             "model": {"string": "b"}}}])
         slices_out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
                            "metadata": {"name": f"{pool}-old"}, "spec": old})
+
+
+_RACK = {"nodeSelectorTerms": [{"matchExpressions": [
+    {"key": "rack", "operator": "In", "values": ["r1"]}]}]}
+_OTHER_RACK = {"nodeSelectorTerms": [{"matchExpressions": [
+    {"key": "rack", "operator": "In", "values": ["r2"]}]}]}
+
+
+def _selection(rng: random.Random, on_other: bool, devices: list[dict[str, Any]]
+               ) -> dict[str, Any]:
+    """How a slice selects nodes: mostly this node by name; sometimes several nodes (a
+    rack selector, all nodes) or per device."""
+    roll = rng.random()
+    if on_other or roll < 0.75:
+        return {"nodeName": "n2" if on_other else NODE}
+    if roll < 0.85:
+        return {"nodeSelector": _RACK if rng.random() < 0.8 else _OTHER_RACK}
+    if roll < 0.92:
+        return {"allNodes": True}
+    for d in devices:
+        d.update(rng.choice([{"nodeName": NODE}, {"nodeName": "n2"}, {"allNodes": True},
+                             {"nodeSelector": _RACK}, {"nodeSelector": _OTHER_RACK}]))
+    return {"perDeviceNodeSelection": True}
 
 
 CLASSES = [
@@ -108,6 +139,9 @@ CLASSES = [
      "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{NIC}'"}}]}},
     {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "any"},
      "spec": {}},
+    {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "ext"},
+     "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{GPU}'"}}],
+              "extendedResourceName": "example.com/gpu"}},
     {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "big"},
      "spec": {"selectors": [{"cel": {"expression": (
          f"has(device.capacity['{GPU}'].memory) && "
@@ -186,13 +220,46 @@ def case(seed: int) -> dict[str, Any]:
                                       "device": dev["name"]}
             if dev.get("allowMultipleAllocations"):
                 result["shareID"] = f"share-{i}"
-                result["consumedCapacity"] = {"memory": "2Gi"}
+                if rng.random() < 0.7:
+                    result["consumedCapacity"] = {"memory": "2Gi"}
             allocated.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                               "metadata": {"name": f"held-{i}", "namespace": "default"},
                               "spec": {"devices": {"requests": [{"name": "r", "exactly": {
                                   "deviceClassName": "any"}}]}},
                               "status": {"allocation": {"devices": {"results": [result]}}}})
     claims = [_claim(rng, f"c{i}") for i in range(rng.choice([1, 1, 2]))]
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "labels": {}}}
+    if rng.random() < 0.2:  # a pod asking for devices as an extended resource
+        claims.append(extended_claim(rng))
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": NODE, "labels": {"rack": "r1"}}}
     return {"id": str(seed), "mode": "node", "node": node, "slices": slices,
             "classes": CLASSES, "allocated": allocated, "claims": claims}
+
+
+def extended_claim(rng: random.Random) -> dict[str, Any]:
+    """The claim the scheduler allocates for a pod whose containers ask `example.com/gpu`
+    (backed by the DeviceClass `ext`) or the class's implicit name, on a node that does
+    not advertise them: built by `fitcore.extended`, as JSON."""
+    names = ["example.com/gpu", f"{extended.IMPLICIT_PREFIX}gpu"]
+    containers = []
+    for i in range(rng.choice([1, 1, 2, 3])):
+        init = i == 0 and rng.random() < 0.4
+        requests = {n: values.Quantity.parse(rng.choice([1, 1, 2, 3]))
+                    for n in names if rng.random() < 0.6} or {names[0]: values.Quantity.parse(1)}
+        requests["cpu"] = values.Quantity.parse(1)
+        containers.append(extended.Container(f"c{i}", init, init and rng.random() < 0.5,
+                                             requests))
+    classes = {c.name: c for c in (kube.device_class(o) for o in CLASSES)}
+    wanted = extended.backed(containers, classes)
+    _, claim = extended.for_node(containers, "default", "pod", {}, classes, wanted)
+    assert claim is not None
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": claim.name, "namespace": "default"},
+            "spec": {"devices": {"requests": [_request_json(r) for r in claim.requests]}}}
+
+
+def _request_json(r: model.DeviceRequest) -> dict[str, Any]:
+    assert r.exactly is not None
+    return {"name": r.name, "exactly": {"deviceClassName": r.exactly.device_class,
+                                        "allocationMode": "ExactCount",
+                                        "count": r.exactly.count}}

@@ -16,7 +16,20 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from fitcore import errors, fields, gang, kube, model, shapes, values
+from fitcore import (
+    errors,
+    extended,
+    fields,
+    gang,
+    kube,
+    model,
+    podaffinity,
+    read,
+    shapes,
+    taintrules,
+    values,
+    versions,
+)
 
 REQUIRED_TOPOLOGY_ANNOTATIONS = ("fitgate.io/required-topology",
                                  "kueue.x-k8s.io/podset-required-topology")
@@ -33,35 +46,45 @@ class Bundle:
     used: dict[str, dict[str, values.Quantity]] = dataclasses.field(default_factory=dict)
     shapes: list[shapes.NodeShape] = dataclasses.field(default_factory=list)
     gangs: list[gang.Gang] = dataclasses.field(default_factory=list)
+    # Bound pods, as pod (anti-)affinity sees them.
+    pods: list[podaffinity.BoundPod] = dataclasses.field(default_factory=list)
+    # Objects of kinds fitgate does not read, per "apiVersion kind"; warnings (lenient).
+    skipped: dict[str, int] = dataclasses.field(default_factory=dict)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    def notes(self) -> list[str]:
+        """What a person should know about the input besides the verdict."""
+        out = list(self.warnings)
+        if self.skipped:
+            total = sum(self.skipped.values())
+            kinds = ", ".join(f"{k} ({n})" for k, n in sorted(self.skipped.items()))
+            out.append(f"skipped {total} object{'s' if total != 1 else ''} of kinds fitgate "
+                       f"does not read: {kinds}")
+        return out
 
 
 Document = tuple[Mapping[str, Any], str | None]  # (object, source file)
 
+DEFAULT_KUBE_VERSION = str(versions.DEFAULT)
+KUBE_VERSIONS = tuple(versions.BY_NAME)
+
 #: Order in which kinds are read: what others refer to comes first.
-KIND_ORDER = ("DeviceClass", "Node", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate",
-              "Pod", "NodeShape", "Workload", "Job")
+KIND_ORDER = ("DeviceClass", "DeviceTaintRule", "Node", "ResourceSlice", "ResourceClaim",
+              "ResourceClaimTemplate", "Pod", "NodeShape", "Workload", "Job")
 
 
-def load(documents: Sequence[Document]) -> Bundle:
-    """Parse an offline cluster. Unknown kinds are errors (so typos do not go unseen);
-    `List` objects are flattened."""
-    docs: list[Document] = []
-    problems: list[errors.FieldError] = []
-    for obj, source in documents:
-        if isinstance(obj, Mapping) and obj.get("kind") == "List":
-            docs.extend((item, source) for item in obj.get("items") or [])
-        else:
-            docs.append((obj, source))
+def load(documents: Sequence[Document], *, lenient: bool = False,
+         kube_version: str = DEFAULT_KUBE_VERSION) -> Bundle:
+    """Parse an offline cluster, read as the API server hands objects to the scheduler
+    (`fitcore.read`: strict fields, conversion to v1, defaulting). Kinds of other APIs are
+    skipped and counted (`Bundle.skipped`); a misspelled kind is an error; `List`s are
+    flattened. `lenient`: unknown fields are warnings (`Bundle.warnings`), not errors."""
+    found = read.sort(list(documents), lenient=lenient)
+    problems: list[errors.FieldError] = list(found.problems)
     by_kind: dict[str, list[Document]] = {k: [] for k in KIND_ORDER}
-    for obj, source in docs:
-        kind = obj.get("kind") if isinstance(obj, Mapping) else None
-        if kind not in by_kind:
-            problems.append(errors.FieldError(kube.describe(obj, "object"), "kind",
-                                              f"unsupported kind {kind!r}; expected one of "
-                                              f"{', '.join(KIND_ORDER)}", source))
-            continue
-        by_kind[str(kind)].append((obj, source))
-    bundle = Bundle()
+    for obj, source in found.objects:
+        by_kind[str(obj["kind"])].append((obj, source))
+    bundle = Bundle(skipped=dict(found.skipped), warnings=list(found.warnings))
 
     def parse(kind: str, fn: Any) -> list[Any]:
         out = []
@@ -75,11 +98,15 @@ def load(documents: Sequence[Document]) -> Bundle:
     classes = {c.name: c for c in parse("DeviceClass", kube.device_class)}
     bundle.nodes = parse("Node", kube.node)
     slices = parse("ResourceSlice", kube.resource_slice)
+    rules = parse("DeviceTaintRule", taintrules.rule)
+    slices, rule_notes = taintrules.apply(slices, rules, versions.parse(kube_version))
+    bundle.warnings.extend(rule_notes)
     results: list[model.AllocatedDevice] = []
     for devices in parse("ResourceClaim", kube.allocated_devices):
         results.extend(devices)
     bundle.inventory = model.Inventory(tuple(slices), classes,
                                        model.AllocatedState.from_results(results))
+    bundle.pods = [p for p in parse("Pod", bound_pod) if p is not None]
     for usage in parse("Pod", pod_usage):
         if usage is None:
             continue
@@ -132,7 +159,8 @@ def _taints(f: fields.Reader, obj: Any, path: str) -> tuple[model.Taint, ...]:
 def pod_requests(f: fields.Reader, spec: Mapping[str, Any], path: str
                  ) -> dict[str, values.Quantity]:
     """What the scheduler counts for a pod: the sum over containers, or the largest init
-    container when that is more (per resource)."""
+    container when that is more (per resource); pod-level requests where set; plus the
+    pod overhead."""
     total: dict[str, values.Quantity] = {}
     for cpath, c in f.items(spec, "containers", path):
         resources = f.get(c, "resources", cpath, Mapping, {})
@@ -143,6 +171,12 @@ def pod_requests(f: fields.Reader, spec: Mapping[str, Any], path: str
         for k, q in f.quantities(resources, "requests", f"{cpath}.resources").items():
             if k not in total or q > total[k]:
                 total[k] = q
+    # Pod-level resources (PodLevelResources, on by default) replace the containers' sum
+    # for the resources they name; the RuntimeClass overhead comes on top.
+    pod_level = f.get(spec, "resources", path, Mapping, {})
+    total.update(f.quantities(pod_level, "requests", f"{path}.resources"))
+    for k, q in f.quantities(spec, "overhead", path).items():
+        total[k] = total[k] + q if k in total else q
     return total
 
 
@@ -160,6 +194,25 @@ def pod_usage(obj: Mapping[str, Any], source: str | None = None
         return None
     requests["pods"] = values.Quantity.parse(1)
     return node_name, requests
+
+
+def bound_pod(obj: Mapping[str, Any], source: str | None = None
+              ) -> podaffinity.BoundPod | None:
+    """A Pod bound to a node and not finished, as pod (anti-)affinity sees it."""
+    c = errors.Collector(kube.describe(obj, "Pod"), source)
+    f = fields.Reader(c)
+    meta = f.get(obj, "metadata", "", Mapping, {})
+    spec = f.get(obj, "spec", "", Mapping, {})
+    status = f.get(obj, "status", "", Mapping, {})
+    node_name = f.get(spec, "nodeName", "spec", str)
+    if not node_name or status.get("phase") in _DONE_PHASES:
+        return None
+    labels = f.string_map(meta, "labels", "metadata")
+    # Only the anti-affinity of a bound pod matters to the gang (and its problems are
+    # not the gang's: they are not reported).
+    rules = podaffinity.rules(fields.Reader(errors.Collector("")), spec, labels, "spec")
+    return podaffinity.BoundPod(node_name, str(meta.get("namespace") or "default"), labels,
+                                rules.anti_affinity)
 
 
 def _tolerations(f: fields.Reader, spec: Mapping[str, Any], path: str
@@ -206,27 +259,30 @@ def _pod_claims(f: fields.Reader, spec: Mapping[str, Any], path: str, namespace:
                 out.append(gang.PodClaim(name, kube.claim_template(obj, source)))
             else:
                 claim = kube.resource_claim(obj, source)
-                allocated, nodes = _allocation(obj, source)
+                allocated, nodes, selector = _allocation(obj, source)
                 out.append(gang.PodClaim(name, claim, shared=True, allocated=allocated,
-                                         allocated_nodes=nodes))
+                                         allocated_nodes=nodes, allocated_selector=selector))
         except errors.InputError as exc:
             f.c.errors.extend(exc.errors)
     return tuple(out)
 
 
 def _allocation(obj: Mapping[str, Any], source: str | None
-                ) -> tuple[tuple[model.AllocatedDevice, ...] | None, frozenset[str] | None]:
-    """An allocated claim's devices and the nodes named by its allocation's nodeSelector
-    (by metadata.name or hostname; None when it does not restrict nodes by name)."""
+                ) -> tuple[tuple[model.AllocatedDevice, ...] | None, frozenset[str] | None,
+                           model.NodeSelector | None]:
+    """An allocated claim's devices, the nodes named by its allocation's nodeSelector
+    (by metadata.name or hostname; None when it does not restrict nodes by name), and
+    the selector itself when it selects by other labels (a multi-node allocation)."""
     devices = kube.allocated_devices(obj, source)
     status = obj.get("status")
     allocation = status.get("allocation") if isinstance(status, Mapping) else None
     if not isinstance(allocation, Mapping):
-        return None, None
+        return None, None, None
     c = errors.Collector(kube.describe(obj, "ResourceClaim"), source)
     f = fields.Reader(c)
     raw = f.get(allocation, "nodeSelector", "status.allocation", Mapping)
     names: set[str] | None = None
+    by_labels = None
     if raw is not None:
         sel = fields.node_selector(f, raw, "status.allocation.nodeSelector")
         names = set()
@@ -234,10 +290,12 @@ def _allocation(obj: Mapping[str, Any], source: str | None
             for r in (*term.match_fields, *term.match_expressions):
                 if r.operator == "In" and r.key in ("metadata.name", gang.HOSTNAME_LABEL):
                     names.update(r.values)
-        if not names:
-            names = None
+        if not names or any(r.key not in ("metadata.name", gang.HOSTNAME_LABEL)
+                            for term in sel.terms
+                            for r in (*term.match_fields, *term.match_expressions)):
+            names, by_labels = None, sel
     c.raise_if_any()
-    return tuple(devices), (frozenset(names) if names is not None else None)
+    return tuple(devices), (frozenset(names) if names is not None else None), by_labels
 
 
 def _pod_set(f: fields.Reader, name: str, count: int, min_count: int | None,
@@ -250,6 +308,7 @@ def _pod_set(f: fields.Reader, name: str, count: int, min_count: int | None,
             topology = annotations[a]
     spec = f.get(template, "spec", path, Mapping, {}, required=True)
     spath = f"{path}.spec"
+    pod_labels = f.string_map(meta, "labels", f"{path}.metadata")
     affinity = None
     aff = f.get(spec, "affinity", spath, Mapping, {})
     node_aff = f.get(aff, "nodeAffinity", f"{spath}.affinity", Mapping, {})
@@ -263,7 +322,27 @@ def _pod_set(f: fields.Reader, name: str, count: int, min_count: int | None,
         requests=pod_requests(f, spec, spath),
         node_selector=f.string_map(spec, "nodeSelector", spath),
         affinity=affinity, tolerations=_tolerations(f, spec, spath),
-        claims=_pod_claims(f, spec, spath, namespace, refs), topology=topology or None)
+        claims=_pod_claims(f, spec, spath, namespace, refs), topology=topology or None,
+        containers=_containers(f, spec, spath),
+        rules=podaffinity.rules(f, spec, pod_labels, spath))
+
+
+def _containers(f: fields.Reader, spec: Mapping[str, Any], path: str
+                ) -> tuple[extended.Container, ...]:
+    """Each container's requests, in the order the scheduler numbers them (init
+    containers first), when some container asks for an extended resource. Problems
+    are reported by `pod_requests`, which reads the same fields."""
+    f = fields.Reader(errors.Collector(""))
+    out = []
+    for key in ("initContainers", "containers"):
+        for cpath, c in f.items(spec, key, path):
+            resources = c.get("resources") if isinstance(c.get("resources"), Mapping) else {}
+            requests = f.quantities(resources, "requests", f"{cpath}.resources")
+            out.append(extended.Container(str(c.get("name") or ""), key == "initContainers",
+                                          c.get("restartPolicy") == "Always", requests))
+    if not any(extended.is_extended(k) for c in out for k in c.requests):
+        return ()
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------- gangs
@@ -350,7 +429,14 @@ def node_shape(obj: Mapping[str, Any], source: str | None = None) -> shapes.Node
     allocatable = f.quantities(spec, "allocatable", "spec")
     taints = _taints(f, spec, "spec")
     slices = []
-    for i, (path, raw) in enumerate(f.items(spec, "resourceSlices", "spec")):
+    raw_slices = f.items(spec, "resourceSlices", "spec")
+    # Pool bookkeeping a shape may leave out: a pool spans the shape's slices that name it.
+    per_pool: dict[Any, int] = {}
+    for _, raw in raw_slices:
+        pool_name = raw.get("pool", {}).get("name") if isinstance(raw.get("pool"), Mapping) \
+            else None
+        per_pool[pool_name] = per_pool.get(pool_name, 0) + 1
+    for i, (path, raw) in enumerate(raw_slices):
         if any(k in raw for k in ("nodeName", "nodeSelector", "allNodes")):
             c.add(path, "a shape's slices must not select nodes: each new node gets its own")
             continue
@@ -358,6 +444,9 @@ def node_shape(obj: Mapping[str, Any], source: str | None = None) -> shapes.Node
         body["nodeName"] = "shape-template"
         if "pool" not in body:
             body["pool"] = {"name": f"{name}-{i}", "resourceSliceCount": 1}
+        elif isinstance(body["pool"], Mapping) and "resourceSliceCount" not in body["pool"]:
+            body["pool"] = {**body["pool"],
+                            "resourceSliceCount": per_pool.get(body["pool"].get("name"), 1)}
         slice_obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
                      "metadata": {"name": f"{name}-{i}"}, "spec": body}
         try:
@@ -407,9 +496,17 @@ def gang_of(obj: Mapping[str, Any], claim_templates: Mapping[Key, Mapping[str, A
     """The gang of one Kueue Workload or batch/v1 Job dict (what the admission service
     hands to `fitcore.inventory.Inventory`), with the ResourceClaimTemplates and shared
     ResourceClaims its pods name, each by (namespace, name). Raises errors.InputError
-    naming the object and field for anything wrong, including a missing template."""
-    refs = References(templates={k: (v, source) for k, v in claim_templates.items()},
-                      claims={k: (v, source) for k, v in (claims or {}).items()})
+    naming the object and field for anything wrong, including a missing template.
+
+    The objects are read as the API server hands them to the scheduler (`read.normalize`:
+    v1beta1/v1beta2 claims and templates converted to v1, limits standing in for missing
+    requests); strict field checks are the caller's (`read.one`)."""
+    def normalized(o: Mapping[str, Any]) -> Mapping[str, Any]:
+        return read.normalize(o) if isinstance(o, Mapping) else o
+
+    refs = References(templates={k: (normalized(v), source) for k, v in claim_templates.items()},
+                      claims={k: (normalized(v), source) for k, v in (claims or {}).items()})
+    obj = normalized(obj)
     kind = obj.get("kind") if isinstance(obj, Mapping) else None
     if kind == "Workload":
         return workload(obj, refs, source)

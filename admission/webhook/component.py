@@ -62,11 +62,12 @@ def component(ctx: serve.Context) -> serve.Component:
     from admission import serve
 
     stores: dict[kinds.Kind, store.Store] = {k: ctx.informers.store(k) for k in KINDS}
-    hooks = review.Hooks(stores, fitting.StoreEngine(stores, idle=True),
+    version = ctx.config.kube_version
+    hooks = review.Hooks(stores, fitting.StoreEngine(stores, idle=True, kube_version=version),
                          ready=lambda: bool(ctx.informers.ready))
-    gate_controller = gate.GateController(ctx.api, stores,
-                                          fitting.StoreEngine(stores, idle=True),
-                                          clock=ctx.clock)
+    gate_controller = gate.GateController(
+        ctx.api, stores, fitting.StoreEngine(stores, idle=True, kube_version=version),
+        clock=ctx.clock)
     servers: list[serve.Server] = []
     if ctx.config.cert_dir:
         servers.append(WebhookServer(hooks, "0.0.0.0", ctx.config.webhook_port,

@@ -32,19 +32,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 )
 
-// defaultFeatures is what kube-scheduler 1.36 enables by default (feature gates in
-// pkg/features, mapped to the allocator's Features the way the scheduler's
-// dynamicresources.AllocatorFeatures does). See README.md for the gate stages.
-var defaultFeatures = structured.Features{
-	AdminAccess:            true,  // DRAAdminAccess: GA in 1.36
-	PrioritizedList:        true,  // DRAPrioritizedList: GA in 1.36
-	PartitionableDevices:   true,  // DRAPartitionableDevices: beta, on in 1.36
-	DeviceTaints:           true,  // DRADeviceTaints: beta, on in 1.36
-	ConsumableCapacity:     true,  // DRAConsumableCapacity: beta, on in 1.36
-	DeviceBindingAndStatus: true,  // DRADeviceBindingConditions (beta, on) && DRAResourceClaimDeviceStatus (beta, on)
-	ListTypeAttributes:     false, // DRAListTypeAttributes: alpha in 1.36, off
-}
-
 // defaultTimeout is kube-scheduler's default DynamicResourcesArgs.filterTimeout.
 const defaultTimeout = 10 * time.Second
 
@@ -135,6 +122,7 @@ type InfoAnswer struct {
 	Modules   map[string]string `json:"modules"`
 	Features  map[string]bool   `json:"features"`
 	Allocator string            `json:"allocator"`
+	Kube      string            `json:"kube"`
 }
 
 func main() {
@@ -665,7 +653,7 @@ func feasibleNodesToFind(numAllNodes int) int {
 
 // info reports the module versions this binary was built with and the default features.
 func info(id json.RawMessage) InfoAnswer {
-	ans := InfoAnswer{ID: id, Go: runtime.Version(), Modules: map[string]string{},
+	ans := InfoAnswer{ID: id, Go: runtime.Version(), Modules: map[string]string{}, Kube: kubeMinor,
 		Features: featureMap(defaultFeatures)}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, dep := range bi.Deps {

@@ -46,8 +46,20 @@ def go_available() -> bool:
     return shutil.which("go") is not None
 
 
-def build(timeout: float = BUILD_TIMEOUT) -> Path:
-    """Build the oracle if needed (cached under FITGATE_CACHE) and return the binary's path."""
+#: The Kubernetes minor versions the oracle is built for (build.sh, FITGATE_ORACLE_KUBE).
+KUBE_VERSIONS = ("1.36", "1.37")
+
+
+def kube_versions() -> list[str]:
+    """The versions the oracle tests run on: $FITGATE_ORACLE_KUBE_VERSIONS (comma
+    separated), default all of KUBE_VERSIONS."""
+    raw = os.environ.get("FITGATE_ORACLE_KUBE_VERSIONS", ",".join(KUBE_VERSIONS))
+    return [v.strip() for v in raw.split(",") if v.strip()]
+
+
+def build(timeout: float = BUILD_TIMEOUT, kube: str = "1.36") -> Path:
+    """Build the oracle for a Kubernetes minor version if needed (cached under
+    FITGATE_CACHE) and return the binary's path."""
     try:
         proc = subprocess.run(
             ["bash", str(BUILD_SCRIPT)],
@@ -55,6 +67,7 @@ def build(timeout: float = BUILD_TIMEOUT) -> Path:
             text=True,
             timeout=timeout,
             check=False,
+            env={**os.environ, "FITGATE_ORACLE_KUBE": kube},
         )
     except subprocess.TimeoutExpired as exc:
         raise OracleError(f"building the oracle took more than {timeout:.0f}s") from exc
@@ -75,6 +88,7 @@ class Oracle:
     def __init__(self, path: Path | str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.path = Path(path)
         self.timeout = timeout
+        self.kube = "1.36"  # the Kubernetes minor version the binary follows
         self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
             [str(self.path)],
             stdin=subprocess.PIPE,
@@ -91,11 +105,16 @@ class Oracle:
             thread.start()
 
     @classmethod
-    def start(cls, path: Path | str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Oracle:
-        """Start the oracle at path; default: $FITGATE_ORACLE, else build it with build.sh."""
+    def start(cls, path: Path | str | None = None, timeout: float = DEFAULT_TIMEOUT,
+              kube: str = "1.36") -> Oracle:
+        """Start the oracle at path; default: $FITGATE_ORACLE (1.36) or
+        $FITGATE_ORACLE_1_37 (1.37), else build it for `kube` with build.sh."""
         if path is None:
-            path = os.environ.get("FITGATE_ORACLE") or build()
-        return cls(path, timeout)
+            env = "FITGATE_ORACLE" if kube == "1.36" else "FITGATE_ORACLE_" + kube.replace(".", "_")
+            path = os.environ.get(env) or build(kube=kube)
+        oracle = cls(path, timeout)
+        oracle.kube = kube
+        return oracle
 
     # -- the protocol -------------------------------------------------------------------
 

@@ -3,7 +3,10 @@
 Every case from fitcore.testing.case(seed) is answered by the oracle (bench/oracle, the
 published k8s.io/dynamic-resource-allocation allocator) and by both fitcore engines; any
 disagreement on fit / no fit fails the test and prints the case as JSON.
-FITGATE_DIFF_CASES sets the number of cases (default 20,000).
+FITGATE_DIFF_CASES sets the number of cases (default 20,000). It runs once per Kubernetes
+version the oracle is built for (1.36 and 1.37, FITGATE_ORACLE_KUBE_VERSIONS), fitcore
+following the same version. Cases include multi-node slices and the claims DRA extended
+resources become (fitcore.testing).
 """
 
 from __future__ import annotations
@@ -14,25 +17,26 @@ import os
 import pytest
 
 from bench.oracle import oracle as oracle_client
-from fitcore import api, kube, testing
+from fitcore import api, kube, testing, versions
 
 CASES = int(os.environ.get("FITGATE_DIFF_CASES", "20000"))
 BATCH = 500
 
 
-def fitcore_fits(case: dict, engine: str) -> tuple[bool | None, str]:
+def fitcore_fits(case: dict, engine: str, kube_version: str = "1.36"
+                 ) -> tuple[bool | None, str]:
     inventory = kube.inventory(case["slices"], case["classes"], case["allocated"])
     claims = [kube.resource_claim(c) for c in case["claims"]]
     result = api.allocate(kube.node(case["node"]), inventory, claims, engine=engine,
-                          budget=500_000)
+                          budget=500_000, kube=versions.parse(kube_version))
     if result.verdict == "undecided":
         return None, result.verdict
     return result.fits, result.verdict
 
 
-@pytest.fixture(scope="module")
-def oracle():
-    with oracle_client.Oracle.start() as o:
+@pytest.fixture(scope="module", params=oracle_client.kube_versions())
+def oracle(request):
+    with oracle_client.Oracle.start(kube=request.param) as o:
         yield o
 
 
@@ -50,7 +54,7 @@ def test_fitcore_agrees_with_upstream_allocator(oracle) -> None:
                 continue
             upstream = bool(answer["fits"])
             for engine in engines:
-                ours, verdict = fitcore_fits(case, engine)
+                ours, verdict = fitcore_fits(case, engine, oracle.kube)
                 if ours is None:
                     continue
                 compared += 1

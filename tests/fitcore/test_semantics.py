@@ -278,6 +278,11 @@ CASES = [
          "error", reason="selector #0"),
     Case("cel-unknown-domain-is-empty-map", [b.rslice("s", b.gpus(1))],
          [b.claim("c", b.req("g", selectors=("!has(device.attributes['x.io'].y)",)))], "fits"),
+    Case("capacity-not-published",
+         [b.rslice("s", [b.device("gpu-0", capacity={"memory": {"value": "40Gi"}},
+                                  multi=True)])],
+         [b.claim("c", b.req("g", capacity={"cores": "1"}))], "no-fit",
+         reason="1 that do not publish the capacity it asks for (cores)"),
 ]
 
 
@@ -295,6 +300,47 @@ def test_semantics(fit, case: Case) -> None:
                 got.setdefault(d.request, set()).add(d.id.device)
         for name, expected in case.devices.items():
             assert got.get(name) == expected, got
+
+
+# Upstream allocator test cases (k8s.io/dynamic-resource-allocation structured
+# allocatortesting), rebuilt here: a firstAvailable alternative that asks for more
+# devices than a claim may hold is skipped, not refused, and pruned without a search.
+UPSTREAM_32 = [
+    Case("prioritized-list-too-many-in-first-subrequest", [b.rslice("s", b.gpus(1))],
+         [b.claim("c", b.first_available("r", ("big", b.exact(count=500)),
+                                         ("one", b.exact(count=1))))],
+         "fits", devices={"r/one": {"gpu-0"}}),
+    Case("prioritized-list-overflowing-first-subrequest-is-pruned",
+         [b.rslice("s", b.gpus(2))],
+         [b.claim("c", b.req("a"), b.first_available("r", ("huge", b.exact(count=2**63 - 1)),
+                                                     ("one", b.exact(count=1))))],
+         "fits", devices={"a": {"gpu-0"}, "r/one": {"gpu-1"}}),
+    Case("prioritized-list-minimum-sum-exceeds-claim-limit", [b.rslice("s", b.gpus(2))],
+         [b.claim("c", b.req("a", count=20), b.first_available(
+             "r", ("x", b.exact(count=20)), ("y", b.exact(count=24))))],
+         "error", reason="a claim may hold at most 32"),
+]
+
+
+@pytest.mark.parametrize("case", UPSTREAM_32, ids=lambda c: c.id)
+def test_count_beyond_claim_limit(fit, case: Case) -> None:
+    test_semantics(fit, case)
+
+
+def test_max_allocation_limit_request_is_pruned(fit) -> None:
+    """`prioritized-list-max-allocation-limit-request`: two requests of 32-or-16 devices
+    over 64 devices. Taking 32 for the first leaves no room for the second; both engines
+    see that before searching (the reference used to give up after 2,000,000 steps)."""
+    alts = (("all", b.exact(count=32)), ("half", b.exact(count=16)))
+    claims = [b.claim("c", b.first_available("r0", *alts), b.first_available("r1", *alts))]
+    result = fit(slices=[b.rslice("s", b.gpus(64))], claims=claims, budget=10_000)
+    assert result.verdict == "fits", result.reasons
+    got: dict[str, int] = {}
+    for devices in result.allocations:
+        for d in devices:
+            got[d.request] = got.get(d.request, 0) + 1
+    assert got == {"r0/half": 16, "r1/half": 16}
+    assert result.steps < 1_000
 
 
 def test_undecided_when_budget_runs_out(fit) -> None:

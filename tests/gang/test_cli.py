@@ -49,6 +49,20 @@ def test_example_json(capsys: pytest.CaptureFixture[str]) -> None:
                                "topology": "topology.example.com/rack",
                                "domain": "h100-rail-new-domain-0"}]
     assert doc["stats"]["nodes"] == 3
+    # Structured reasons: one per sentence, with code, category, object and field.
+    assert [d["message"] for d in doc["details"]] == doc["reasons"]
+    assert [d["code"] for d in doc["details"]] == [
+        "topology-domain-too-small", "insufficient-devices", "insufficient-resource",
+        "insufficient-resource"]
+    lead = doc["details"][0]
+    assert lead["category"] == "capacity" and lead["podSet"] == "workers"
+    assert lead["object"] == "Workload team-b/train-llm"
+    assert lead["field"] == "spec.podSets[0].template.spec"
+    cpu = doc["details"][2]
+    assert (cpu["node"], cpu["resource"], cpu["held"]) == ("gpu-a2", "cpu", 2)
+    assert cpu["field"] == "spec.podSets[0].template.spec.containers[*].resources.requests"
+    assert doc["rejectedShapes"][0]["code"] == "shape-does-not-fit"
+    assert doc["rejectedShapes"][0]["category"] == "configuration"
 
 
 def test_example_text(capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,7 +94,7 @@ BAD = [
      ["inv.yaml", "ResourceSlice n1-gpu", "spec.driver"]),
     ("unknown-kind", lambda: [{"apiVersion": "v1", "kind": "Sevrice",
                                "metadata": {"name": "x"}}],
-     ["inv.yaml", "Sevrice x", "unsupported kind"]),
+     ["inv.yaml", "Sevrice x", "unknown kind 'Sevrice' in v1"]),
 ]
 
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fitcore import api, gang, plan, predicates, workload
+from fitcore import api, gang, plan, predicates, reasons, workload
 from tests.fitcore import builders as b
 from tests.gang import builders as gb
 from tests.gang.conftest import check_placements
@@ -175,6 +175,10 @@ def test_answers_hold_together(seed: int) -> None:
     g = bundle.gangs[0]
     snapshot = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used)
     result = plan.plan(g, snapshot, bundle.shapes, engine=ENGINE)
+    # Every sentence has its structured reason, and codes know their category.
+    assert [d.message for d in result.details] == list(result.reasons)
+    assert [d.shape for d in result.rejected_details] == [n for n, _ in result.rejected]
+    assert all(d.category == reasons.CATEGORY[d.code] for d in result.details)
     if result.verdict == "fits":
         check(g, snapshot, bundle.used, result.placements)
     if result.verdict != "needs-capacity":

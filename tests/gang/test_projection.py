@@ -198,3 +198,32 @@ def test_a_selector_on_uuid_keeps_uuids_apart() -> None:
     placed = c.inventory.fit(one)
     assert placed.verdict == "fits" and placed.placements[0].node == "node-00000"
 
+
+
+@pytest.mark.parametrize("seed", range(4), ids=lambda s: f"seed={s}")
+def test_a_patched_view_decides_as_a_fresh_inventory(seed: int) -> None:
+    """Small changes patch the gang's kept view (gang.Snapshot.replaced) instead of
+    rebuilding it: after each round the decision equals a fresh inventory's."""
+    rng = random.Random(500 + seed)
+    nodes = 48
+    c = Cluster(rl.cluster(nodes, seed, rack_size=8))
+    gangs = [gang_of("h100-root", rng.randint(2, 12), "24"),
+             workload.gang_of(rl.workload(rng.randint(2, 10), topology=True, cpu="8"),
+                              {("team", n): t for n, t in TEMPLATES.items()})]
+    for g in gangs:
+        c.inventory.fit(g)
+    for _ in range(6):
+        for i in rng.sample(range(nodes), rng.randint(1, 3)):
+            name = f"node-{i:05d}"
+            if ("ResourceClaim", f"busy-{name}") in c.objects and rng.random() < 0.3:
+                c.delete("ResourceClaim", f"busy-{name}")
+                continue
+            for o in rl.node_objects(random.Random(rng.random()), i, rack_size=8):
+                if o["kind"] in ("ResourceClaim", "Pod"):
+                    c.put(o)
+        fresh = Cluster(list(c.objects.values()))
+        for g in gangs:
+            got, want = c.inventory.fit(g), fresh.inventory.fit(g)
+            assert got.verdict == want.verdict and got.reasons == want.reasons
+            assert [(p.pod_set, p.index, p.node, p.devices) for p in got.placements] == \
+                [(p.pod_set, p.index, p.node, p.devices) for p in want.placements]

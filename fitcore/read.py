@@ -1,0 +1,450 @@
+"""Read objects the way the API server would hand them to the scheduler.
+
+What `kubectl apply` and the API server do to an object before the scheduler sees it, and
+what fitgate must therefore do to a YAML file before it reasons about it:
+
+- **Limits.** A document is parsed only if it nests at most `MAX_DEPTH` levels, expands to
+  at most `MAX_NODES` values (YAML aliases included) and its file is at most `MAX_BYTES`;
+  otherwise the file is refused with a plain error (never a traceback). Duplicate keys
+  are refused, as strict decoding does.
+- **Kinds.** Lists are flattened. A kind fitgate reads in a version the API does not serve
+  (for fitgate) is an error; a kind of another API (a ConfigMap, a Deployment, a
+  kustomization) is skipped and counted (`Sorted.skipped`); a kind that is neither, in an
+  API group fitgate reads, is a misspelling and an error.
+- **Strict fields** (`fitcore.schema`): an unknown field is an error with its path, or a
+  warning when lenient.
+- **Conversion** to the version fitcore reads: resource.k8s.io v1beta1 (devices under
+  `basic:`, requests without `exactly:`) and v1beta2 (the v1 shape) become v1.
+- **Defaulting**: `generateName` gives a name; container `limits` stand in for missing
+  `requests`; a Node without `status.allocatable` gets `status.capacity`.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import yaml
+
+from fitcore import errors, kube, schema
+
+MAX_DEPTH = 100
+MAX_NODES = 5_000_000
+MAX_BYTES = 256 * 1024 * 1024
+
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+#: (group, kind) -> the versions fitgate reads. resource.k8s.io lists the versions the API
+#: server serves from 1.34 to 1.37.
+READ: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "Node"): ("v1",),
+    ("", "Pod"): ("v1",),
+    ("batch", "Job"): ("v1",),
+    ("resource.k8s.io", "ResourceSlice"): ("v1", "v1beta2", "v1beta1"),
+    ("resource.k8s.io", "DeviceClass"): ("v1", "v1beta2", "v1beta1"),
+    ("resource.k8s.io", "ResourceClaim"): ("v1", "v1beta2", "v1beta1"),
+    ("resource.k8s.io", "ResourceClaimTemplate"): ("v1", "v1beta2", "v1beta1"),
+    ("resource.k8s.io", "DeviceTaintRule"): ("v1", "v1beta2", "v1alpha3"),
+    ("kueue.x-k8s.io", "Workload"): ("v1beta2",),
+    ("fitgate.io", "NodeShape"): ("v1alpha1",),
+}
+#: API groups fitgate reads: an unknown kind there is a misspelling, not another API's.
+GROUPS = frozenset(g for g, _ in READ)
+#: resource.k8s.io/v1 DeviceTaintRule (GA in 1.37) has the v1beta2 fields; the
+#: kubernetes-asyncio release the schemas come from (36) predates it.
+_SCHEMA_ALIAS = {"resource.k8s.io/v1/DeviceTaintRule": ("resource.k8s.io/v1beta2",
+                                                        "DeviceTaintRule")}
+
+
+class LimitError(ValueError):
+    """A document beyond fitgate's size or depth limits, or not decodable strictly."""
+
+
+# ---------------------------------------------------------------------------- YAML
+
+
+class _StrictLoader(_LOADER):  # type: ignore[misc]
+    """The safe loader, refusing duplicate keys (as strict decoding does)."""
+
+
+def _mapping(loader: Any, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+        except TypeError as exc:
+            raise LimitError(f"line {key_node.start_mark.line + 1}: a mapping key must be a "
+                             "string") from exc
+        if duplicate:
+            raise LimitError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
+        seen.add(key)
+    out: dict[Any, Any] = loader.construct_mapping(node, deep=deep)
+    return out
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def _check_depth(text: str) -> None:
+    depth = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else 0
+                raise LimitError(f"line {line}: nested more than {MAX_DEPTH} levels deep")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def _count(doc: Any) -> None:
+    """Refuse a document that expands (through aliases) to more than MAX_NODES values."""
+    n = 0
+    todo = [doc]
+    while todo:
+        v = todo.pop()
+        n += 1
+        if n > MAX_NODES:
+            raise LimitError(f"expands to more than {MAX_NODES:,} values (YAML aliases?)")
+        if isinstance(v, Mapping):
+            todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
+
+
+def load_yaml(text: str) -> list[Any]:
+    """Every document of a YAML or JSON text, within the limits (LimitError otherwise;
+    yaml.YAMLError for text that is not YAML)."""
+    if len(text) > MAX_BYTES:
+        raise LimitError(f"larger than {MAX_BYTES // (1024 * 1024)} MiB")
+    _check_depth(text)
+    try:
+        docs = list(yaml.load_all(text, Loader=_StrictLoader))
+    except RecursionError as exc:  # pragma: no cover - the depth check comes first
+        raise LimitError(f"nested more than {MAX_DEPTH} levels deep") from exc
+    for d in docs:
+        _count(d)
+    return docs
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise LimitError(f"duplicate key {k!r}")
+            seen.add(k)
+    return out
+
+
+def load_json(text: str) -> list[Any]:
+    """The value of a JSON text as a list of documents (a JSON array is its items), within
+    the limits of `load_yaml` (LimitError otherwise; ValueError for text that is not one
+    JSON value). JSON is parsed far faster than YAML: `kubectl get -o json` output of
+    thousands of nodes takes seconds, not minutes."""
+    if len(text) > MAX_BYTES:
+        raise LimitError(f"larger than {MAX_BYTES // (1024 * 1024)} MiB")
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates)
+    except RecursionError as exc:
+        raise LimitError("nested too deep") from exc
+    docs = value if isinstance(value, list) else [value]
+    for d in docs:
+        _count(d)
+        _depth(d)
+    return docs
+
+
+def _depth(doc: Any) -> None:
+    todo = [(doc, 1)]
+    while todo:
+        v, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise LimitError(f"nested more than {MAX_DEPTH} levels deep")
+        if isinstance(v, Mapping):
+            todo.extend((x, depth + 1) for x in v.values() if isinstance(x, (Mapping, list)))
+        elif isinstance(v, list):
+            todo.extend((x, depth + 1) for x in v if isinstance(x, (Mapping, list)))
+
+
+# ------------------------------------------------------------------------- kinds
+
+
+def split_version(api_version: str) -> tuple[str, str]:
+    group, sep, version = api_version.rpartition("/")
+    return (group, version) if sep else ("", api_version)
+
+
+@dataclasses.dataclass
+class Sorted:
+    """Objects fitgate reads (normalized to the versions it parses), the count of skipped
+    objects per `apiVersion kind`, warnings (lenient mode) and errors."""
+
+    objects: list[tuple[dict[str, Any], str | None]] = dataclasses.field(default_factory=list)
+    skipped: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    problems: list[errors.FieldError] = dataclasses.field(default_factory=list)
+
+
+def _flatten(obj: Any, source: str | None) -> Iterator[tuple[Any, str | None]]:
+    todo = [obj]
+    while todo:
+        o = todo.pop(0)
+        kind = o.get("kind") if isinstance(o, Mapping) else None
+        items = o.get("items") if isinstance(o, Mapping) else None
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
+            item_kind = kind[:-len("List")]
+            for item in items:
+                if isinstance(item, Mapping) and item_kind and "kind" not in item:
+                    # A typed list (ResourceSliceList) leaves kind and version to the list.
+                    item = {"apiVersion": o.get("apiVersion"), "kind": item_kind, **item}
+                todo.append(item)
+        else:
+            yield o, source
+
+
+def flatten(obj: Any, source: str | None = None) -> Iterator[tuple[Any, str | None]]:
+    """The objects of a document: the items of a List (or a typed list), or itself."""
+    return _flatten(obj, source)
+
+
+def sort(documents: list[tuple[Any, str | None]], *, lenient: bool = False) -> Sorted:
+    """Flatten lists, keep what fitgate reads (converted and defaulted), count the rest."""
+    out = Sorted()
+    names: collections.Counter[str] = collections.Counter()
+    for doc, src in documents:
+        for obj, source in _flatten(doc, src):
+            _one(obj, source, lenient, out, names)
+    return out
+
+
+def one(obj: Any, source: str | None = None, *, lenient: bool = False,
+        names: collections.Counter[str] | None = None) -> Sorted:
+    """One object (not a List), read as `sort` reads it: in `objects` (converted and
+    defaulted) or `skipped`, with its warnings and problems. `names` numbers objects that
+    only have a generateName (pass the same counter for every object of one input)."""
+    out = Sorted()
+    _one(obj, source, lenient, out, names if names is not None else collections.Counter())
+    return out
+
+
+def _describe(obj: Any) -> str:
+    return kube.describe(obj, "object")
+
+
+def _one(obj: Any, source: str | None, lenient: bool, out: Sorted,
+         names: collections.Counter[str]) -> None:
+    def problem(path: str, message: str) -> None:
+        out.problems.append(errors.FieldError(_describe(obj), path, message, source))
+
+    if not isinstance(obj, Mapping):
+        out.problems.append(errors.FieldError("object", "", f"must be an object, got "
+                                              f"{type(obj).__name__}", source))
+        return
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    if not isinstance(kind, str) or not kind:
+        problem("kind", "required field is missing")
+        return
+    if not isinstance(api_version, str) or not api_version:
+        problem("apiVersion", "required field is missing")
+        return
+    group, version = split_version(api_version)
+    served = READ.get((group, kind))
+    if served is None:
+        if group in GROUPS and not schema.is_known_kind(kind):
+            readable = sorted(k for g, k in READ if g == group)
+            problem("kind", f"unknown kind {kind!r} in {api_version}; fitgate reads "
+                            f"{', '.join(readable)} there")
+        else:
+            out.skipped[f"{api_version} {kind}"] += 1
+            if group == "scheduling.k8s.io" and kind in ("Workload", "PodGroup"):
+                out.warnings.append(
+                    f"{source + ': ' if source else ''}{_describe(obj)}: not read (a named "
+                    "limitation): fitgate reads gangs from Kueue Workloads and Jobs, not from "
+                    "scheduling.k8s.io Workloads or PodGroups")
+        return
+    if version not in served:
+        problem("apiVersion", f"{kind} is read in {', '.join(f'{group}/{v}' for v in served)}"
+                              f", not {api_version}")
+        return
+    api_version_kind = _SCHEMA_ALIAS.get(f"{api_version}/{kind}", (api_version, kind))
+    model = schema.model_for(*api_version_kind)
+    if model is not None:
+        for path in schema.unknown_fields(obj, model):
+            message = f"unknown field {path.rsplit('.', 1)[-1]!r}"
+            if lenient:
+                out.warnings.append(f"{source + ': ' if source else ''}{_describe(obj)}: "
+                                    f"{path}: {message} (ignored: --lenient)")
+            else:
+                problem(path, message + " (the API server refuses it under strict field "
+                                        "validation; --lenient ignores it)")
+    converted = normalize(obj, names)
+    out.objects.append((converted, source))
+
+
+# ---------------------------------------------------------------- convert, default
+
+
+def normalize(obj: Mapping[str, Any], names: collections.Counter[str] | None = None
+              ) -> dict[str, Any]:
+    """A copy of `obj` converted to the version fitcore parses and defaulted as the API
+    server would (the input is left alone). When nothing changes (a v1 object with its
+    name, nothing to default: what a watch delivers), the copy is shallow: deep-copying
+    every object an inventory reads would cost as much as parsing it."""
+    if not _changes(obj):
+        return dict(obj)
+    out = copy.deepcopy(dict(obj))
+    group, version = split_version(str(out.get("apiVersion", "")))
+    kind = out.get("kind")
+    _generate_name(out, names)
+    if group == "resource.k8s.io" and version != "v1":
+        _to_v1(out, version)
+    if kind == "Node":
+        _node_defaults(out)
+    elif kind == "Pod":
+        _pod_defaults(out.get("spec"))
+    elif kind == "Job":
+        _pod_defaults(_at(out, "spec", "template", "spec"))
+    elif kind == "Workload":
+        pod_sets = _at(out, "spec", "podSets")
+        for ps in pod_sets if isinstance(pod_sets, list) else ():
+            _pod_defaults(_at(ps, "template", "spec"))
+    return out
+
+
+def _changes(obj: Mapping[str, Any]) -> bool:
+    """Whether `normalize` would change anything (conservative: True when unsure)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        return True
+    group, version = split_version(str(obj.get("apiVersion", "")))
+    if group == "resource.k8s.io":
+        return version != "v1"
+    kind = obj.get("kind")
+    if kind == "Node":
+        status = obj.get("status")
+        return isinstance(status, Mapping) and "allocatable" not in status
+    if kind == "Pod":
+        return _limits_default(obj.get("spec"))
+    return kind in ("Job", "Workload")
+
+
+def _limits_default(spec: Any) -> bool:
+    """Whether some limit of the pod spec stands in for a missing request."""
+    if not isinstance(spec, Mapping):
+        return True
+    resources = [spec.get("resources")]
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        if isinstance(items, list):
+            resources += [c.get("resources") if isinstance(c, Mapping) else None
+                          for c in items]
+        elif items is not None:
+            return True
+    for res in resources:
+        if res is None:
+            continue
+        if not isinstance(res, Mapping):
+            return True
+        limits = res.get("limits")
+        if limits is None:
+            continue
+        requests = res.get("requests")
+        if not isinstance(limits, Mapping) or not isinstance(requests, Mapping) or any(
+                k not in requests for k in limits):
+            return True
+    return False
+
+
+def _at(obj: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(k)
+    return obj
+
+
+def _generate_name(obj: dict[str, Any], names: collections.Counter[str] | None) -> None:
+    """metadata.generateName → a name, as the API server does (with a suffix derived
+    from the object, so that runs agree, and from a counter, so that copies differ)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or meta.get("name") or not isinstance(
+            meta.get("generateName"), str) or not meta["generateName"]:
+        return
+    digest = hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode())
+    base = meta["generateName"] + digest.hexdigest()[:5]
+    n = names[base] if names is not None else 0
+    if names is not None:
+        names[base] += 1
+    meta["name"] = base if n == 0 else f"{base}-{n}"
+
+
+def _node_defaults(obj: dict[str, Any]) -> None:
+    status = obj.get("status")
+    if isinstance(status, dict) and "allocatable" not in status and isinstance(
+            status.get("capacity"), Mapping):
+        status["allocatable"] = dict(status["capacity"])
+
+
+def _pod_defaults(spec: Any) -> None:
+    """Container limits stand in for missing requests (core/v1 defaulting); so do
+    pod-level limits for missing pod-level requests."""
+    if not isinstance(spec, dict):
+        return
+    containers: list[Any] = []
+    for key in ("containers", "initContainers"):
+        if isinstance(spec.get(key), list):
+            containers.extend(spec[key])
+    for res in [c.get("resources") for c in containers if isinstance(c, dict)] + [
+            spec.get("resources")]:
+        if not isinstance(res, dict) or not isinstance(res.get("limits"), Mapping):
+            continue
+        requests = res.get("requests")
+        if requests is None:
+            requests = res["requests"] = {}
+        if isinstance(requests, dict):
+            for k, v in res["limits"].items():
+                requests.setdefault(k, v)
+
+
+# -------------------------------------------------------------- resource.k8s.io
+
+
+def _to_v1(obj: dict[str, Any], version: str) -> None:
+    """resource.k8s.io v1beta1 / v1beta2 → v1. v1beta2 has the v1 fields; v1beta1 nests a
+    device's fields under `basic` and a request's under nothing (v1: `exactly`)."""
+    obj["apiVersion"] = "resource.k8s.io/v1"
+    if version != "v1beta1":
+        return
+    kind = obj.get("kind")
+    if kind == "ResourceSlice":
+        devices = _at(obj, "spec", "devices")
+        for i, d in enumerate(devices if isinstance(devices, list) else ()):
+            if isinstance(d, dict) and isinstance(d.get("basic"), Mapping):
+                basic = d.pop("basic")
+                devices[i] = {**basic, **d}
+    elif kind == "ResourceClaim":
+        _claim_spec_to_v1(obj.get("spec"))
+    elif kind == "ResourceClaimTemplate":
+        _claim_spec_to_v1(_at(obj, "spec", "spec"))
+
+
+_EXACT_FIELDS = ("deviceClassName", "selectors", "allocationMode", "count", "adminAccess",
+                 "tolerations", "capacity")
+
+
+def _claim_spec_to_v1(spec: Any) -> None:
+    requests = _at(spec, "devices", "requests")
+    for r in requests if isinstance(requests, list) else ():
+        if not isinstance(r, dict) or r.get("firstAvailable"):
+            continue
+        exact = {k: r.pop(k) for k in _EXACT_FIELDS if k in r}
+        if exact:
+            r["exactly"] = exact
