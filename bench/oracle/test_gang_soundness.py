@@ -131,7 +131,7 @@ def test_inventory_placements_on_realistic_clusters_replay(oracle) -> None:
         objects = rl.cluster(rng.randint(4, 20), seed, rack_size=4)
         template = rng.choice([rl.template(), rl.template(nic=False, gpus=4),
                                rl.mig_template("h100-root", slices=rng.choice([1, 2]))])
-        inv = inventory.Inventory()
+        inv = inventory.Inventory(kube_version=oracle.kube)  # the oracle's allocator
         for o in objects:
             inv.apply("ADDED", o)
         g = workload.gang_of(rl.workload(rng.randint(1, 10), cpu="8"),
