@@ -91,6 +91,8 @@ class Settings:
     #: How long nodes promised to an admitted gang stay out of other gangs' decisions
     #: at most, while its pods have not all bound there (see `promised_nodes`).
     promise_seconds: int = 600
+    #: Re-decide after this while a gang waits only for promised nodes' pods to bind.
+    promise_poll_seconds: int = 2
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -337,6 +339,16 @@ class WorkloadReconciler:
         result = await self.inventory.plan_async(
             wg.gang, shapes=scope.shapes if scope else None,
             node_filter=self.node_filter_of(wl, scope))
+        if result.verdict != "fits" and self.promised_nodes(str(_meta(wl).get("uid"))):
+            # Would the nodes promised to gangs still binding change the answer? Then
+            # wait for them to bind (moments) rather than buy nodes or reject.
+            free = await self.inventory.plan_async(
+                wg.gang, shapes=scope.shapes if scope else None,
+                node_filter=scope.node_filter if scope else None)
+            if free.verdict != result.verdict:
+                log.debug("waiting for promised nodes to bind",
+                          workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
+                return self.settings.promise_poll_seconds
         if scope is not None and result.verdict == "unsatisfiable":
             result = dataclasses.replace(result, reasons=(
                 f"FitPolicy {', '.join(scope.applied) or '(reserved capacity)'} allows "
@@ -585,6 +597,11 @@ class WorkloadReconciler:
         scope = self.scope_of(wl)
         result = await self.inventory.verify_async(
             wg.gang, planned, node_filter=self.node_filter_of(wl, scope))
+        if result.verdict != "fits" and self.promised_nodes(str(_meta(wl).get("uid"))):
+            free = await self.inventory.verify_async(
+                wg.gang, planned, node_filter=scope.node_filter if scope else None)
+            if free.verdict == "fits":
+                return self.settings.promise_poll_seconds  # wait for them to bind
         metrics.DECISION_SECONDS.labels(operation="verify").observe(
             time.perf_counter() - started)
         if result.verdict == "fits":
