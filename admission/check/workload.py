@@ -286,6 +286,20 @@ class WorkloadReconciler:
             out |= waiting
         return out
 
+    async def only_promises_differ(self, wl: client.Obj, verdict: str,
+                                   without_promises: Callable[[], Awaitable[Any]]) -> bool:
+        """Whether a decision that did not fit would have gone otherwise without the nodes
+        promised to gangs still binding: then the gang waits for them to bind (moments)
+        rather than have nodes bought for it, be rejected, or be retried."""
+        if verdict == "fits" or not self.promised_nodes(str(_meta(wl).get("uid"))):
+            return False
+        free = await without_promises()
+        if free.verdict == verdict:
+            return False
+        log.debug("waiting for promised nodes to bind",
+                  workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
+        return True
+
     def node_filter_of(self, wl: client.Obj, scope: policy.Scope | None
                        ) -> Callable[[Any], bool] | None:
         """Where the gang may go: its FitPolicy scope, minus nodes promised to others."""
@@ -339,16 +353,10 @@ class WorkloadReconciler:
         result = await self.inventory.plan_async(
             wg.gang, shapes=scope.shapes if scope else None,
             node_filter=self.node_filter_of(wl, scope))
-        if result.verdict != "fits" and self.promised_nodes(str(_meta(wl).get("uid"))):
-            # Would the nodes promised to gangs still binding change the answer? Then
-            # wait for them to bind (moments) rather than buy nodes or reject.
-            free = await self.inventory.plan_async(
+        if await self.only_promises_differ(wl, result.verdict, lambda: self.inventory.plan_async(
                 wg.gang, shapes=scope.shapes if scope else None,
-                node_filter=scope.node_filter if scope else None)
-            if free.verdict != result.verdict:
-                log.debug("waiting for promised nodes to bind",
-                          workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
-                return self.settings.promise_poll_seconds
+                node_filter=scope.node_filter if scope else None)):
+            return self.settings.promise_poll_seconds
         if scope is not None and result.verdict == "unsatisfiable":
             result = dataclasses.replace(result, reasons=(
                 f"FitPolicy {', '.join(scope.applied) or '(reserved capacity)'} allows "
@@ -597,11 +605,9 @@ class WorkloadReconciler:
         scope = self.scope_of(wl)
         result = await self.inventory.verify_async(
             wg.gang, planned, node_filter=self.node_filter_of(wl, scope))
-        if result.verdict != "fits" and self.promised_nodes(str(_meta(wl).get("uid"))):
-            free = await self.inventory.verify_async(
-                wg.gang, planned, node_filter=scope.node_filter if scope else None)
-            if free.verdict == "fits":
-                return self.settings.promise_poll_seconds  # wait for them to bind
+        if await self.only_promises_differ(wl, result.verdict, lambda: self.inventory.verify_async(
+                wg.gang, planned, node_filter=scope.node_filter if scope else None)):
+            return self.settings.promise_poll_seconds
         metrics.DECISION_SECONDS.labels(operation="verify").observe(
             time.perf_counter() - started)
         if result.verdict == "fits":

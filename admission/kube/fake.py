@@ -64,24 +64,14 @@ def _apply_merge(target: Any, applied: Any) -> Any:
         for k, v in applied.items():
             out[k] = _apply_merge(target.get(k), v)
         return out
-    if (isinstance(applied, list) and isinstance(target, list)
-            and all(isinstance(i, Mapping) and "name" in i for i in applied + target)):
-        by_name = {i["name"]: i for i in target}
-        order = [i["name"] for i in target]
-        for item in applied:
-            if item["name"] not in by_name:
-                order.append(item["name"])
-            by_name[item["name"]] = _apply_merge(by_name.get(item["name"]), item)
-        return [by_name[n] for n in order]
-    if (isinstance(applied, list) and isinstance(target, list)
-            and all(isinstance(i, Mapping) and "type" in i for i in applied + target)):
-        by_type = {i["type"]: i for i in target}
-        order = [i["type"] for i in target]
-        for item in applied:
-            if item["type"] not in by_type:
-                order.append(item["type"])
-            by_type[item["type"]] = _apply_merge(by_type.get(item["type"]), item)
-        return [by_type[t] for t in order]
+    if isinstance(applied, list) and isinstance(target, list):
+        # listType=map lists: admission checks by name, conditions by type.
+        for key in ("name", "type"):
+            if all(isinstance(i, Mapping) and key in i for i in applied + target):
+                merged = {i[key]: i for i in target}
+                for item in applied:
+                    merged[item[key]] = _apply_merge(merged.get(item[key]), item)
+                return list(merged.values())  # insertion order: old items, then new
     return copy.deepcopy(applied)
 
 
