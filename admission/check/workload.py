@@ -832,8 +832,27 @@ def _attempt_label(request: Mapping[str, Any]) -> int:
     return int(raw) if str(raw).isdigit() else 0
 
 
+# Taints a new node carries until it is ready for work: the node lifecycle controller
+# removes not-ready/unreachable a moment after the Ready condition turns True, the cloud
+# provider removes uninitialized, and the cluster-autoscaler's startup-taint conventions
+# are removed by whoever set them up. Verifying while one is on would judge the node by
+# a state it is about to leave.
+_STARTUP_TAINTS = frozenset({
+    "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/network-unavailable", "node.cloudprovider.kubernetes.io/uninitialized"})
+_STARTUP_TAINT_PREFIXES = ("startup-taint.cluster-autoscaler.kubernetes.io/",
+                           "ignore-taint.cluster-autoscaler.kubernetes.io/")
+
+
 def _node_ready(node: Mapping[str, Any] | None) -> bool:
-    return node is not None and predicates.is_true(node, "Ready")
+    """Ready, and carrying none of the taints of a node still starting."""
+    if node is None or not predicates.is_true(node, "Ready"):
+        return False
+    for taint in (node.get("spec") or {}).get("taints") or ():
+        key = str((taint or {}).get("key") or "")
+        if key in _STARTUP_TAINTS or key.startswith(_STARTUP_TAINT_PREFIXES):
+            return False
+    return True
 
 
 def _where(placements: Sequence[gang.Placement]) -> str:

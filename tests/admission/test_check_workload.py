@@ -258,6 +258,27 @@ async def test_provisioned_waits_for_ready_nodes_and_slices(world: w.World) -> N
     assert "verify" not in world.inventory.calls
 
 
+async def test_a_ready_node_still_tainted_not_ready_is_waited_for_not_judged(
+        world: w.World) -> None:
+    # The node lifecycle controller removes node.kubernetes.io/not-ready a moment after
+    # the Ready condition turns True; verifying in between would call the node a misfit.
+    await _provisioned(world)
+    starting = w.node("h100-b", created=w.NEW, shape="h100")
+    starting[0].setdefault("spec", {})["taints"] = [{"key": "node.kubernetes.io/not-ready",
+                                      "effect": "NoSchedule"}]
+    world.seed(*w.node("h100-a", created=w.NEW, shape="h100"), *starting)
+    wait = await world.reconcile()
+    assert wait is not None and wait <= c.NODE_POLL_SECONDS
+    e = world.entry()
+    assert e["state"] == "Pending", e["message"]
+    assert "h100: 1 of 2 new nodes ready with their ResourceSlices" in e["message"]
+    assert world.request_names() == ["train-fitgate-1"]
+    starting[0]["spec"]["taints"] = []
+    world.seed(starting[0])
+    assert await world.reconcile() is None
+    assert world.entry()["state"] == "Ready", world.entry()["message"]
+
+
 async def test_provisioned_and_verified_is_ready_with_consume_annotations(
         world: w.World) -> None:
     await _provisioned(world)
