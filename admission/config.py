@@ -69,6 +69,11 @@ class Config(pydantic.BaseModel):
     provisioning_wait: float = pydantic.Field(
         600.0, gt=0, description="seconds to wait for provisioned nodes and their "
                                  "ResourceSlices before verifying")
+    provisioning_timeout: float = pydantic.Field(
+        1800.0, ge=0, description="seconds a ProvisioningRequest may stay neither "
+                                  "Provisioned nor Failed before fitgate deletes it and "
+                                  "retries the check (0: no deadline, for queued "
+                                  "provisioning classes that answer in hours)")
 
     # Logs
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -11,7 +11,8 @@ The HTTP endpoint that serves the default registry is `fitgate serve`'s.
   marking its check Ready.
 - `fitgate_provisioning_requests_total{outcome}`: requests created; verified (the new
   nodes fit), misfit or undecided after provisioning; failed, booking-expired,
-  capacity-revoked; deleted.
+  capacity-revoked; timed-out (neither Provisioned nor Failed within
+  `provisioning_timeout`); deleted.
 - `fitgate_verification_mismatches_total{shape}`: differences found between a new node and
   what its shape promised.
 - `fitgate_unused_node_seconds_total{shape}`: node-seconds provisioned for a gang and not

@@ -75,4 +75,10 @@ BACKOFF_BASE_SECONDS = 60
 BACKOFF_MAX_SECONDS = 1800
 NODE_WAIT_SECONDS = 900  # after Provisioned, how long to wait for Ready nodes and slices
 NODE_POLL_SECONDS = 10
+#: A request neither Provisioned nor Failed after this is given up (Retry). Longer than the
+#: cluster-autoscaler's own retry cycle for a request it could not satisfy (1 min, then 10
+#: min backoff), so the autoscaler answers first when it can; short enough that quota held
+#: for a gang whose autoscaler never answers (down, not watching the class) comes back
+#: within half an hour. Queued classes that answer in hours want 0 (no deadline).
+PROVISIONING_TIMEOUT_SECONDS = 1800
 MESSAGE_LIMIT = 1024

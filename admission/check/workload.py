@@ -88,6 +88,9 @@ class Settings:
     node_poll_seconds: int = c.NODE_POLL_SECONDS
     #: Re-check of a request the autoscaler has not answered (events also wake us).
     pending_poll_seconds: int = 60
+    #: A request neither Provisioned nor Failed this long after its creation is deleted
+    #: and the check retried (0: no deadline).
+    request_timeout_seconds: float = c.PROVISIONING_TIMEOUT_SECONDS
     #: How long nodes promised to an admitted gang stay out of other gangs' decisions
     #: at most, while its pods have not all bound there (see `promised_nodes`).
     promise_seconds: int = 600
@@ -499,13 +502,44 @@ class WorkloadReconciler:
             admitted, wait = await self.sync_fits_meanwhile(wl, entry, request)
             if admitted:
                 return wait
+            left = self.deadline_left(request)
+            if left is not None and left <= 0:
+                return await self.sync_timed_out(wl, entry, request, state)
             text = (f"waiting for the autoscaler: {provisioning.describe_plan(planned)} "
                     f"asked by ProvisioningRequest {name}"
                     + (" (accepted)" if state == "accepted" else ""))
             await self.sync_status(wl, entry, Verdict(
                 c.PENDING, predicates.message("capacity", text), "capacity"))
-            return float(self.settings.pending_poll_seconds)
+            poll = float(self.settings.pending_poll_seconds)
+            return poll if left is None else max(1.0, min(poll, left))
         return await self.sync_verify(wl, entry, request, planned, cond)
+
+    def deadline_left(self, request: Mapping[str, Any]) -> float | None:
+        """Seconds until an unanswered request is given up (None: no deadline). Counted
+        from its creationTimestamp, so a restarted reconciler keeps the same deadline."""
+        timeout = self.settings.request_timeout_seconds
+        created = predicates.parse_time(_meta(request).get("creationTimestamp"))
+        if not timeout or created is None:
+            return None
+        return timeout - (self.clock.now() - created).total_seconds()
+
+    async def sync_timed_out(self, wl: client.Obj, entry: Mapping[str, Any],
+                             request: client.Obj, state: str) -> float | None:
+        """Retry, and the request with its templates deleted: the autoscaler did not
+        answer in time (it may be down, or not serve the class). The next attempt asks
+        again with a request of its own (attempt + 1)."""
+        meta = _meta(request)
+        created = predicates.parse_time(meta.get("creationTimestamp"))
+        waited = (self.clock.now() - created).total_seconds() if created else 0.0
+        metrics.request("timed-out")
+        said = "accepted but not provisioned" if state == "accepted" else (
+            "neither accepted nor provisioned")
+        text = (f"ProvisioningRequest {meta['name']} was {said} after waiting {int(waited)}s "
+                f"(deadline {_seconds(self.settings.request_timeout_seconds)}s); "
+                "the autoscaler did not answer in time")
+        wait = await self.sync_status(wl, entry, self.retry(entry, "capacity", text))
+        await self.delete_request(request, "timed out")
+        return wait
 
     async def sync_fits_meanwhile(self, wl: client.Obj, entry: Mapping[str, Any],
                                   request: client.Obj) -> tuple[bool, float | None]:
@@ -855,6 +889,10 @@ def _node_ready(node: Mapping[str, Any] | None) -> bool:
     return True
 
 
+def _seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def _where(placements: Sequence[gang.Placement]) -> str:
     nodes = sorted({p.node for p in placements})
     shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
@@ -891,7 +929,8 @@ Reconcile = Callable[[str], Awaitable["float | None"]]
 def component(ctx: serve.Context) -> serve.Component:
     """For `admission.components`: the Workload reconciler and the pod release controller
     (both leader only)."""
-    settings = Settings(node_wait_seconds=int(ctx.config.provisioning_wait))
+    settings = Settings(node_wait_seconds=int(ctx.config.provisioning_wait),
+                        request_timeout_seconds=ctx.config.provisioning_timeout)
     stores = Stores.of({k: ctx.informers.store(k) for k in (
         kinds.WORKLOAD, kinds.ADMISSION_CHECK, kinds.RESOURCE_FLAVOR,
         kinds.RESOURCE_CLAIM_TEMPLATE, kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE,

@@ -131,6 +131,8 @@ class FakeClient:
         self._watchers: list[tuple[kinds.Kind, str | None, asyncio.Queue[Any]]] = []
         self._failures: list[tuple[str | None, str | None, errors.ApiError]] = []
         self.calls: list[Call] = []
+        #: The creationTimestamp the server stamps on objects created from now on.
+        self.creation_time = "2026-01-01T00:00:00Z"
 
     # ------------------------------------------------------------------ test controls
 
@@ -209,7 +211,7 @@ class FakeClient:
         old = self._objects[kind.kind].get(key)
         if event == "ADDED":
             meta.setdefault("uid", str(uuid.uuid4()))
-            meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+            meta.setdefault("creationTimestamp", self.creation_time)
             meta["generation"] = 1
         elif old is not None:
             meta["uid"] = old["metadata"]["uid"]

@@ -162,6 +162,80 @@ async def test_pending_request_keeps_the_check_pending(world: w.World) -> None:
     assert world.request_names() == ["train-fitgate-1"]
 
 
+# ------------------------------------------------------- request deadline
+
+
+@pytest.mark.parametrize("accepted", [False, True], ids=["unanswered", "accepted"])
+async def test_a_request_past_its_deadline_is_deleted_and_the_check_retried(
+        world: w.World, accepted: bool) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(4)))
+    r = world.reconciler(request_timeout_seconds=300)
+    # The request is created at 00:00:00 and it is 00:00:30: the poll comes no later
+    # than the deadline.
+    assert await world.reconcile(r) == 60.0
+    assert world.request_names() == ["train-fitgate-1"]
+    if accepted:
+        world.set_request_condition("train-fitgate-1", c.ACCEPTED)
+    world.advance(240)  # 270 s after the request: 30 s left
+    assert await world.reconcile(r) == 30.0
+    assert world.entry()["state"] == "Pending"
+    timed_out = metric("fitgate_provisioning_requests_total", outcome="timed-out")
+    world.advance(30)
+    assert await world.reconcile(r) is None
+    e = world.entry()
+    assert e["state"] == "Retry"
+    assert e["requeueAfterSeconds"] == 60
+    said = "accepted but not provisioned" if accepted else "neither accepted nor provisioned"
+    assert e["message"] == (
+        f"capacity: ProvisioningRequest train-fitgate-1 was {said} after waiting 300s "
+        "(deadline 300s); the autoscaler did not answer in time (retry in 60s)")
+    assert world.requests() == []
+    assert world.api.objects(kinds.POD_TEMPLATE) == []
+    assert metric("fitgate_provisioning_requests_total", outcome="timed-out") == timed_out + 1
+    # Kueue evicts, resets the check to Pending with retryCount 1: attempt 2 starts clean,
+    # with a deadline of its own.
+    world.set_entry(state="Pending", retryCount=1, message="Reset to Pending after eviction")
+    world.api.creation_time = "2026-01-01T00:10:00Z"
+    world.now = world.now.replace(minute=10, second=0)
+    assert await world.reconcile(r) == 60.0
+    assert world.request_names() == ["train-fitgate-2"]
+    (pr,) = world.requests()
+    assert pr["metadata"]["labels"][c.ATTEMPT_LABEL] == "2"
+    assert [t["metadata"]["name"] for t in world.api.objects(kinds.POD_TEMPLATE)] == [
+        "ppt-train-fitgate-2-h100"]
+    assert world.entry()["state"] == "Pending"
+
+
+async def test_the_deadline_survives_a_restart(world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(4)))
+    await world.reconcile(world.reconciler(request_timeout_seconds=120))
+    world.advance(80)  # 110 s after the request
+    # A new instance (fresh memory) counts from the request's creationTimestamp.
+    assert await world.reconcile(world.reconciler(request_timeout_seconds=120)) == 10.0
+    world.advance(10)
+    await world.reconcile(world.reconciler(request_timeout_seconds=120))
+    assert world.entry()["state"] == "Retry"
+    assert "after waiting 120s (deadline 120s)" in world.entry()["message"]
+    assert world.requests() == []
+    assert len(world.api.verbs("create", kinds.PROVISIONING_REQUEST)) == 1
+
+
+async def test_no_deadline_when_it_is_zero_and_none_once_provisioned(world: w.World) -> None:
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(4)))
+    await world.reconcile(world.reconciler(request_timeout_seconds=0))
+    world.advance(86400)
+    assert await world.reconcile(world.reconciler(request_timeout_seconds=0)) == 60.0
+    assert world.entry()["state"] == "Pending"
+    assert world.request_names() == ["train-fitgate-1"]
+    # Provisioned: the deadline no longer applies (provisioning_wait bounds what follows).
+    world.set_request_condition("train-fitgate-1", c.PROVISIONED,
+                                at="2026-01-02T00:00:00Z")
+    await world.reconcile(world.reconciler(request_timeout_seconds=60))
+    assert world.entry()["state"] == "Pending"
+    assert "is provisioned; waiting for the new nodes" in world.entry()["message"]
+    assert world.request_names() == ["train-fitgate-1"]
+
+
 async def test_capacity_freed_while_pending_admits_and_drops_the_request(
         world: w.World) -> None:
     world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))

@@ -48,6 +48,18 @@ def test_serve_loads_the_charts_configuration(helm: Helm, tmp_path: pathlib.Path
         assert cfg.cert_dir is None  # a local fitgate serve is given its own
 
 
+@pytest.mark.parametrize("values, seconds", [
+    ({}, 1800.0), ({"provisioning": {"timeoutSeconds": 45}}, 45.0),
+    ({"provisioning": {"timeoutSeconds": 0}}, 0.0)], ids=["default", "short", "none"])
+def test_the_request_deadline_reaches_serve(helm: Helm, tmp_path: pathlib.Path,
+                                            values: dict[str, object], seconds: float) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(one(helm.template(values), "ConfigMap")["data"]["config.yaml"])
+    cfg = config.load(str(path), env={})
+    assert cfg.provisioning_timeout == seconds
+    assert config.Config(namespace="x").provisioning_timeout == 1800.0  # chart = code default
+
+
 def test_the_default_job_kinds_are_the_kinds_the_code_gates() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     chart = {(k["apiGroup"], k["apiVersion"], k["resource"])
