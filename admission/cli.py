@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from admission import config
+from admission import config, failpoint
 from fitcore import errors, gang, inventory, plan, read, workload
 
 EXIT_BAD_INPUT = 2
@@ -428,6 +428,11 @@ def run_serve(args: argparse.Namespace) -> int:
                                               for f in config.FIELDS})
     except config.ConfigError as exc:
         print(f"fitgate serve: bad configuration:\n{exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        failpoint.check_environment()
+    except failpoint.UnknownStep as exc:
+        print(f"fitgate serve: bad test hook: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return asyncio.run(serve.serve(cfg))
 

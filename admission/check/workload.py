@@ -48,7 +48,7 @@ from typing import Any, Protocol
 import structlog
 
 from admission import clock as clock_
-from admission import controller, gangs, metrics, policy, provisioning, release, serve
+from admission import controller, failpoint, gangs, metrics, policy, provisioning, release, serve
 from admission.check import constants as c
 from admission.check import events, podsetupdates, predicates
 from admission.check.predicates import Verdict
@@ -371,6 +371,7 @@ class WorkloadReconciler:
                                          "fits on existing nodes: "
                                          + _where(result.placements))
         if result.verdict == "needs-capacity" and result.plan is not None:
+            failpoint.reach("planned")
             return await self.sync_new_request(wl, entry, wg, attempt, 0, result.plan,
                                                list(result.alternatives),
                                                why=list(result.reasons))
@@ -435,6 +436,7 @@ class WorkloadReconciler:
             metrics.request("created")
         except errors.AlreadyExists:
             pass  # created before a restart: the deterministic name finds it
+        failpoint.reach("requested")
         lead = f"{previous}; " if previous else ""
         text = (f"{lead}asked the autoscaler for {provisioning.describe_plan(chosen)} "
                 f"(ProvisioningRequest {name})")
@@ -512,6 +514,7 @@ class WorkloadReconciler:
                 c.PENDING, predicates.message("capacity", text), "capacity"))
             poll = float(self.settings.pending_poll_seconds)
             return poll if left is None else max(1.0, min(poll, left))
+        failpoint.reach("provisioned")
         return await self.sync_verify(wl, entry, request, planned, cond)
 
     def deadline_left(self, request: Mapping[str, Any]) -> float | None:

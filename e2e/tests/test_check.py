@@ -9,6 +9,13 @@ with real Kueue, kube-scheduler, cluster-autoscaler (kwok provider) and the fake
   their claims allocated.
 - The controller is killed between creating the request and marking the check Ready; the
   restarted controller admits the Workload with the same, single request.
+- The controller killed at each further step, then started again: after planning (before
+  the request exists) and after the request is Provisioned (before the nodes are looked
+  at), both at the exact point by the `FITGATE_TEST_EXIT_AT` test hook
+  (`admission/failpoint.py`), and during verification (the new nodes up, their slices
+  late by the shape's delay, the check saying it waits for them). Each converges: admitted
+  once on the verified new nodes, one request for the attempt, and none of fitgate's
+  requests or PodTemplates left once the Job has finished.
 - The order-sensitive gang (a launcher with a GPU and the NIC of one PCIe root, a worker
   with 4 GPUs of one root, one node): released by the release controller in fitcore's
   order it runs; a control pair without the gate, worker first, leaves the launcher
@@ -91,9 +98,17 @@ async def install_rbac(e2e: harness.Harness) -> None:
 
 
 @pytest.fixture
-async def fitgate(e2e: harness.Harness, local_cluster: cluster.LocalCluster
-                  ) -> runner.LocalProcess:
-    """`fitgate serve` as a process of this test, with the ServiceAccount's token."""
+async def fitgate(e2e: harness.Harness, local_cluster: cluster.LocalCluster,
+                  request: pytest.FixtureRequest) -> runner.LocalProcess:
+    """`fitgate serve` as a process of this test, with the ServiceAccount's token.
+    Parametrized indirectly with a step of `admission/failpoint.py`, it exits there
+    (FITGATE_TEST_EXIT_AT) until the test removes the variable and starts it again."""
+    from admission import failpoint
+
+    step = getattr(request, "param", None)
+    env = {"PYTHONUNBUFFERED": "1"}
+    if step in failpoint.STEPS:
+        env[failpoint.ENV] = str(step)
     if await e2e.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition",
                           NODESHAPE_CRD["metadata"]["name"]) is None:
         await e2e.kube.create(NODESHAPE_CRD)
@@ -113,7 +128,7 @@ async def fitgate(e2e: harness.Harness, local_cluster: cluster.LocalCluster
          "--kubeconfig", str(creds.kubeconfig), "--leader-election", "false",
          "--health-address", "127.0.0.1", "--health-port", str(port),
          "--namespace", cluster.SYSTEM_NAMESPACE, "--provisioning-wait", "120"],
-        env={"PYTHONUNBUFFERED": "1"}, ready_url=f"http://127.0.0.1:{port}/readyz",
+        env=env, ready_url=f"http://127.0.0.1:{port}/readyz",
         cwd=ROOT, timeout=90)
 
 
@@ -270,6 +285,110 @@ async def test_controller_killed_after_the_request_admits_without_a_duplicate(
         e2e: harness.Harness, fitgate: runner.LocalProcess) -> None:
     await _needs_nodes(e2e, fitgate, "crash", kill=True)
     assert fitgate.starts == 2
+
+
+# ------------------------------------------------- killed at each step
+
+SLICE_DELAY_S = 20  # "verifying": the new nodes publish their slices this late
+
+
+async def fitgate_templates(e2e: harness.Harness) -> list[str]:
+    templates = await e2e.kube.list("v1", "PodTemplate", e2e.namespace,
+                                    label_selector="app.kubernetes.io/managed-by=fitgate")
+    return sorted(t["metadata"]["name"] for t in templates)
+
+
+async def _killed_at(e2e: harness.Harness, fitgate: runner.LocalProcess, step: str) -> None:
+    """Kill fitgate at `step`, start it again, and check it converges: the gang admitted
+    once on verified new nodes, exactly one request for the attempt, and nothing of
+    fitgate's left once the Job has finished."""
+    from admission import failpoint
+
+    check, queue = await fitgate_queue(e2e)
+    await e2e.kube.create(builders.claim_template(
+        "two-gpus-one-root", e2e.namespace, 2, match_attribute=builders.PCIE_ROOT))
+    existing = await group_nodes(e2e)
+    pods_wanted = 2 * (len(existing) + 2)  # as in _needs_nodes: two new nodes
+    job = f"kill-{step}"
+    await e2e.create_job(job, queue, parallelism=pods_wanted,
+                         claim_template_name="two-gpus-one-root",
+                         node_selector={cluster.NODEGROUP_LABEL: GROUP.name})
+    before: list[dict[str, Any]] = []
+    if step in failpoint.STEPS:
+        async def exited() -> bool:
+            return not fitgate.alive()
+        await e2e.wait_for(exited, 180, f"fitgate exits at its failpoint {step!r}")
+        assert fitgate.returncode == failpoint.EXIT_CODE, fitgate.log_tail(20)
+        before = await requests(e2e)
+        if step == "planned":
+            assert before == [] and await fitgate_templates(e2e) == [], \
+                "the kill must land after the plan, before anything of it is written"
+        else:
+            (pr,) = before
+            assert kube.has_condition(pr, "Provisioned")
+        fitgate.env.pop(failpoint.ENV)
+    else:
+        # Nodes up, slices late: fitgate is between Provisioned and its verification.
+        async def waiting_for_slices() -> bool:
+            wl = await e2e.workload_of_job(job)
+            return any(x.get("name") == check and "is provisioned; waiting for the new nodes"
+                       in str(x.get("message"))
+                       for x in ((wl or {}).get("status") or {}).get("admissionChecks") or [])
+        await e2e.wait_for(waiting_for_slices, 180, "fitgate waiting for the new nodes' slices")
+        crash(fitgate)
+
+        async def dead() -> bool:
+            return not fitgate.alive()
+        await e2e.wait_for(dead, 20, "fitgate serve killed")
+        before = await requests(e2e)
+        new = sorted(set(await group_nodes(e2e)) - set(existing))
+        late = [n for n in new if not await e2e.slices_of(n)]
+        assert late, "the kill must land while some new node has no slices yet"
+    wl = await e2e.workload_of_job(job)
+    assert wl is not None and not kube.has_condition(wl, "Admitted")
+    await fitgate.start(90)
+
+    wl = await admitted_workload(e2e, job, 240)
+    e = entry(wl, check)
+    prs = await requests(e2e)
+    assert len(prs) == 1, [p["metadata"]["name"] for p in prs]
+    (pr,) = prs
+    assert pr["metadata"]["labels"]["fitgate.io/attempt"] == "1"
+    if before:
+        assert pr["metadata"]["uid"] == before[0]["metadata"]["uid"], "asked again"
+    assert e["state"] == "Ready" and not e.get("retryCount"), e
+    assert e["message"].startswith(
+        f"verified on the nodes of ProvisioningRequest {pr['metadata']['name']}"), e["message"]
+    assert not kube.has_condition(wl, "Evicted"), "admitted more than once"
+    assert await fitgate_templates(e2e) == [f"ppt-{pr['metadata']['name']}-{GROUP.name}"]
+    pods = await running_pods(e2e, job, pods_wanted, timeout=120)
+    new = sorted(set(await group_nodes(e2e)) - set(existing))
+    assert len(new) == 2
+    assert {p["spec"]["nodeName"] for p in pods} == set(existing) | set(new)
+    await e2e.finish_pods(pods)
+
+    async def nothing_left() -> bool:
+        return await requests(e2e) == [] and await fitgate_templates(e2e) == []
+    await e2e.wait_for(nothing_left, 90, "fitgate's request and templates deleted once the "
+                       "Job finished")
+    assert fitgate.starts == 2
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("fitgate", ["planned", "provisioned", "verifying"], indirect=True,
+                         ids=["after-planning", "after-provisioned", "during-verification"])
+async def test_controller_killed_at_each_step_converges_after_restart(
+        e2e: harness.Harness, fitgate: runner.LocalProcess, request: pytest.FixtureRequest
+        ) -> None:
+    step = request.node.callspec.params["fitgate"]
+    if step == "verifying":
+        await e2e.define_shape(GROUP.shape, builders.shape(GROUP_DEVICES,
+                                                           delay_seconds=SLICE_DELAY_S))
+    try:
+        await _killed_at(e2e, fitgate, step)
+    finally:
+        if step == "verifying":
+            await e2e.define_shape(GROUP.shape, builders.shape(GROUP_DEVICES))
 
 
 # ------------------------------------------------------------- release order
