@@ -166,6 +166,9 @@ class Informer:
         LISTS.labels(self.spec.kind.kind).inc()
         SYNCED.labels(self.spec.kind.kind).set(1)
         self._rv = listing.resource_version
+        if self.lists > 1:
+            self._log.info("informer.relisted", objects=len(listing.items),
+                           resource_version=self._rv)
         if self.problem:
             self._log.info("informer.recovered", objects=len(listing.items))
         self.problem, self.unserved = None, False
@@ -193,8 +196,8 @@ class Informer:
                     # back off rather than spin.
                     failures += 1
                     await self._sleep(self.backoff.delay(failures))
-            except errors.Gone:
-                self._log.info("informer.gone", resource_version=self._rv)
+            except errors.Gone as exc:
+                self._log.info("informer.gone", resource_version=self._rv, error=str(exc))
                 return
             except errors.ApiError as exc:
                 if not _retryable(exc):

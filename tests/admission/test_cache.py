@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
+import structlog.testing
 
 from admission.kube import cache, client, errors, fake, kinds, store
 
@@ -94,8 +95,14 @@ async def test_gone_relists_and_tells_exactly_the_differences() -> None:
     c.seed(kinds.NODE, _node("a", zone="z2"))  # changed
     c.remove(kinds.NODE, "b")  # deleted during the outage
     c.seed(kinds.NODE, _node("e"))  # added
-    c.compact()
-    await _until(lambda: inf.lists == 2, "the relist after Gone")
+    with structlog.testing.capture_logs() as logs:
+        c.compact()
+        await _until(lambda: inf.lists == 2, "the relist after Gone")
+    # The log says both, so an e2e test (and an operator) can see a relist happen.
+    said = [(x["event"], x.get("kind")) for x in logs]
+    assert ("informer.gone", "Node") in said
+    (relisted,) = [x for x in logs if x["event"] == "informer.relisted"]
+    assert relisted["objects"] == 4 and relisted["resource_version"]
     await _until(lambda: len(rec.events) == 7, "the differences")
     assert sorted(rec.events[4:]) == [("ADDED", "e"), ("DELETED", "b"), ("MODIFIED", "a")]
     assert sorted(o["metadata"]["name"] for o in inf.store.list()) == ["a", "c", "d", "e"]
