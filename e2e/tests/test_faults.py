@@ -6,12 +6,22 @@ configurations call, replica 1 has a port of its own; the replica started first 
 leader-election Lease and runs the controllers. The gang is scenario 1's (4 pods, 8 GPUs
 on one PCIe root each, only the dear node group can host it).
 
-Covered elsewhere: serve killed after creating its ProvisioningRequest and the API server
-restarted (``test_check.py``, ``test_serve.py``).
+Here: the leader killed after its request (two replicas); the webhook unavailable;
+cluster-autoscaler stopped (the request times out into Retry at fitgate's
+``provisioning_timeout``, nothing admitted, attempt 2 runs once it is back); watch expiry
+(410 Gone for real: fitgate paused, etcd compacted, kube-apiserver restarted; it lists
+again and keeps deciding); kube-apiserver restarted while a gang's request is
+outstanding.
+
+Covered elsewhere: serve killed after planning, after creating its ProvisioningRequest,
+after Provisioned and during verification (``test_check.py``); serve riding out an API
+server restart with no gang in flight (``test_serve.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 from typing import Any
@@ -139,13 +149,31 @@ async def test_webhook_unavailable_the_gate_is_skipped_and_the_check_still_enfor
         await fg.uninstall()
 
 
+REQUEST_TIMEOUT_S = 30  # fitgate's provisioning_timeout in the autoscaler test
+
+
+def attempt_of(request: dict[str, Any]) -> str:
+    return str((request["metadata"].get("labels") or {}).get("fitgate.io/attempt"))
+
+
+async def fitgate_templates(e2e: harness.Harness) -> list[str]:
+    templates = await e2e.kube.list("v1", "PodTemplate", e2e.namespace,
+                                    label_selector="app.kubernetes.io/managed-by=fitgate")
+    return sorted(t["metadata"]["name"] for t in templates)
+
+
 @pytest.mark.timeout(480)
-async def test_autoscaler_stopped_nothing_is_admitted_until_it_answers(
-        e2e: harness.Harness, local_cluster: cluster.LocalCluster) -> None:
-    """With cluster-autoscaler down, fitgate's request goes unanswered and the gang is
-    not admitted; once the autoscaler is back, the same request is answered and the gang
-    runs. (fitgate sets no deadline of its own on an unanswered request: the issue's
-    "requests time out into Retry" is not what the check does today.)"""
+async def test_autoscaler_stopped_requests_time_out_into_retry_and_nothing_is_admitted(
+        e2e: harness.Harness, local_cluster: cluster.LocalCluster,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With cluster-autoscaler down, fitgate's request goes unanswered; after fitgate's
+    deadline (``provisioning_timeout``, here 30 s) the request and its PodTemplates are
+    deleted and the check goes to Retry, nothing admitted. Kueue evicts and requeues the
+    Workload after the backoff (60 s) with retryCount 1; with the autoscaler back, attempt 2's
+    request is answered and the gang runs on verified nodes, with no duplicate or orphaned
+    request and no template left of attempt 1."""
+    # The environment overrides the chart's config file (admission/config.py).
+    monkeypatch.setenv("FITGATE_PROVISIONING_TIMEOUT", str(REQUEST_TIMEOUT_S))
     fg = fitgate.Fitgate(e2e, local_cluster)
     try:
         await fg.install()
@@ -153,39 +181,184 @@ async def test_autoscaler_stopped_nothing_is_admitted_until_it_answers(
         local_cluster.stop_autoscaler()
         job, _ = await topology.submit_gang(e2e, "fitgate", queue)
 
-        async def waiting() -> dict[str, Any] | None:
-            wl = await e2e.workload_of_job(job)
-            for entry in ((wl or {}).get("status") or {}).get("admissionChecks") or []:
-                if "waiting for the autoscaler" in str(entry.get("message")):
-                    return wl
-            return None
-        await e2e.wait_for(waiting, 90, "fitgate's request waiting for the autoscaler")
-        requests = await fitgate_requests(e2e)
-        assert len(requests) == 1
-        assert not kube.has_condition(requests[0], "Accepted")
+        async def first_request() -> list[dict[str, Any]] | None:
+            return await fitgate_requests(e2e) or None
+        (first,) = await e2e.wait_for(first_request, 90, "fitgate's request (attempt 1)")
+        assert attempt_of(first) == "1"
+        assert not kube.has_condition(first, "Accepted")
+        first_name = first["metadata"]["name"]
+        templates = await fitgate_templates(e2e)
+        assert templates and all(first_name in t for t in templates), templates
 
-        # A bounded look (20 s, ten autoscaler scan intervals of the running cluster):
-        # nothing admitted, no node added, no second request.
-        async def admitted_or_grown() -> bool:
+        # Until the deadline and past it: never admitted, no node added, no second request
+        # of attempt 1; then the request and its templates are gone and the check retried.
+        async def timed_out() -> bool:
             wl = await e2e.workload_of_job(job)
             nodes = await e2e.kube.list(
                 "v1", "Node", label_selector=f"{topology.RUN_LABEL}=s1-fitgate")
-            return (kube.has_condition(wl, "Admitted") or bool(nodes)
-                    or len(await fitgate_requests(e2e)) != 1)
-        with pytest.raises(TimeoutError):
-            await e2e.wait_for(admitted_or_grown, 20, "an admission without the autoscaler")
+            assert not kube.has_condition(wl, "Admitted"), "admitted without the autoscaler"
+            assert not nodes, "nodes added without the autoscaler"
+            requests = await fitgate_requests(e2e)
+            assert [r["metadata"]["name"] for r in requests] in ([first_name], []), requests
+            return not requests and not await fitgate_templates(e2e)
+        await e2e.wait_for(timed_out, REQUEST_TIMEOUT_S + 60,
+                           "the unanswered request deleted at fitgate's deadline")
+        said = (f"ProvisioningRequest {first_name} was neither accepted nor provisioned "
+                f"after waiting")
+        log = fg.replicas[0].log_text()
+        retried = [line for line in log.splitlines() if said in line and "Retry" in line]
+        assert retried, f"no Retry naming {first_name} in fitgate's log"
+        assert f"(deadline {REQUEST_TIMEOUT_S}s)" in retried[0]
 
         local_cluster.start_autoscaler()
 
-        async def running() -> bool:
+        async def running() -> list[dict[str, Any]] | None:
             pods = await e2e.pods_of_job(job)
-            return len(pods) == topology.GANG_PODS and all(
+            ok = len(pods) == topology.GANG_PODS and all(
                 p["status"].get("phase") == "Running" for p in pods)
-        await e2e.wait_for(running, 180, "the gang Running once the autoscaler is back")
-        # No second request: the one made while the autoscaler was down was answered
-        # (fitgate may delete it once the gang holds its nodes).
+            return pods if ok else None
+        # The backoff (60 s), then attempt 2 is provisioned and verified.
+        pods = await e2e.wait_for(running, 240, "the gang Running on attempt 2")
+        done = await e2e.workload_of_job(job)
+        assert done is not None
+        (entry,) = [e for e in done["status"]["admissionChecks"]
+                    if e["name"] == fitgate.CHECK_NAME]
+        assert entry["state"] == "Ready" and entry.get("retryCount") == 1, entry
+        second = f"{first_name[:-len('-1')]}-2"
+        assert entry["message"].startswith(
+            f"verified on the nodes of ProvisioningRequest {second}"), entry["message"]
+        dear = topology.group_name("fitgate", "dear")
+        assert {p["spec"]["nodeName"].rsplit("-", 1)[0] for p in pods} == {dear}
         after = await fitgate_requests(e2e)
-        assert {r["metadata"]["name"] for r in after} <= {
-            r["metadata"]["name"] for r in requests}, after
+        workloads = await e2e.kube.list(builders.KUEUE, "Workload", e2e.namespace)
+        assert many.duplicated_or_orphaned(after, workloads) == []
+        assert {r["metadata"]["name"] for r in after} <= {second}, after
+        assert all(second in t for t in await fitgate_templates(e2e))
+        # Kueue evicted the Workload once for the Retry (at requeueAt: it keeps the quota
+        # reserved through the backoff), and admitted it once, on attempt 2.
+        events = await e2e.kube.list("events.k8s.io/v1", "Event", e2e.namespace)
+        evictions = [ev for ev in events if ev.get("reason") == "EvictedDueToAdmissionCheck"]
+        assert len(evictions) == 1 and first_name in evictions[0]["note"], evictions
+    finally:
+        await fg.uninstall()
+
+
+def informer_log(proc_log: str, event: str) -> list[dict[str, Any]]:
+    """fitgate's JSON log lines of one informer event (``informer.gone``, ...)."""
+    out = []
+    for line in proc_log.splitlines():
+        if f'"{event}"' not in line:
+            continue
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+@pytest.mark.timeout(300)
+async def test_watch_expiry_fitgate_relists_and_keeps_deciding(
+        e2e: harness.Harness, local_cluster: cluster.LocalCluster) -> None:
+    """fitgate's watches expire for real: fitgate is paused (SIGSTOP) while a node it has
+    never seen is added; etcd's history is compacted up to the current revision and
+    kube-apiserver restarted, so neither the API server's new watch cache nor etcd can
+    serve fitgate's old resourceVersions. Resumed (SIGCONT), its watches get 410 Gone, it
+    lists again, and a Job submitted afterwards is decided on the node it missed.
+
+    What answers 410 on this control plane is the restarted API server's watch cache: it
+    starts from the revision it lists at start, and a watch from an older resourceVersion
+    gets "too old resource version: <rv> (<oldest>)" (the reason fitgate logs). Compaction
+    alone would not: the running API server serves watches from its cache, not from etcd.
+    The compaction makes etcd refuse the same resourceVersions too, should the API server
+    pass a watch through to it while its cache is initializing."""
+    fg = fitgate.Fitgate(e2e, local_cluster)
+    try:
+        await fg.install()
+        queue = await setup_queue(e2e)
+        proc = fg.replicas[0]
+        assert proc.pid is not None
+        group = os.getpgid(proc.pid)
+        os.killpg(group, signal.SIGSTOP)
+        try:
+            (node,) = await e2e.create_node_pool("watch-gpu", 1, builders.gpu_devices(
+                topology.GPUS_PER_POD, per_pcie_root=topology.GPUS_PER_POD))
+            local_cluster.compact_etcd()
+            local_cluster.restart_apiserver()
+        finally:
+            os.killpg(group, signal.SIGCONT)
+
+        async def relisted() -> list[dict[str, Any]] | None:
+            text = proc.log_text()
+            gone = {x.get("kind") for x in informer_log(text, "informer.gone")}
+            again = {x.get("kind") for x in informer_log(text, "informer.relisted")}
+            return informer_log(text, "informer.gone") if {"Node", "ResourceSlice"} <= (
+                gone & again) else None
+        gone = await e2e.wait_for(relisted, 90, "fitgate's Node and ResourceSlice informers "
+                                  "get 410 Gone and list again")
+        reasons = sorted({str(x.get("error")) for x in gone})
+        print(f"[faults] 410 Gone for {sorted({str(x.get('kind')) for x in gone})}: {reasons}")
+        assert all("410" in r or "too old" in r or "compacted" in r for r in reasons), reasons
+
+        # A Job that only the node added while fitgate was paused can host: decided there.
+        await e2e.create_job("after-relist", queue, parallelism=1,
+                             claim_template_name=topology.CLAIM_TEMPLATE,
+                             node_selector={cluster.SHAPE_LABEL: "watch-gpu"})
+
+        async def admitted() -> dict[str, Any] | None:
+            wl = await e2e.workload_of_job("after-relist")
+            return wl if kube.has_condition(wl, "Admitted") else None
+        wl = await e2e.wait_for(admitted, 60, "the Job submitted after the relist admitted")
+        (entry,) = [e for e in wl["status"]["admissionChecks"]
+                    if e["name"] == fitgate.CHECK_NAME]
+        assert entry["message"].startswith(
+            f"fits on existing nodes: 1 pods on 1 nodes ({node})"), entry["message"]
+        assert await fitgate_requests(e2e) == []
+    finally:
+        await fg.uninstall()
+
+
+@pytest.mark.timeout(300)
+async def test_api_server_restarted_while_a_gangs_request_is_outstanding(
+        e2e: harness.Harness, local_cluster: cluster.LocalCluster) -> None:
+    """kube-apiserver restarts while a gang's ProvisioningRequest is outstanding (the
+    autoscaler held back so the request cannot be answered first). fitgate's watches
+    reconnect, the autoscaler's answer reaches it through them, and the gang is admitted
+    on verified nodes with the same, single request."""
+    fg = fitgate.Fitgate(e2e, local_cluster)
+    try:
+        await fg.install()
+        queue = await setup_queue(e2e)
+        local_cluster.stop_autoscaler()
+        job, _ = await topology.submit_gang(e2e, "fitgate", queue)
+
+        async def outstanding() -> dict[str, Any] | None:
+            wl = await e2e.workload_of_job(job)
+            waiting = any("waiting for the autoscaler" in str(e.get("message"))
+                          for e in ((wl or {}).get("status") or {}).get("admissionChecks")
+                          or [])
+            requests = await fitgate_requests(e2e)
+            return requests[0] if waiting and len(requests) == 1 else None
+        before = await e2e.wait_for(outstanding, 90, "the gang's request outstanding")
+        local_cluster.restart_apiserver()  # on the main thread: see test_serve
+        local_cluster.start_autoscaler()
+
+        async def running() -> list[dict[str, Any]] | None:
+            pods = await e2e.pods_of_job(job)
+            ok = len(pods) == topology.GANG_PODS and all(
+                p["status"].get("phase") == "Running" for p in pods)
+            return pods if ok else None
+        pods = await e2e.wait_for(running, 180, "the gang Running after the restart")
+        wl = await e2e.workload_of_job(job)
+        assert wl is not None
+        (entry,) = [e for e in wl["status"]["admissionChecks"]
+                    if e["name"] == fitgate.CHECK_NAME]
+        assert entry["message"].startswith(
+            f"verified on the nodes of ProvisioningRequest {before['metadata']['name']}"), entry
+        assert not entry.get("retryCount") and not kube.condition(wl, "Evicted"), wl["status"]
+        after = await fitgate_requests(e2e)
+        assert {r["metadata"]["uid"] for r in after} <= {before["metadata"]["uid"]}, after
+        workloads = await e2e.kube.list(builders.KUEUE, "Workload", e2e.namespace)
+        assert many.duplicated_or_orphaned(after, workloads) == []
+        dear = topology.group_name("fitgate", "dear")
+        assert {p["spec"]["nodeName"].rsplit("-", 1)[0] for p in pods} == {dear}
+        assert fg.replicas[0].alive() and fg.replicas[0].starts == 1
     finally:
         await fg.uninstall()
