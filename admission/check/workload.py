@@ -38,6 +38,7 @@ the API, so a second reconciler over the same state finds what the first created
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -48,7 +49,7 @@ from typing import Any, Protocol
 import structlog
 
 from admission import clock as clock_
-from admission import controller, gangs, metrics, policy, provisioning, release, serve
+from admission import controller, fitting, gangs, metrics, policy, provisioning, release, serve
 from admission.check import constants as c
 from admission.check import events, podsetupdates, predicates
 from admission.check.predicates import Verdict
@@ -153,8 +154,13 @@ class NodeReadiness:
 class WorkloadReconciler:
     def __init__(self, api: client.Client, stores: Stores, inventory: Inventory, *,
                  clock: clock_.Clock | None = None, settings: Settings | None = None,
-                 recorder: events.Recorder | None = None) -> None:
+                 recorder: events.Recorder | None = None,
+                 idle: fitting.Engine | None = None) -> None:
         self.api = api
+        # The gate's question, "could the gang ever fit as configured?" (an engine over
+        # the idle cluster), asked before a gang is Rejected (see `never_fits`).
+        self.idle = idle
+        self._idle_lock = asyncio.Lock()
         self.stores = stores
         self.inventory = inventory
         self.clock = clock or clock_.SystemClock()
@@ -371,7 +377,8 @@ class WorkloadReconciler:
             return await self.sync_new_request(wl, entry, wg, attempt, 0, result.plan,
                                                list(result.alternatives),
                                                why=list(result.reasons))
-        if result.verdict == "unsatisfiable" and result.category == "configuration":
+        if result.verdict == "unsatisfiable" and result.category == "configuration" \
+                and await self.never_fits(wg.gang, scope):
             return await self.sync_status(wl, entry, Verdict(
                 c.REJECTED, predicates.message("configuration", "the gang can never fit: "
                                                + "; ".join(result.reasons)),
@@ -384,6 +391,20 @@ class WorkloadReconciler:
         return await self.sync_status(wl, entry, self.retry(
             entry, "capacity", "does not fit now, and the node shapes' limits allow no plan: "
             + "; ".join(result.reasons)))
+
+    async def never_fits(self, gang_: gang.Gang, scope: policy.Scope | None) -> bool:
+        """Whether the gang fits no node and no shape even with nothing running: only then
+        is it Rejected (which deactivates the Workload). On the real usage, a pod that no
+        node can host *now* (its nodes busy, or promised to gangs still binding) also
+        reads as "configuration"; on the idle cluster it is a matter of capacity, retried.
+        Without an idle engine, the real usage's answer stands."""
+        if self.idle is None:
+            return True
+        async with self._idle_lock:  # one engine, one decision at a time
+            idle = await asyncio.to_thread(
+                self.idle.plan, gang_, scope.shapes if scope else None,
+                scope.node_filter if scope else None)
+        return idle.verdict == "unsatisfiable" and idle.category == "configuration"
 
     def retry(self, entry: Mapping[str, Any], category: predicates.Category, text: str
               ) -> Verdict:
@@ -899,5 +920,7 @@ def component(ctx: serve.Context) -> serve.Component:
         kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE, kinds.POD)})
     return serve.Component(controllers=[
         WorkloadReconciler(ctx.api, stores, ctx.inventory, clock=ctx.clock,
-                           settings=settings),
+                           settings=settings, idle=fitting.StoreEngine(
+                               {k: ctx.informers.store(k) for k in fitting.IDLE_KINDS},
+                               idle=True, kube_version=ctx.config.kube_version)),
         release.ReleaseController(ctx.api, ctx.informers.store(kinds.POD))])

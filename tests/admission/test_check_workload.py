@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import REGISTRY
 
-from admission import provisioning
+from admission import fitting, provisioning
 from admission.check import constants as c
+from admission.check import workload as wlr
 from admission.kube import errors, kinds
 from tests.admission import builders as ab
 from tests.admission import world as w
@@ -657,3 +658,32 @@ async def test_nodes_promised_to_an_admitted_gang_are_not_promised_again(
                                  "labels": {c.PLACEMENT_LABEL: uid}},
                     "spec": {"nodeName": "n1", "containers": []}})
     assert r.promised_nodes("someone-else") == set()
+
+
+async def test_a_gang_that_fits_no_busy_node_is_retried_not_rejected(world: w.World) -> None:
+    # n1 is the only node the gangs select. `train` is admitted there (promised until its
+    # pod binds); `other` fits no node now (n1 promised, and busy: a running pod holds 50
+    # of its 64 CPUs), which on the real usage reads as "no node can host it"
+    # (configuration). Rejected would deactivate the Workload for good, yet on an idle n1
+    # it fits: a matter of capacity, retried (the gate's question, asked again here).
+    busy = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "busy", "namespace": "default", "uid": "busy-uid"},
+            "spec": {"nodeName": "n1", "containers": [
+                {"name": "main", "resources": {"requests": {"cpu": "50"}}}]},
+            "status": {"phase": "Running"}}
+    world.seed(*w.base(), *w.node("n1"), busy, w.admitted(w.workers(1)),
+               w.admitted(w.workers(1, cpu="20"), name="other"))
+    r = wlr.WorkloadReconciler(world.api, wlr.Stores.of(world.stores), world.inventory,
+                               clock=world.clock,
+                               idle=fitting.StoreEngine(world.stores, idle=True))
+    assert await world.reconcile(r) is None
+    assert world.entry()["state"] == "Ready"
+    await world.reconcile(r, name="other")
+    e = world.entry("other")
+    assert e["state"] == "Retry", e
+    assert e["message"].startswith("capacity: does not fit now"), e["message"]
+    # What fits no node even idle is still Rejected: 80 CPUs on a 64-CPU node.
+    world.seed(w.admitted(w.workers(1, cpu="80"), name="huge"))
+    await world.reconcile(r, name="huge")
+    assert world.entry("huge")["state"] == "Rejected"
+    assert world.entry("huge")["message"].startswith("configuration: the gang can never fit")
