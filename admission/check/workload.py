@@ -292,6 +292,60 @@ class WorkloadReconciler:
             out |= waiting
         return out
 
+    def node_owners(self) -> dict[str, tuple[str, str, bool]]:
+        """New nodes fitgate's ProvisioningRequests brought: node -> (request, workload
+        uid, whether that workload is admitted).
+
+        A request owns, per shape of its plan, the planned count of that shape's nodes
+        created after it, oldest nodes to the oldest requests first (creation time, then
+        resourceVersion: several requests are created within a second). Every gang's
+        decision reads the same owners, so no two gangs count the same new node: another
+        gang's node stays out of a plan until that gang is admitted (then
+        `promised_nodes` holds it until its pods bind), and a request waits for a node
+        of its own instead of verifying on another's."""
+        requests = sorted(
+            (r for r in self.stores.provisioning_requests.list()
+             if _labels(r).get(c.MANAGED_LABEL) == "fitgate"),
+            key=lambda r: (str(_meta(r).get("creationTimestamp") or ""),
+                           _int(_meta(r).get("resourceVersion"))))
+        if not requests:
+            return {}
+        node_shapes, _ = self.node_shapes()
+        nodes = sorted(self.stores.nodes.list(),
+                       key=lambda n: (str(_meta(n).get("creationTimestamp") or ""),
+                                      str(_meta(n).get("name"))))
+        names = predicates.ours(self.stores.admission_checks.list())
+        out: dict[str, tuple[str, str, bool]] = {}
+        for r in requests:
+            key = workload_of_request(r)
+            wl = self.stores.workloads.get(key[1], key[0]) if key else None
+            admitted = wl is not None and any(
+                e.get("state") == c.READY for e in predicates.entries(wl, names))
+            since = predicates.parse_time(_meta(r).get("creationTimestamp"))
+            try:
+                planned = provisioning.plan_from_json(
+                    (_meta(r).get("annotations") or {}).get(c.PLAN_ANNOTATION) or "")
+            except (ValueError, KeyError, TypeError):
+                continue
+            owner = (str(_meta(r).get("name")), str(_labels(r).get(c.WORKLOAD_UID_LABEL)),
+                     admitted)
+            for sc in planned.shapes:
+                shape = node_shapes.get(sc.shape)
+                if shape is None:
+                    continue
+                mine = [str(_meta(n)["name"]) for n in nodes
+                        if str(_meta(n)["name"]) not in out
+                        and _created_since(n, since)
+                        and all((_meta(n).get("labels") or {}).get(k) == v
+                                for k, v in shape.node_labels.items())][:sc.count]
+                out.update((n, owner) for n in mine)
+        return out
+
+    def requested_nodes(self, except_uid: str) -> set[str]:
+        """New nodes other gangs' requests brought, those gangs not admitted yet."""
+        return {n for n, (_, uid, admitted) in self.node_owners().items()
+                if uid != except_uid and not admitted}
+
     async def only_promises_differ(self, wl: client.Obj, verdict: str,
                                    without_promises: Callable[[], Awaitable[Any]]) -> bool:
         """Whether a decision that did not fit would have gone otherwise without the nodes
@@ -310,7 +364,8 @@ class WorkloadReconciler:
                        ) -> Callable[[Any], bool] | None:
         """Where the gang may go: its FitPolicy scope, minus nodes promised to others."""
         allowed = scope.node_filter if scope is not None else None
-        promised = self.promised_nodes(str(_meta(wl).get("uid")))
+        uid = str(_meta(wl).get("uid"))
+        promised = self.promised_nodes(uid) | self.requested_nodes(uid)
         if not promised:
             return allowed
 
@@ -574,6 +629,8 @@ class WorkloadReconciler:
         shape publishes."""
         node_shapes, _ = self.node_shapes()
         existing = planned.existing_nodes
+        owners = self.node_owners()  # another request's new node is not this one's
+        request_name = str(_meta(request).get("name"))
         slices_of: dict[str, set[str]] = {}
         for s in self.stores.resource_slices.list():
             spec = s.get("spec") or {}
@@ -591,6 +648,8 @@ class WorkloadReconciler:
             drivers = {s.driver for s in shape.slices} if shape else set()
             mine = sorted(str(_meta(n)["name"]) for n in self.stores.nodes.list()
                           if _meta(n)["name"] not in existing
+                          and owners.get(str(_meta(n)["name"]), (request_name,))[0]
+                          == request_name
                           and all((_meta(n).get("labels") or {}).get(k) == v
                                   for k, v in labels.items()))
             new_nodes[shape_name] = mine
@@ -863,6 +922,15 @@ _STARTUP_TAINTS = frozenset({
     "node.kubernetes.io/network-unavailable", "node.cloudprovider.kubernetes.io/uninitialized"})
 _STARTUP_TAINT_PREFIXES = ("startup-taint.cluster-autoscaler.kubernetes.io/",
                            "ignore-taint.cluster-autoscaler.kubernetes.io/")
+
+
+def _int(text: Any) -> int:
+    return int(text) if isinstance(text, str) and text.isdigit() else 0
+
+
+def _created_since(node: Mapping[str, Any], since: Any) -> bool:
+    created = predicates.parse_time(_meta(node).get("creationTimestamp"))
+    return since is None or (created is not None and created >= since)
 
 
 def _node_ready(node: Mapping[str, Any] | None) -> bool:

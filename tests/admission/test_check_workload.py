@@ -126,7 +126,13 @@ async def test_needs_capacity_creates_one_request_for_the_plans_exact_shape(
     term = spec["affinity"]["podAntiAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["topologyKey"] == c.HOSTNAME_LABEL
-    assert term["labelSelector"]["matchLabels"] == {c.PLACEHOLDER_LABEL: "train-fitgate-1"}
+    # Every placeholder repels every other (two requests never share a new node), and
+    # none lands on a node fitcore already found wanting (the autoscaler sees only CPU).
+    assert term["labelSelector"] == {"matchExpressions": [
+        {"key": c.PLACEHOLDER_LABEL, "operator": "Exists"}]}
+    assert spec["affinity"]["nodeAffinity"] == {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": c.HOSTNAME_LABEL, "operator": "NotIn", "values": ["cpu-1"]}]}]}}
     assert tpl["template"]["metadata"]["labels"][c.PLACEHOLDER_LABEL] == "train-fitgate-1"
     # templates before the request: the autoscaler fails a request without them
     creates = [x.kind for x in world.api.verbs("create")]
@@ -197,6 +203,25 @@ async def test_nodes_added_for_the_request_before_it_says_provisioned_are_not_ta
     e = world.entry()
     assert e["state"] == "Ready"
     assert e["podSetUpdates"][0]["annotations"][c.CONSUME_ANNOTATION] == "train-fitgate-1"
+
+
+async def test_a_node_another_gangs_request_brought_is_not_taken_from_it(
+        world: w.World) -> None:
+    """Two gangs need a new h100 node each. `train` asked first; its node arrives before
+    `other` is decided. That node is `train`'s: `other` asks for its own instead of
+    taking it (e2e scenario 11, four big gangs: the second took the first's node, whose
+    verification then failed as a 'coordination' misfit)."""
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    world.set_request_condition("train-fitgate-1", c.PROVISIONED)
+    world.seed(*w.node("h100-a", created=w.NEW, shape="h100"),
+               w.admitted(w.workers(2), name="other"))
+    await world.reconcile(name="other")
+    assert world.entry("other")["state"] == "Pending"
+    assert world.request_names() == ["other-fitgate-1", "train-fitgate-1"]
+    await world.reconcile()
+    assert world.entry()["state"] == "Ready"
+    assert world.entry()["message"].startswith("verified on the nodes of ProvisioningRequest")
 
 
 # ----------------------------------------------------------- restart safety
