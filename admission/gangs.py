@@ -44,6 +44,10 @@ class Assignment:
     flavors: Mapping[str, str]  # resource -> ResourceFlavor name
     node_labels: Mapping[str, str]  # union of the flavors' spec.nodeLabels
     tolerations: tuple[Mapping[str, Any], ...]  # the flavors' spec.tolerations
+    #: Kueue's topology-aware scheduling places this pod set's pods (a TAS flavor: the
+    #: assignment has a `topologyAssignment`, or one is pending): its ungater pins each pod
+    #: to a domain, and its node controller terminates pods pinned to other nodes.
+    topology_assigned: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -154,7 +158,9 @@ def _assignments(who: str, admission: Mapping[str, Any], pod_sets: list[Any],
             for t in fspec.get("tolerations") or []:
                 if t not in tolerations:
                     tolerations.append(t)
-        out[name] = Assignment(count, dict(by_resource), labels, tuple(tolerations))
+        out[name] = Assignment(count, dict(by_resource), labels, tuple(tolerations),
+                               bool(a.get("topologyAssignment")
+                                    or a.get("delayedTopologyRequest")))
     return out
 
 

@@ -7,9 +7,14 @@ on node templates and knows nothing of DRA devices, so fitgate asks for nodes wi
 - carries one node's share of the gang (the largest sum of the cpu, memory and other
   non-DRA requests the plan puts on one new node of that shape; no ResourceClaims),
 - selects the shape's node group by the shape's `nodeLabels` and tolerates its taints,
-- repels the other placeholders of the same request on `kubernetes.io/hostname` (required
+- repels every other fitgate placeholder on `kubernetes.io/hostname` (required
   anti-affinity on a label fitgate sets; Kueue strips controller-uid labels), so the
-  autoscaler adds exactly `count` nodes, one per placeholder.
+  autoscaler adds exactly `count` nodes, one per placeholder, and two requests never
+  share a new node (each planned node is one gang's);
+- avoids the nodes that existed when fitcore planned (required node affinity
+  `kubernetes.io/hostname NotIn ...`): fitcore found them unable to host the gang, but
+  the autoscaler sees only CPU and memory and would otherwise book a placeholder on an
+  existing node with room, report Provisioned, and add no node.
 
 Names are deterministic, so a restarted controller finds what it created instead of
 asking twice: `{workload}-{check}-{attempt}` as Kueue's own check names them (attempt =
@@ -197,9 +202,10 @@ def provisioning_class(shape: shapes.NodeShape) -> str:
 
 
 def pod_template(*, name: str, namespace: str, request: str, shape: shapes.NodeShape,
-                 share: Mapping[str, Quantity], labels: Mapping[str, str]
-                 ) -> client.Obj:
-    """The placeholder pod of one node of `shape` for `request` (module docstring)."""
+                 share: Mapping[str, Quantity], labels: Mapping[str, str],
+                 avoid: Sequence[str] = ()) -> client.Obj:
+    """The placeholder pod of one node of `shape` for `request`, kept off the nodes
+    `avoid` (module docstring)."""
     repel = {c.PLACEHOLDER_LABEL: label_value(request)}
     resources = {k: str(q) for k, q in sorted(share.items()) if k != "pods"}
     tolerations = [{"key": t.key, "operator": "Exists", "effect": t.effect}
@@ -207,13 +213,18 @@ def pod_template(*, name: str, namespace: str, request: str, shape: shapes.NodeS
     spec: dict[str, Any] = {
         "nodeSelector": dict(shape.node_labels),
         "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": dict(repel)},
+            {"labelSelector": {"matchExpressions": [
+                {"key": c.PLACEHOLDER_LABEL, "operator": "Exists"}]},
              "topologyKey": c.HOSTNAME_LABEL}]}},
         "containers": [{"name": "placeholder", "image": PLACEHOLDER_IMAGE,
                         "resources": {"requests": resources} if resources else {}}],
     }
     if tolerations:
         spec["tolerations"] = tolerations
+    if avoid:
+        spec["affinity"]["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": c.HOSTNAME_LABEL, "operator": "NotIn", "values": sorted(avoid)}]}]}}
     return {"apiVersion": kinds.POD_TEMPLATE.api_version, "kind": "PodTemplate",
             "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
             "template": {"metadata": {"labels": {**repel, c.MANAGED_LABEL: "fitgate"}},
@@ -260,7 +271,7 @@ def build(workload: client.Obj, g: gang.Gang, check: str, attempt: int, index: i
         tname = template_name(name, shape_name)
         templates.append(pod_template(name=tname, namespace=namespace, request=name,
                                       shape=shape, share=shares.get(shape_name, {}),
-                                      labels=labels))
+                                      labels=labels, avoid=sorted(chosen.existing_nodes)))
         pod_sets.append({"podTemplateRef": {"name": tname}, "count": count})
     spec: dict[str, Any] = {"provisioningClassName": classes.pop(), "podSets": pod_sets}
     if parameters:

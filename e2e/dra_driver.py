@@ -14,6 +14,12 @@ driver's namespace), one key per shape, each a YAML document::
     devices: [<ResourceSlice v1 device>, ...]   # what the shape promises
     faultyDevices: [<device>, ...]  # what a faulty node publishes instead
     faultyNodes: annotated          # "annotated" (default) or "all"
+    sharedCounters: [<CounterSet>, ...]   # optional: partitionable devices' counters
+
+With ``sharedCounters`` the node's pool is two slices, as resource.k8s.io/v1 requires (a
+slice holds devices or counter sets, never both): ``<node>-<driver>`` with the devices
+(whose ``consumesCounters`` name those sets) and ``<node>-<driver>-counters`` with the
+counter sets, both of ``resourceSliceCount: 2`` and one generation.
 
 A node is faulty when its shape says ``faultyNodes: all`` or the node carries the
 annotation ``e2e.fitgate.io/faulty: "true"``; the annotation
@@ -81,27 +87,59 @@ def delay_seconds(shape: dict[str, Any], node: dict[str, Any]) -> float:
         return 0.0
 
 
+def counters_slice_name(node: str, driver: str) -> str:
+    """The name of the slice holding (node, driver)'s shared counters."""
+    return f"{slice_name(node, driver)[:244]}-counters"
+
+
 def resource_slice(node: dict[str, Any], driver: str, devices: list[dict[str, Any]],
-                   generation: int) -> dict[str, Any]:
+                   generation: int, slice_count: int = 1,
+                   shared_counters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The devices slice of (node, driver), or with ``shared_counters`` its counters
+    slice; ``slice_count`` is the pool's ``resourceSliceCount``."""
     name = node["metadata"]["name"]
+    spec: dict[str, Any] = {
+        "driver": driver, "nodeName": name,
+        "pool": {"name": name, "generation": generation, "resourceSliceCount": slice_count}}
+    if shared_counters is not None:
+        spec["sharedCounters"] = shared_counters
+    else:
+        spec["devices"] = devices
     return {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
         "metadata": {
-            "name": slice_name(name, driver),
+            "name": (counters_slice_name(name, driver) if shared_counters is not None
+                     else slice_name(name, driver)),
             "labels": {MANAGED_LABEL: MANAGER},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
                                  "uid": node["metadata"]["uid"]}],
         },
-        "spec": {"driver": driver, "nodeName": name,
-                 "pool": {"name": name, "generation": generation, "resourceSliceCount": 1},
-                 "devices": devices},
+        "spec": spec,
     }
+
+
+def desired_slices(shape: dict[str, Any], node: dict[str, Any], driver: str,
+                   generation: int) -> list[dict[str, Any]]:
+    """The slices of ``node``'s pool: devices, and the counter sets if the shape has any."""
+    devices = desired_devices(shape, node)
+    counters = shape.get("sharedCounters")
+    if not counters:
+        return [resource_slice(node, driver, devices, generation)]
+    return [resource_slice(node, driver, devices, generation, 2),
+            resource_slice(node, driver, [], generation, 2, list(counters))]
 
 
 def device_class(driver: str) -> dict[str, Any]:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
             "metadata": {"name": driver, "labels": {MANAGED_LABEL: MANAGER}},
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}}
+
+
+def _content(slice_: dict[str, Any]) -> tuple[Any, ...]:
+    """What a published slice says, generation aside."""
+    spec = slice_["spec"]
+    return (spec.get("devices") or [], spec.get("sharedCounters") or [],
+            spec["pool"].get("resourceSliceCount"))
 
 
 class Driver:
@@ -158,25 +196,36 @@ class Driver:
                 continue
             driver = shape.get("driver", DEFAULT_DRIVER)
             await self.ensure_class(driver)
-            name = slice_name(meta["name"], driver)
-            wanted.add(name)
+            names = [slice_name(meta["name"], driver),
+                     counters_slice_name(meta["name"], driver)]
             seen = self.first_seen.setdefault(meta["uid"], now)
             if now - seen < delay_seconds(shape, node):
-                wanted.discard(name)  # not yet: a slow node has published nothing
+                continue  # not yet: a slow node has published nothing
+            olds = [current.get(n) for n in names]
+            gen = max((int(o["spec"]["pool"].get("generation", 1)) for o in olds if o),
+                      default=1)
+            slices = desired_slices(shape, node, driver, gen)
+            wanted.update(s["metadata"]["name"] for s in slices)
+            changed = any(current.get(s["metadata"]["name"]) is None
+                          or _content(current[s["metadata"]["name"]]) != _content(s)
+                          for s in slices)
+            if not changed:
                 continue
-            devices = desired_devices(shape, node)
-            old = current.get(name)
-            if old is None:
-                await self.custom.create_cluster_custom_object(
-                    *RESOURCE, "resourceslices", resource_slice(node, driver, devices, 1))
-                log.info("published %s (%d devices)", name, len(devices))
-            elif old["spec"].get("devices", []) != devices:
-                gen = int(old["spec"]["pool"].get("generation", 1)) + 1
-                body = resource_slice(node, driver, devices, gen)
-                body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-                await self.custom.replace_cluster_custom_object(
-                    *RESOURCE, "resourceslices", name, body)
-                log.info("republished %s (%d devices, generation %d)", name, len(devices), gen)
+            if any(olds):  # a new generation, so the scheduler never mixes the two
+                slices = desired_slices(shape, node, driver, gen + 1)
+            for body in slices:
+                old = current.get(body["metadata"]["name"])
+                if old is None:
+                    await self.custom.create_cluster_custom_object(
+                        *RESOURCE, "resourceslices", body)
+                else:
+                    body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+                    await self.custom.replace_cluster_custom_object(
+                        *RESOURCE, "resourceslices", body["metadata"]["name"], body)
+                log.info("published %s (%d devices, %d counter sets, generation %d)",
+                         body["metadata"]["name"], len(body["spec"].get("devices") or []),
+                         len(body["spec"].get("sharedCounters") or []),
+                         body["spec"]["pool"]["generation"])
         for name in set(current) - wanted:
             with contextlib.suppress(ApiException):
                 await self.custom.delete_cluster_custom_object(*RESOURCE, "resourceslices",

@@ -45,6 +45,8 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "AdmissionCheck": ("admissionchecks", False),
     "ProvisioningRequestConfig": ("provisioningrequestconfigs", False),
     "Topology": ("topologies", False),
+    "FitPolicy": ("fitpolicies", False),
+    "NodeShape": ("nodeshapes", False),
     "Cohort": ("cohorts", False),
     "ProvisioningRequest": ("provisioningrequests", True),
     "CustomResourceDefinition": ("customresourcedefinitions", False),

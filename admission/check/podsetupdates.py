@@ -21,6 +21,11 @@ against all of those first:
   - the consume-provisioning-request annotations are left out (another check set them,
     so the pods consume that check's request): the message says so.
 
+A pod set Kueue's topology-aware scheduling places (a TAS flavor: its assignment has a
+`topologyAssignment`) gets neither: Kueue's ungater pins each pod to a domain of that
+assignment and its node controller terminates pods pinned by hostname to a node outside
+it, so fitgate adds only its topology-domain pin (and the autoscaler annotations).
+
 What fitgate adds per pod set: labels `fitgate.io/placement: <workload uid>` and
 `fitgate.io/pod-set: <name>`; a nodeSelector pin when all its pods go to one node
 (`kubernetes.io/hostname`) or to one topology domain (the pod set's required topology
@@ -106,6 +111,21 @@ def build(workload: Mapping[str, Any], check: str, wg: gangs.WorkloadGang,
             update.setdefault(field, {})[key] = value
             return True
 
+        if assignment is not None and assignment.topology_assigned:
+            # Kueue's TAS places these pods (its ungater pins each to a domain of its
+            # assignment; its node controller terminates pods pinned by hostname outside
+            # it): no per-pod release and no node pin, only the topology domain.
+            notes.append(f"pod set {pod_set.name}: Kueue's topology-aware scheduling "
+                         "places its pods; fitgate pins its topology domain only")
+            domain = domains.get(pod_set.name)
+            if pod_set.topology and domain and not add("nodeSelector", pod_set.topology,
+                                                       domain):
+                notes.append(f"pod set {pod_set.name}: nodeSelector {pod_set.topology} is "
+                             f"already {taken['nodeSelector'][pod_set.topology]!r}")
+            for key, value in (annotations or {}).items():
+                add("annotations", key, value)
+            out.append(update)
+            continue
         if not add("labels", c.PLACEMENT_LABEL, uid) and not add(
                 "labels", c.PLACEMENT_WORKLOAD_LABEL, uid):
             notes.append(f"pod set {pod_set.name}: labels {c.PLACEMENT_LABEL} and "

@@ -38,6 +38,7 @@ the API, so a second reconciler over the same state finds what the first created
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -48,7 +49,8 @@ from typing import Any, Protocol
 import structlog
 
 from admission import clock as clock_
-from admission import controller, failpoint, gangs, metrics, policy, provisioning, release, serve
+from admission import (controller, failpoint, fitting, gangs, metrics, policy, provisioning,
+                       release, serve)
 from admission.check import constants as c
 from admission.check import events, podsetupdates, predicates
 from admission.check.predicates import Verdict
@@ -156,8 +158,13 @@ class NodeReadiness:
 class WorkloadReconciler:
     def __init__(self, api: client.Client, stores: Stores, inventory: Inventory, *,
                  clock: clock_.Clock | None = None, settings: Settings | None = None,
-                 recorder: events.Recorder | None = None) -> None:
+                 recorder: events.Recorder | None = None,
+                 idle: fitting.Engine | None = None) -> None:
         self.api = api
+        # The gate's question, "could the gang ever fit as configured?" (an engine over
+        # the idle cluster), asked before a gang is Rejected (see `never_fits`).
+        self.idle = idle
+        self._idle_lock = asyncio.Lock()
         self.stores = stores
         self.inventory = inventory
         self.clock = clock or clock_.SystemClock()
@@ -289,6 +296,60 @@ class WorkloadReconciler:
             out |= waiting
         return out
 
+    def node_owners(self) -> dict[str, tuple[str, str, bool]]:
+        """New nodes fitgate's ProvisioningRequests brought: node -> (request, workload
+        uid, whether that workload is admitted).
+
+        A request owns, per shape of its plan, the planned count of that shape's nodes
+        created after it, oldest nodes to the oldest requests first (creation time, then
+        resourceVersion: several requests are created within a second). Every gang's
+        decision reads the same owners, so no two gangs count the same new node: another
+        gang's node stays out of a plan until that gang is admitted (then
+        `promised_nodes` holds it until its pods bind), and a request waits for a node
+        of its own instead of verifying on another's."""
+        requests = sorted(
+            (r for r in self.stores.provisioning_requests.list()
+             if _labels(r).get(c.MANAGED_LABEL) == "fitgate"),
+            key=lambda r: (str(_meta(r).get("creationTimestamp") or ""),
+                           _int(_meta(r).get("resourceVersion"))))
+        if not requests:
+            return {}
+        node_shapes, _ = self.node_shapes()
+        nodes = sorted(self.stores.nodes.list(),
+                       key=lambda n: (str(_meta(n).get("creationTimestamp") or ""),
+                                      str(_meta(n).get("name"))))
+        names = predicates.ours(self.stores.admission_checks.list())
+        out: dict[str, tuple[str, str, bool]] = {}
+        for r in requests:
+            key = workload_of_request(r)
+            wl = self.stores.workloads.get(key[1], key[0]) if key else None
+            admitted = wl is not None and any(
+                e.get("state") == c.READY for e in predicates.entries(wl, names))
+            since = predicates.parse_time(_meta(r).get("creationTimestamp"))
+            try:
+                planned = provisioning.plan_from_json(
+                    (_meta(r).get("annotations") or {}).get(c.PLAN_ANNOTATION) or "")
+            except (ValueError, KeyError, TypeError):
+                continue
+            owner = (str(_meta(r).get("name")), str(_labels(r).get(c.WORKLOAD_UID_LABEL)),
+                     admitted)
+            for sc in planned.shapes:
+                shape = node_shapes.get(sc.shape)
+                if shape is None:
+                    continue
+                mine = [str(_meta(n)["name"]) for n in nodes
+                        if str(_meta(n)["name"]) not in out
+                        and _created_since(n, since)
+                        and all((_meta(n).get("labels") or {}).get(k) == v
+                                for k, v in shape.node_labels.items())][:sc.count]
+                out.update((n, owner) for n in mine)
+        return out
+
+    def requested_nodes(self, except_uid: str) -> set[str]:
+        """New nodes other gangs' requests brought, those gangs not admitted yet."""
+        return {n for n, (_, uid, admitted) in self.node_owners().items()
+                if uid != except_uid and not admitted}
+
     async def only_promises_differ(self, wl: client.Obj, verdict: str,
                                    without_promises: Callable[[], Awaitable[Any]]) -> bool:
         """Whether a decision that did not fit would have gone otherwise without the nodes
@@ -307,7 +368,8 @@ class WorkloadReconciler:
                        ) -> Callable[[Any], bool] | None:
         """Where the gang may go: its FitPolicy scope, minus nodes promised to others."""
         allowed = scope.node_filter if scope is not None else None
-        promised = self.promised_nodes(str(_meta(wl).get("uid")))
+        uid = str(_meta(wl).get("uid"))
+        promised = self.promised_nodes(uid) | self.requested_nodes(uid)
         if not promised:
             return allowed
 
@@ -375,7 +437,8 @@ class WorkloadReconciler:
             return await self.sync_new_request(wl, entry, wg, attempt, 0, result.plan,
                                                list(result.alternatives),
                                                why=list(result.reasons))
-        if result.verdict == "unsatisfiable" and result.category == "configuration":
+        if result.verdict == "unsatisfiable" and result.category == "configuration" \
+                and await self.never_fits(wg.gang, scope):
             return await self.sync_status(wl, entry, Verdict(
                 c.REJECTED, predicates.message("configuration", "the gang can never fit: "
                                                + "; ".join(result.reasons)),
@@ -388,6 +451,20 @@ class WorkloadReconciler:
         return await self.sync_status(wl, entry, self.retry(
             entry, "capacity", "does not fit now, and the node shapes' limits allow no plan: "
             + "; ".join(result.reasons)))
+
+    async def never_fits(self, gang_: gang.Gang, scope: policy.Scope | None) -> bool:
+        """Whether the gang fits no node and no shape even with nothing running: only then
+        is it Rejected (which deactivates the Workload). On the real usage, a pod that no
+        node can host *now* (its nodes busy, or promised to gangs still binding) also
+        reads as "configuration"; on the idle cluster it is a matter of capacity, retried.
+        Without an idle engine, the real usage's answer stands."""
+        if self.idle is None:
+            return True
+        async with self._idle_lock:  # one engine, one decision at a time
+            idle = await asyncio.to_thread(
+                self.idle.plan, gang_, scope.shapes if scope else None,
+                scope.node_filter if scope else None)
+        return idle.verdict == "unsatisfiable" and idle.category == "configuration"
 
     def retry(self, entry: Mapping[str, Any], category: predicates.Category, text: str
               ) -> Verdict:
@@ -590,6 +667,8 @@ class WorkloadReconciler:
         shape publishes."""
         node_shapes, _ = self.node_shapes()
         existing = planned.existing_nodes
+        owners = self.node_owners()  # another request's new node is not this one's
+        request_name = str(_meta(request).get("name"))
         slices_of: dict[str, set[str]] = {}
         for s in self.stores.resource_slices.list():
             spec = s.get("spec") or {}
@@ -607,6 +686,8 @@ class WorkloadReconciler:
             drivers = {s.driver for s in shape.slices} if shape else set()
             mine = sorted(str(_meta(n)["name"]) for n in self.stores.nodes.list()
                           if _meta(n)["name"] not in existing
+                          and owners.get(str(_meta(n)["name"]), (request_name,))[0]
+                          == request_name
                           and all((_meta(n).get("labels") or {}).get(k) == v
                                   for k, v in labels.items()))
             new_nodes[shape_name] = mine
@@ -881,6 +962,15 @@ _STARTUP_TAINT_PREFIXES = ("startup-taint.cluster-autoscaler.kubernetes.io/",
                            "ignore-taint.cluster-autoscaler.kubernetes.io/")
 
 
+def _int(text: Any) -> int:
+    return int(text) if isinstance(text, str) and text.isdigit() else 0
+
+
+def _created_since(node: Mapping[str, Any], since: Any) -> bool:
+    created = predicates.parse_time(_meta(node).get("creationTimestamp"))
+    return since is None or (created is not None and created >= since)
+
+
 def _node_ready(node: Mapping[str, Any] | None) -> bool:
     """Ready, and carrying none of the taints of a node still starting."""
     if node is None or not predicates.is_true(node, "Ready"):
@@ -941,5 +1031,7 @@ def component(ctx: serve.Context) -> serve.Component:
         kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE, kinds.POD)})
     return serve.Component(controllers=[
         WorkloadReconciler(ctx.api, stores, ctx.inventory, clock=ctx.clock,
-                           settings=settings),
+                           settings=settings, idle=fitting.StoreEngine(
+                               {k: ctx.informers.store(k) for k in fitting.IDLE_KINDS},
+                               idle=True, kube_version=ctx.config.kube_version)),
         release.ReleaseController(ctx.api, ctx.informers.store(kinds.POD))])

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import REGISTRY
 
-from admission import provisioning
+from admission import fitting, provisioning
 from admission.check import constants as c
+from admission.check import workload as wlr
 from admission.kube import errors, kinds
 from tests.admission import builders as ab
 from tests.admission import world as w
@@ -125,7 +126,13 @@ async def test_needs_capacity_creates_one_request_for_the_plans_exact_shape(
     term = spec["affinity"]["podAntiAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["topologyKey"] == c.HOSTNAME_LABEL
-    assert term["labelSelector"]["matchLabels"] == {c.PLACEHOLDER_LABEL: "train-fitgate-1"}
+    # Every placeholder repels every other (two requests never share a new node), and
+    # none lands on a node fitcore already found wanting (the autoscaler sees only CPU).
+    assert term["labelSelector"] == {"matchExpressions": [
+        {"key": c.PLACEHOLDER_LABEL, "operator": "Exists"}]}
+    assert spec["affinity"]["nodeAffinity"] == {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": c.HOSTNAME_LABEL, "operator": "NotIn", "values": ["cpu-1"]}]}]}}
     assert tpl["template"]["metadata"]["labels"][c.PLACEHOLDER_LABEL] == "train-fitgate-1"
     # templates before the request: the autoscaler fails a request without them
     creates = [x.kind for x in world.api.verbs("create")]
@@ -270,6 +277,25 @@ async def test_nodes_added_for_the_request_before_it_says_provisioned_are_not_ta
     e = world.entry()
     assert e["state"] == "Ready"
     assert e["podSetUpdates"][0]["annotations"][c.CONSUME_ANNOTATION] == "train-fitgate-1"
+
+
+async def test_a_node_another_gangs_request_brought_is_not_taken_from_it(
+        world: w.World) -> None:
+    """Two gangs need a new h100 node each. `train` asked first; its node arrives before
+    `other` is decided. That node is `train`'s: `other` asks for its own instead of
+    taking it (e2e scenario 11, four big gangs: the second took the first's node, whose
+    verification then failed as a 'coordination' misfit)."""
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    world.set_request_condition("train-fitgate-1", c.PROVISIONED)
+    world.seed(*w.node("h100-a", created=w.NEW, shape="h100"),
+               w.admitted(w.workers(2), name="other"))
+    await world.reconcile(name="other")
+    assert world.entry("other")["state"] == "Pending"
+    assert world.request_names() == ["other-fitgate-1", "train-fitgate-1"]
+    await world.reconcile()
+    assert world.entry()["state"] == "Ready"
+    assert world.entry()["message"].startswith("verified on the nodes of ProvisioningRequest")
 
 
 # ----------------------------------------------------------- restart safety
@@ -731,3 +757,32 @@ async def test_nodes_promised_to_an_admitted_gang_are_not_promised_again(
                                  "labels": {c.PLACEMENT_LABEL: uid}},
                     "spec": {"nodeName": "n1", "containers": []}})
     assert r.promised_nodes("someone-else") == set()
+
+
+async def test_a_gang_that_fits_no_busy_node_is_retried_not_rejected(world: w.World) -> None:
+    # n1 is the only node the gangs select. `train` is admitted there (promised until its
+    # pod binds); `other` fits no node now (n1 promised, and busy: a running pod holds 50
+    # of its 64 CPUs), which on the real usage reads as "no node can host it"
+    # (configuration). Rejected would deactivate the Workload for good, yet on an idle n1
+    # it fits: a matter of capacity, retried (the gate's question, asked again here).
+    busy = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "busy", "namespace": "default", "uid": "busy-uid"},
+            "spec": {"nodeName": "n1", "containers": [
+                {"name": "main", "resources": {"requests": {"cpu": "50"}}}]},
+            "status": {"phase": "Running"}}
+    world.seed(*w.base(), *w.node("n1"), busy, w.admitted(w.workers(1)),
+               w.admitted(w.workers(1, cpu="20"), name="other"))
+    r = wlr.WorkloadReconciler(world.api, wlr.Stores.of(world.stores), world.inventory,
+                               clock=world.clock,
+                               idle=fitting.StoreEngine(world.stores, idle=True))
+    assert await world.reconcile(r) is None
+    assert world.entry()["state"] == "Ready"
+    await world.reconcile(r, name="other")
+    e = world.entry("other")
+    assert e["state"] == "Retry", e
+    assert e["message"].startswith("capacity: does not fit now"), e["message"]
+    # What fits no node even idle is still Rejected: 80 CPUs on a 64-CPU node.
+    world.seed(w.admitted(w.workers(1, cpu="80"), name="huge"))
+    await world.reconcile(r, name="huge")
+    assert world.entry("huge")["state"] == "Rejected"
+    assert world.entry("huge")["message"].startswith("configuration: the gang can never fit")

@@ -90,3 +90,23 @@ def test_consume_annotations_set_by_another_check_are_not_overwritten() -> None:
     assert u.pod_set_updates[0]["annotations"] == {c.CLASS_ANNOTATION: "cls"}
     assert "annotation autoscaling.x-k8s.io/consume-provisioning-request is already set" \
         in u.notes[0]
+
+
+@pytest.mark.parametrize("pending", [False, True], ids=["assigned", "delayed"])
+def test_a_pod_set_kueue_tas_places_gets_the_domain_pin_only(pending: bool) -> None:
+    # Kueue's TAS ungater pins each pod to a domain of its topologyAssignment, and its
+    # node controller terminates pods pinned by hostname to a node outside it (e2e
+    # scenario 2): so no per-pod release (placement label) and no hostname pin.
+    wl = w.admitted(w.workers(2, topology=gb.RACK))
+    psa = wl["status"]["admission"]["podSetAssignments"][0]
+    if pending:
+        psa["delayedTopologyRequest"] = "Pending"
+    else:
+        psa["topologyAssignment"] = {"levels": [gb.RACK], "slices": [
+            {"domainCount": 1, "podCounts": {"universal": 2},
+             "valuesPerLevel": [{"universal": "rack-7"}]}]}
+    u = build(wl, ONE_NODE, {"workers": "rack-7"}, annotations={"a.example/consume": "pr"})
+    assert u.pod_set_updates == [{"name": "workers", "nodeSelector": {gb.RACK: "rack-7"},
+                                  "annotations": {"a.example/consume": "pr"}}]
+    assert u.notes == ["pod set workers: Kueue's topology-aware scheduling places its pods; "
+                       "fitgate pins its topology domain only"]
