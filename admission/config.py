@@ -54,6 +54,9 @@ class Config(pydantic.BaseModel):
     health_address: str = pydantic.Field("0.0.0.0", description="address of /healthz, "
                                                                 "/readyz and /metrics")
     health_port: int = pydantic.Field(8081, ge=0, le=65535, description="0: any free port")
+    webhook_address: str = pydantic.Field(
+        "0.0.0.0", description="address the webhook listens on (all interfaces: the API "
+                               "server reaches it through its Service)")
     webhook_port: int = pydantic.Field(9443, ge=0, le=65535)
     cert_dir: str | None = pydantic.Field(None, description="webhook TLS tls.crt/tls.key")
 
@@ -69,6 +72,10 @@ class Config(pydantic.BaseModel):
     provisioning_wait: float = pydantic.Field(
         600.0, gt=0, description="seconds to wait for provisioned nodes and their "
                                  "ResourceSlices before verifying")
+    switch_interval: float = pydantic.Field(
+        0.001, gt=0, le=0.1, description="seconds a thread holds the GIL while another "
+        "waits (sys.setswitchinterval): the longest the event loop waits for a decision "
+        "running in a thread, per wait (Python's default is 0.005)")
 
     # Logs
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import json
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -221,6 +222,9 @@ class Service:
 async def serve(cfg: config.Config, *, factories: Sequence[Factory] | None = None) -> int:
     """The `fitgate serve` process: connect, run until SIGTERM/SIGINT, shut down."""
     flog.configure(cfg.log_level, cfg.log_format)
+    # Decisions run in threads and hold the GIL for long stretches of pure Python; the
+    # event loop (webhook, health, Lease, watches) waits at most this long per turn.
+    sys.setswitchinterval(cfg.switch_interval)
     api = await client.ApiClient.connect(cfg.kubeconfig, cfg.context,
                                          request_timeout=cfg.request_timeout)
     stop = asyncio.Event()

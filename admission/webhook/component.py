@@ -70,8 +70,8 @@ def component(ctx: serve.Context) -> serve.Component:
         clock=ctx.clock)
     servers: list[serve.Server] = []
     if ctx.config.cert_dir:
-        servers.append(WebhookServer(hooks, "0.0.0.0", ctx.config.webhook_port,
-                                     ctx.config.cert_dir))
+        servers.append(WebhookServer(hooks, ctx.config.webhook_address,
+                                     ctx.config.webhook_port, ctx.config.cert_dir))
     else:
         log.warning("webhook.disabled", reason="no cert_dir configured; the gate still runs")
     statuses = policy_status.PolicyStatusController(ctx.api, stores[kinds.FIT_POLICY],
