@@ -72,6 +72,10 @@ class Config(pydantic.BaseModel):
     provisioning_wait: float = pydantic.Field(
         600.0, gt=0, description="seconds to wait for provisioned nodes and their "
                                  "ResourceSlices before verifying")
+    webhook_decisions: Literal["process", "thread"] = pydantic.Field(
+        "process", description="where the webhook's fit decisions run: a child process "
+        "with its own inventory (the loop never shares the GIL or the garbage collector "
+        "with them) or a thread of this process (less memory, for small clusters)")
     switch_interval: float = pydantic.Field(
         0.001, gt=0, le=0.1, description="seconds a thread holds the GIL while another "
         "waits (sys.setswitchinterval): the longest the event loop waits for a decision "

@@ -29,10 +29,11 @@ Ignore`), so the webhook's latency is bounded by design, never by the engine:
   job's spec, the FitPolicy scope) and the version of the cluster as the engine reads it
   (bumped by every Node, ResourceSlice, DeviceClass, NodeShape, ResourceClaimTemplate,
   FitPolicy or Namespace change a decision can see; not by heartbeats or pods).
-- A question not in the cache goes to one bounded worker (one thread, at most
-  `max_pending` distinct questions queued or running; identical questions share one
-  decision). The review waits for it at most `decision_budget_seconds` from its start;
-  past that it is allowed **without a warning** (the user is told nothing false), the
+- A question not in the cache goes to one bounded worker (`decider.py`: in `fitgate
+  serve` a child process with its own inventory; at most `max_pending` distinct questions
+  queued or running; identical questions share one decision). The review waits for it
+  at most `decision_budget_seconds` from its start; past that it is allowed **without a
+  warning** (the user is told nothing false), the
   response's audit annotation `fit-check` says it was not checked and why, and the
   `fitgate_webhook_validations_total{outcome}` metric counts it (`deferred`). The decision
   finishes in the worker and lands in the cache, so the next review of that spec is
@@ -42,16 +43,13 @@ Ignore`), so the webhook's latency is bounded by design, never by the engine:
   not yet filled reads as empty; an engine error is allowed with a warning; the whole
   review is bounded by `budget_seconds` (a net, set below the webhook's timeoutSeconds).
 
-The engine's decision is pure Python for most of its time and holds the GIL while it runs;
-the event loop gets the GIL back within the interpreter's switch interval, which `fitgate
-serve` shortens (`Config.switch_interval`, docs/gate.md has the measurements).
+Why the worker is a process and not a thread: `decider.py` (measured; docs/gate.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -63,7 +61,7 @@ import structlog
 
 from admission import fitting, gating, metrics, policy, release
 from admission.kube import client, kinds, store
-from admission.webhook import models
+from admission.webhook import decider, models
 
 log = structlog.get_logger("fitgate.webhook")
 Hook = Literal["mutate-jobs", "validate-jobs", "mutate-pods"]
@@ -101,12 +99,16 @@ class Hooks:
     (LocalQueue, ClusterQueue, AdmissionCheck, Namespace, FitPolicy, NodeShape,
     ResourceClaimTemplate, ResourceClaim and what the engine reads)."""
 
-    def __init__(self, stores: Mapping[kinds.Kind, store.Store], engine: fitting.Engine, *,
+    def __init__(self, stores: Mapping[kinds.Kind, store.Store],
+                 engine: fitting.Engine | decider.ThreadDecider | decider.ProcessDecider, *,
                  config: Config | None = None, pod_gate: PodGate = release.gate_patch,
                  ready: Callable[[], bool] = lambda: True) -> None:
         self.config = config or Config()
         self.stores = stores
-        self.engine = engine
+        # Where decisions run: an engine of this process is run in one worker thread.
+        self.decider: decider.Decider = (
+            engine if isinstance(engine, (decider.ThreadDecider, decider.ProcessDecider))
+            else decider.ThreadDecider(engine))
         self.pod_gate = pod_gate
         self.ready = ready
         self.queues = gating.Queues(self._store(kinds.LOCAL_QUEUE),
@@ -115,8 +117,6 @@ class Hooks:
                                     self.config.controller)
         self.policies = policy.Policies(self._store(kinds.FIT_POLICY))
         self._kinds = {(k.group, k.kind): k for k in self.config.job_kinds}
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="fitgate-webhook-engine")
         self._version = 0
         # A verdict depends on the idle cluster (nodes, devices, shapes), the claims the
         # job names, and the policies: not on pods coming and going.
@@ -141,7 +141,7 @@ class Hooks:
         return on_event
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.decider.close()
 
     # ------------------------------------------------------------------ dispatch
 
@@ -297,9 +297,7 @@ class Hooks:
         gang_ = fitting.gang_of(obj, self.stores)
         if len(self._inflight) >= self.config.max_pending:
             return None
-        loop = asyncio.get_running_loop()
-        pending = loop.run_in_executor(self._executor, fitting.decide, self.engine, gang_,
-                                       scope)
+        pending = asyncio.wrap_future(self.decider.submit(obj, gang_, scope))
         self._inflight[key] = pending
         pending.add_done_callback(lambda f: self._settle(key, f))
         return pending
