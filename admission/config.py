@@ -72,6 +72,11 @@ class Config(pydantic.BaseModel):
     provisioning_wait: float = pydantic.Field(
         600.0, gt=0, description="seconds to wait for provisioned nodes and their "
                                  "ResourceSlices before verifying")
+    webhook_decision_budget: float = pydantic.Field(
+        0.010, gt=0, le=10, description="seconds a validation waits for a fit decision its "
+        "verdict cache does not hold before allowing the Job unchecked (decided in the "
+        "background for the next review of the spec); raise it to warn on first "
+        "submission at the cost of webhook latency")
     webhook_decisions: Literal["process", "thread"] = pydantic.Field(
         "process", description="where the webhook's fit decisions run: a child process "
         "with its own inventory (the loop never shares the GIL or the garbage collector "

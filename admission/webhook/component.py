@@ -74,7 +74,9 @@ def component(ctx: serve.Context) -> serve.Component:
                                    timeout=ctx.config.decision_timeout)
             if ctx.config.webhook_decisions == "process"
             else fitting.StoreEngine(stores, idle=True, kube_version=version))
-        hooks = review.Hooks(stores, deciding, ready=lambda: bool(ctx.informers.ready))
+        hooks = review.Hooks(stores, deciding, ready=lambda: bool(ctx.informers.ready),
+                             config=review.Config(
+                                 decision_budget_seconds=ctx.config.webhook_decision_budget))
         servers.append(WebhookServer(hooks, ctx.config.webhook_address,
                                      ctx.config.webhook_port, ctx.config.cert_dir))
     else:
