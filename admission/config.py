@@ -54,6 +54,9 @@ class Config(pydantic.BaseModel):
     health_address: str = pydantic.Field("0.0.0.0", description="address of /healthz, "
                                                                 "/readyz and /metrics")
     health_port: int = pydantic.Field(8081, ge=0, le=65535, description="0: any free port")
+    webhook_address: str = pydantic.Field(
+        "0.0.0.0", description="address the webhook listens on (all interfaces: the API "
+                               "server reaches it through its Service)")
     webhook_port: int = pydantic.Field(9443, ge=0, le=65535)
     cert_dir: str | None = pydantic.Field(None, description="webhook TLS tls.crt/tls.key")
 
@@ -74,6 +77,19 @@ class Config(pydantic.BaseModel):
                                   "Provisioned nor Failed before fitgate deletes it and "
                                   "retries the check (0: no deadline, for queued "
                                   "provisioning classes that answer in hours)")
+    webhook_decision_budget: float = pydantic.Field(
+        0.010, gt=0, le=10, description="seconds a validation waits for a fit decision its "
+        "verdict cache does not hold before allowing the Job unchecked (decided in the "
+        "background for the next review of the spec); raise it to warn on first "
+        "submission at the cost of webhook latency")
+    webhook_decisions: Literal["process", "thread"] = pydantic.Field(
+        "process", description="where the webhook's fit decisions run: a child process "
+        "with its own inventory (the loop never shares the GIL or the garbage collector "
+        "with them) or a thread of this process (less memory, for small clusters)")
+    switch_interval: float = pydantic.Field(
+        0.001, gt=0, le=0.1, description="seconds a thread holds the GIL while another "
+        "waits (sys.setswitchinterval): the longest the event loop waits for a decision "
+        "running in a thread, per wait (Python's default is 0.005)")
 
     # Logs
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -20,7 +20,7 @@ and ResourceClaims of its namespace.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from admission import inventory, policy
@@ -75,17 +75,28 @@ class Unreadable(Exception):
 def gang_of(obj: Mapping[str, Any], stores: Mapping[kinds.Kind, store.Store]) -> gang.Gang:
     """The gang of a batch/v1 Job or a Kueue Workload; raises Unreadable (with every field
     problem) for anything else or anything malformed."""
-    kind = obj.get("kind")
+    ns = namespace_of(obj)
+    rct = stores.get(kinds.RESOURCE_CLAIM_TEMPLATE)
+    rc = stores.get(kinds.RESOURCE_CLAIM)
+    return read_gang(obj, rct.list(ns) if rct is not None else (),
+                     rc.list(ns) if rc is not None else ())
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata")
     namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
-    ns = namespace if isinstance(namespace, str) and namespace else "default"
+    return namespace if isinstance(namespace, str) and namespace else "default"
+
+
+def read_gang(obj: Mapping[str, Any], templates: Iterable[client.Obj],
+              claims: Iterable[client.Obj]) -> gang.Gang:
+    """`gang_of` with the ResourceClaimTemplates and ResourceClaims of the object's
+    namespace given (those it does not name may be left out)."""
+    kind = obj.get("kind")
+    ns = namespace_of(obj)
     refs = workload.References()
-    rct = stores.get(kinds.RESOURCE_CLAIM_TEMPLATE)
-    if rct is not None:
-        refs.templates = {(ns, str(o["metadata"]["name"])): (o, None) for o in rct.list(ns)}
-    rc = stores.get(kinds.RESOURCE_CLAIM)
-    if rc is not None:
-        refs.claims = {(ns, str(o["metadata"]["name"])): (o, None) for o in rc.list(ns)}
+    refs.templates = {(ns, str(o["metadata"]["name"])): (o, None) for o in templates}
+    refs.claims = {(ns, str(o["metadata"]["name"])): (o, None) for o in claims}
     try:
         if kind == "Workload":
             return workload.workload(obj, refs)
@@ -98,6 +109,27 @@ def gang_of(obj: Mapping[str, Any], stores: Mapping[kinds.Kind, store.Store]) ->
         # input nobody foresaw, so a hostile object is refused, never a crash.
         raise Unreadable(f"{kind or 'object'}: cannot be read: {exc!r}") from exc
     raise Unreadable(f"kind {kind!r} has no gang reader (Job and Workload have)")
+
+
+def named_claims(obj: Any) -> tuple[set[str], set[str]]:
+    """The ResourceClaimTemplate and ResourceClaim names an object's pod templates name
+    (`resourceClaimTemplateName`, `resourceClaimName`, wherever they are)."""
+    templates: set[str] = set()
+    claims: set[str] = set()
+    todo = [obj]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, Mapping):
+            for k, v in item.items():
+                if k == "resourceClaimTemplateName" and isinstance(v, str):
+                    templates.add(v)
+                elif k == "resourceClaimName" and isinstance(v, str):
+                    claims.add(v)
+                elif isinstance(v, (Mapping, list)):
+                    todo.append(v)
+        elif isinstance(item, list):
+            todo.extend(v for v in item if isinstance(v, (Mapping, list)))
+    return templates, claims
 
 
 class StoreEngine:

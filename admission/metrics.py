@@ -20,6 +20,14 @@ The HTTP endpoint that serves the default registry is `fitgate serve`'s.
   capacity revoked), every new node from the Provisioned transition to that moment; for a
   verified request, the new nodes of the plan's shapes the gang's placement left empty.
 - `fitgate_decision_seconds{operation}`: fitcore's time per plan, verify or fit.
+- `fitgate_webhook_review_seconds{hook}`: the webhook's time per review (mutate-jobs,
+  validate-jobs, mutate-pods), from the parsed request to the response.
+- `fitgate_webhook_validations_total{outcome}`: how validate-jobs answered: `cached` (a
+  verdict for the same spec and cluster state), `decided` (within the decision budget),
+  `deferred` (allowed unchecked; the decision finishes in the background and the next
+  review of the spec is answered from the cache), `skipped` (allowed unchecked: the
+  bounded queue of decisions was full), `unreadable`, `failed` (an engine error),
+  `timed-out` (the whole review's budget).
 """
 
 from __future__ import annotations
@@ -43,6 +51,13 @@ UNUSED_NODE_SECONDS = Counter(
 DECISION_SECONDS = Histogram(
     "fitgate_decision_seconds", "fitcore decision latency", ["operation"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+
+WEBHOOK_REVIEW_SECONDS = Histogram(
+    "fitgate_webhook_review_seconds", "Webhook time per review, parsed request to response",
+    ["hook"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 2))
+WEBHOOK_VALIDATIONS = Counter(
+    "fitgate_webhook_validations",
+    "validate-jobs answers by outcome (cached, decided, deferred, skipped, ...)", ["outcome"])
 
 
 def decision(verdict: str, category: str | None) -> None:

@@ -292,6 +292,22 @@ class Scope:
         return self.node_filter is not None or self.shapes is not None
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeSelection:
+    """The nodes a scope allows, as a `NodeFilter`: none a `barred` selector matches, and
+    (unless `any_node`) one an `allowed` selector matches. A value, not a closure, so a
+    scope can be sent to another process (the webhook's decision process)."""
+
+    barred: tuple[LabelSelector, ...]
+    any_node: bool
+    allowed: tuple[LabelSelector, ...]
+
+    def __call__(self, node: model.Node) -> bool:
+        if any(s.matches(node.labels) for s in self.barred):
+            return False
+        return self.any_node or any(s.matches(node.labels) for s in self.allowed)
+
+
 def scope(policies: Sequence[FitPolicy], shapes: Iterable[Mapping[str, Any]], *,
           namespace: str, namespace_labels: Mapping[str, str] | None = None,
           cluster_queue: str | None = None,
@@ -309,10 +325,7 @@ def scope(policies: Sequence[FitPolicy], shapes: Iterable[Mapping[str, Any]], *,
     barred_nodes = [p.reserved_nodes for p in others if p.reserved_nodes is not None]
     node_filter: NodeFilter | None = None
     if not any_node or barred_nodes:
-        def node_filter(node: model.Node) -> bool:
-            if any(s.matches(node.labels) for s in barred_nodes):
-                return False
-            return any_node or any(s.matches(node.labels) for s in allowed_nodes)
+        node_filter = NodeSelection(tuple(barred_nodes), any_node, tuple(allowed_nodes))
 
     shape_sets = [p.node_shapes for p in mine]
     any_shape = not mine or any(s is None for s in shape_sets)

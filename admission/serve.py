@@ -8,8 +8,9 @@ Start-up, in order:
 4. the components (`components.factories()`): each gets the `Context` and returns a
    `Component` — controllers to register and servers to run (the webhook's TLS server);
 5. the health server on `health_port`, on every replica: `/healthz` (the process is alive),
-   `/readyz` (200 once every informer is synced; the body lists each kind's state, e.g. a
-   CRD that is not installed), `/metrics` (prometheus_client's default registry);
+   `/readyz` (200 once every informer is synced and every server, the webhook's when it
+   is enabled, listens; the body lists each kind's state, e.g. a CRD that is not
+   installed, and the servers'), `/metrics` (prometheus_client's default registry);
 6. wait until the informers are ready and the inventory has applied what they hold, start
    the every-replica controllers;
 7. leader election on the Lease (`kube.lease.Elector`): while leading, the leader-only
@@ -30,6 +31,7 @@ import contextlib
 import dataclasses
 import json
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -77,13 +79,17 @@ Factory = Callable[[Context], Component]
 
 INFORMERS = web.AppKey("informers", cache.Informers)
 ELECTOR = web.AppKey("elector", lease.Elector)
+SERVING: web.AppKey[Callable[[], bool]] = web.AppKey("serving")
 
 
-def health_app(informers: cache.Informers, elector: lease.Elector | None = None
-               ) -> web.Application:
-    """/healthz, /readyz and /metrics."""
+def health_app(informers: cache.Informers, elector: lease.Elector | None = None,
+               serving: Callable[[], bool] = lambda: True) -> web.Application:
+    """/healthz, /readyz and /metrics. `serving`: whether every server listens (readiness
+    waits for it too, so a Service routes admission reviews only to a replica whose
+    webhook answers)."""
     app = web.Application()
     app[INFORMERS] = informers
+    app[SERVING] = serving
     if elector is not None:
         app[ELECTOR] = elector
     app.router.add_get("/healthz", _healthz)
@@ -98,10 +104,13 @@ async def _healthz(request: web.Request) -> web.Response:
 
 async def _readyz(request: web.Request) -> web.Response:
     informers = request.app[INFORMERS]
-    body: dict[str, object] = {"ready": informers.ready, "informers": informers.status()}
+    serving = request.app[SERVING]()
+    ready = bool(informers.ready) and serving
+    body: dict[str, object] = {"ready": ready, "informers": informers.status(),
+                               "servers": "listening" if serving else "not started"}
     if ELECTOR in request.app:
         body["leader"] = request.app[ELECTOR].is_leader
-    return web.Response(status=200 if informers.ready else 503,
+    return web.Response(status=200 if ready else 503,
                         text=json.dumps(body, indent=1) + "\n",
                         content_type="application/json")
 
@@ -140,11 +149,13 @@ class Service:
                 self.runtime.register(ctrl)
             self.servers.extend(part.servers)
         self.health_port: int | None = None  # bound port, once started
+        self.serving = False  # every server started (readiness)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set, then shut down gracefully."""
-        runner = web.AppRunner(health_app(self.informers, self.elector), access_log=None)
+        runner = web.AppRunner(health_app(self.informers, self.elector,
+                                          serving=lambda: self.serving), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.cfg.health_address, self.cfg.health_port)
         await site.start()
@@ -163,11 +174,13 @@ class Service:
                 for s in self.servers:
                     await s.start()
                     started.append(s)
+                self.serving = True
                 self.runtime.start(leader_only=False)
                 self._tasks.append(asyncio.create_task(self._lead(), name="leader"))
                 await stop.wait()
             log.info("serve.stopping")
         finally:
+            self.serving = False
             for t in self._tasks:
                 t.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -221,6 +234,9 @@ class Service:
 async def serve(cfg: config.Config, *, factories: Sequence[Factory] | None = None) -> int:
     """The `fitgate serve` process: connect, run until SIGTERM/SIGINT, shut down."""
     flog.configure(cfg.log_level, cfg.log_format)
+    # Decisions run in threads and hold the GIL for long stretches of pure Python; the
+    # event loop (webhook, health, Lease, watches) waits at most this long per turn.
+    sys.setswitchinterval(cfg.switch_interval)
     api = await client.ApiClient.connect(cfg.kubeconfig, cfg.context,
                                          request_timeout=cfg.request_timeout)
     stop = asyncio.Event()

@@ -7,10 +7,11 @@
 - The gate controller and the FitPolicy status controller (`Valid`) run on the leader
   (`controller.Controller`).
 
-Each gets its own `fitting.StoreEngine` over the informers' stores, of the idle cluster
-(could the gang ever fit as configured?): decisions run in a worker thread, so neither
-blocks the event loop that answers admission requests, and a gate decision never makes a
-review wait.
+Each decides on the idle cluster (could the gang ever fit as configured?) with an
+inventory of its own: the gate a `fitting.StoreEngine` in a worker thread; the webhook,
+by default (`webhook_decisions: process`), a child process (`decider.ProcessDecider`),
+so neither the engine's GIL time nor its garbage collections stall the loop that answers
+admission requests, and a gate decision never makes a review wait.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import structlog
 
 from admission import fitting, gate, policy_status
 from admission.kube import kinds, store
-from admission.webhook import review, server
+from admission.webhook import decider, review, server
 
 if TYPE_CHECKING:
     from admission import serve
@@ -63,15 +64,21 @@ def component(ctx: serve.Context) -> serve.Component:
 
     stores: dict[kinds.Kind, store.Store] = {k: ctx.informers.store(k) for k in KINDS}
     version = ctx.config.kube_version
-    hooks = review.Hooks(stores, fitting.StoreEngine(stores, idle=True, kube_version=version),
-                         ready=lambda: bool(ctx.informers.ready))
     gate_controller = gate.GateController(
         ctx.api, stores, fitting.StoreEngine(stores, idle=True, kube_version=version),
         clock=ctx.clock)
     servers: list[serve.Server] = []
     if ctx.config.cert_dir:
-        servers.append(WebhookServer(hooks, "0.0.0.0", ctx.config.webhook_port,
-                                     ctx.config.cert_dir))
+        deciding: fitting.Engine | decider.ProcessDecider = (
+            decider.ProcessDecider(stores, kube_version=version,
+                                   timeout=ctx.config.decision_timeout)
+            if ctx.config.webhook_decisions == "process"
+            else fitting.StoreEngine(stores, idle=True, kube_version=version))
+        hooks = review.Hooks(stores, deciding, ready=lambda: bool(ctx.informers.ready),
+                             config=review.Config(
+                                 decision_budget_seconds=ctx.config.webhook_decision_budget))
+        servers.append(WebhookServer(hooks, ctx.config.webhook_address,
+                                     ctx.config.webhook_port, ctx.config.cert_dir))
     else:
         log.warning("webhook.disabled", reason="no cert_dir configured; the gate still runs")
     statuses = policy_status.PolicyStatusController(ctx.api, stores[kinds.FIT_POLICY],

@@ -66,13 +66,16 @@ class Status(_Model):
 
 
 class AdmissionResponse(_Model):
-    """The answer to one request. `patch` holds JSONPatch operations (sent base64)."""
+    """The answer to one request. `patch` holds JSONPatch operations (sent base64);
+    `audit` goes out as `auditAnnotations` (the API server records them in its audit log
+    under `<webhook name>/<key>`; the user never sees them)."""
 
     uid: str
     allowed: bool
     status: Status | None = None
     patch: list[dict[str, Any]] = []
     warnings: list[str] = []
+    audit: dict[str, str] = {}
 
     def review(self) -> dict[str, Any]:
         """The AdmissionReview JSON the API server expects back."""
@@ -85,17 +88,21 @@ class AdmissionResponse(_Model):
                 json.dumps(self.patch, separators=(",", ":")).encode()).decode()
         if self.warnings:
             response["warnings"] = list(self.warnings)
+        if self.audit:
+            response["auditAnnotations"] = dict(self.audit)
         return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
 
 
 def allow(request: AdmissionRequest, *, warnings: list[str] | None = None,
-          patch: list[dict[str, Any]] | None = None) -> AdmissionResponse:
+          patch: list[dict[str, Any]] | None = None,
+          audit: dict[str, str] | None = None) -> AdmissionResponse:
     return AdmissionResponse(uid=request.uid, allowed=True, patch=patch or [],
-                             warnings=warnings or [])
+                             warnings=warnings or [], audit=audit or {})
 
 
 def deny(request: AdmissionRequest, message: str, *, code: int = 403,
-         reason: str = "Forbidden", warnings: list[str] | None = None) -> AdmissionResponse:
+         reason: str = "Forbidden", warnings: list[str] | None = None,
+         audit: dict[str, str] | None = None) -> AdmissionResponse:
     return AdmissionResponse(uid=request.uid, allowed=False,
                              status=Status(code=code, message=message, reason=reason),
-                             warnings=warnings or [])
+                             warnings=warnings or [], audit=audit or {})

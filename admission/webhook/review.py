@@ -21,21 +21,35 @@ The question is whether the gang could ever fit as configured: `component` gives
 hooks an engine over the idle cluster (`fitting.StoreEngine(idle=True)`), so a busy
 cluster never reads as "impossible" (that is the check's to plan for, after quota).
 
-Availability first: the AdmissionCheck is the enforcement point. A request the engine
-cannot read, a store not yet filled, or a decision that takes longer than the budget (set
-below the webhook configuration's `timeoutSeconds`) is allowed, with a warning where the
-user should know. Decisions run in one worker thread, so the event loop keeps answering
-(health checks, mutations) while the engine works; identical questions (same namespace,
-same job spec, same scope, same cluster state) share one decision, and when more than
-`max_pending` distinct decisions wait, a review is allowed at once with a warning rather
-than queued behind them.
+Availability first: the AdmissionCheck is the enforcement point (`failurePolicy:
+Ignore`), so the webhook's latency is bounded by design, never by the engine:
+
+- `mutate-jobs` and `mutate-pods` read only the stores; they never wait for a decision.
+- `validate-jobs` answers from a verdict cache keyed by the question (namespace, kind, the
+  job's spec, the FitPolicy scope) and the version of the cluster as the engine reads it
+  (bumped by every Node, ResourceSlice, DeviceClass, NodeShape, ResourceClaimTemplate,
+  FitPolicy or Namespace change a decision can see; not by heartbeats or pods).
+- A question not in the cache goes to one bounded worker (`decider.py`: in `fitgate
+  serve` a child process with its own inventory; at most `max_pending` distinct questions
+  queued or running; identical questions share one decision). The review waits for it
+  at most `decision_budget_seconds` from its start; past that it is allowed **without a
+  warning** (the user is told nothing false), the
+  response's audit annotation `fit-check` says it was not checked and why, and the
+  `fitgate_webhook_validations_total{outcome}` metric counts it (`deferred`). The decision
+  finishes in the worker and lands in the cache, so the next review of that spec is
+  answered from it. With the queue full the review is allowed at once, unqueued
+  (`skipped`).
+- A request the engine cannot read is allowed with a warning naming the field; a store
+  not yet filled reads as empty; an engine error is allowed with a warning; the whole
+  review is bounded by `budget_seconds` (a net, set below the webhook's timeoutSeconds).
+
+Why the worker is a process and not a thread: `decider.py` (measured; docs/gate.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -45,9 +59,9 @@ from typing import Any, Literal
 
 import structlog
 
-from admission import fitting, gating, policy, release
+from admission import fitting, gating, metrics, policy, release
 from admission.kube import client, kinds, store
-from admission.webhook import models
+from admission.webhook import decider, models
 
 log = structlog.get_logger("fitgate.webhook")
 Hook = Literal["mutate-jobs", "validate-jobs", "mutate-pods"]
@@ -55,6 +69,11 @@ HOOKS: tuple[Hook, ...] = ("mutate-jobs", "validate-jobs", "mutate-pods")
 PodGate = Callable[[Mapping[str, Any]], list[dict[str, Any]]]
 _MAX_WARNINGS = 8
 _MAX_WARNING_CHARS = 480
+#: The key of the audit annotation saying how validate-jobs answered (the API server logs
+#: it as `<webhook name>/fit-check`).
+AUDIT_KEY = "fit-check"
+Outcome = Literal["cached", "decided", "deferred", "skipped", "unreadable", "failed",
+                  "timed-out"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,17 +81,17 @@ class Config:
     job_kinds: tuple[kinds.Kind, ...] = gating.DEFAULT_JOB_KINDS
     gate: str = gating.GATE
     controller: str = gating.CONTROLLER_NAME
-    #: Seconds one review may take; keep it below the webhook's timeoutSeconds.
+    #: Seconds one review may take at most, whatever it waits for (a net; keep it below
+    #: the webhook's timeoutSeconds).
     budget_seconds: float = 2.0
+    #: Seconds a validation waits, from its start, for a decision the cache does not hold;
+    #: past it the review is allowed unchecked and the decision finishes in the worker.
+    decision_budget_seconds: float = 0.010
     #: Decisions remembered (per namespace, job spec, scope and cluster state).
     cache_size: int = 4096
-    #: Distinct decisions waiting for the engine at most; past it a review is allowed at
-    #: once with a warning (the engine is busy; the AdmissionCheck decides).
+    #: Distinct decisions queued or running in the worker at most; past it a review is
+    #: allowed unchecked and its question is not queued.
     max_pending: int = 8
-
-
-class Busy(Exception):
-    """More distinct decisions wait for the engine than `Config.max_pending`."""
 
 
 class Hooks:
@@ -80,12 +99,16 @@ class Hooks:
     (LocalQueue, ClusterQueue, AdmissionCheck, Namespace, FitPolicy, NodeShape,
     ResourceClaimTemplate, ResourceClaim and what the engine reads)."""
 
-    def __init__(self, stores: Mapping[kinds.Kind, store.Store], engine: fitting.Engine, *,
+    def __init__(self, stores: Mapping[kinds.Kind, store.Store],
+                 engine: fitting.Engine | decider.ThreadDecider | decider.ProcessDecider, *,
                  config: Config | None = None, pod_gate: PodGate = release.gate_patch,
                  ready: Callable[[], bool] = lambda: True) -> None:
         self.config = config or Config()
         self.stores = stores
-        self.engine = engine
+        # Where decisions run: an engine of this process is run in one worker thread.
+        self.decider: decider.Decider = (
+            engine if isinstance(engine, (decider.ThreadDecider, decider.ProcessDecider))
+            else decider.ThreadDecider(engine))
         self.pod_gate = pod_gate
         self.ready = ready
         self.queues = gating.Queues(self._store(kinds.LOCAL_QUEUE),
@@ -94,8 +117,6 @@ class Hooks:
                                     self.config.controller)
         self.policies = policy.Policies(self._store(kinds.FIT_POLICY))
         self._kinds = {(k.group, k.kind): k for k in self.config.job_kinds}
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="fitgate-webhook-engine")
         self._version = 0
         # A verdict depends on the idle cluster (nodes, devices, shapes), the claims the
         # job names, and the policies: not on pods coming and going.
@@ -120,7 +141,7 @@ class Hooks:
         return on_event
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.decider.close()
 
     # ------------------------------------------------------------------ dispatch
 
@@ -137,17 +158,23 @@ class Hooks:
                 response = await fn(request)
         except TimeoutError:
             bound.warning("review timed out", budget=self.config.budget_seconds)
-            response = models.allow(request, warnings=[
-                f"fitgate could not check this {request.kind.kind} within "
-                f"{self.config.budget_seconds:g}s; its AdmissionCheck will decide"])
+            if hook == "validate-jobs":
+                metrics.WEBHOOK_VALIDATIONS.labels("timed-out").inc()
+            response = models.allow(request, audit={AUDIT_KEY: (
+                f"not checked: the review took longer than {self.config.budget_seconds:g}s; "
+                "the AdmissionCheck decides")})
         except Exception as exc:  # a bug must not turn into an API server error
             bound.exception("review failed")
+            if hook == "validate-jobs":
+                metrics.WEBHOOK_VALIDATIONS.labels("failed").inc()
             response = models.allow(request, warnings=_short([
                 f"fitgate could not check this {request.kind.kind} ({type(exc).__name__}); "
                 "its AdmissionCheck will decide"]))
+        elapsed = time.perf_counter() - started
+        metrics.WEBHOOK_REVIEW_SECONDS.labels(hook).observe(elapsed)
         bound.debug("reviewed", allowed=response.allowed, patched=bool(response.patch),
-                    warnings=len(response.warnings),
-                    ms=round((time.perf_counter() - started) * 1e3, 3))
+                    warnings=len(response.warnings), audit=response.audit or None,
+                    ms=round(elapsed * 1e3, 3))
         return response
 
     def _job_kind(self, request: models.AdmissionRequest) -> kinds.Kind | None:
@@ -185,6 +212,7 @@ class Hooks:
 
     async def validate_job(self, request: models.AdmissionRequest
                            ) -> models.AdmissionResponse:
+        deadline = time.perf_counter() + self.config.decision_budget_seconds
         queue = self._queue(request)
         obj = request.object
         if queue is None or obj is None:
@@ -195,30 +223,50 @@ class Hooks:
                 "metadata": {**(obj.get("metadata") or {}), "namespace": request.namespace}}
         scope = self._scope(request.namespace, queue)
         key = self._key(request.namespace, body, scope)
+        verdict = self._cache.get(key)
+        if verdict is not None:
+            self._cache.move_to_end(key)
+            return self._answer(request, "cached", verdict, label, queue, scope)
         try:
-            verdict = self._cache.get(key)
-            if verdict is not None:
-                self._cache.move_to_end(key)
-            else:
-                verdict = await self._decide(key, body, scope)
+            pending = self._submit(key, body, scope)
         except fitting.Unreadable as exc:
+            metrics.WEBHOOK_VALIDATIONS.labels("unreadable").inc()
             if kind in ("Job", "Workload"):
                 return models.allow(request, warnings=_short([
                     f"fitgate cannot read {label}; its AdmissionCheck will report why: {exc}"]))
             return models.allow(request)  # judged by the gate on its Workload
-        except Busy:
-            return models.allow(request, warnings=[
-                f"fitgate is busy and did not check {label}; its AdmissionCheck will decide"])
+        if pending is None:
+            metrics.WEBHOOK_VALIDATIONS.labels("skipped").inc()
+            return models.allow(request, audit={AUDIT_KEY: (
+                f"not checked: the queue of decisions is full ({self.config.max_pending}); "
+                "the AdmissionCheck decides")})
+        try:
+            verdict = await asyncio.wait_for(asyncio.shield(pending),
+                                             max(0.0, deadline - time.perf_counter()))
+        except TimeoutError:
+            metrics.WEBHOOK_VALIDATIONS.labels("deferred").inc()
+            return models.allow(request, audit={AUDIT_KEY: (
+                "not checked within the webhook's "
+                f"{self.config.decision_budget_seconds * 1e3:g} ms; decided in the background "
+                "for the next review of this spec; the AdmissionCheck decides")})
+        return self._answer(request, "decided", verdict, label, queue, scope)
+
+    def _answer(self, request: models.AdmissionRequest, outcome: Outcome,
+                verdict: fitting.Verdict, label: str, queue: gating.Queue,
+                scope: policy.Scope) -> models.AdmissionResponse:
+        """The response for a verdict: allowed, warned or denied."""
+        metrics.WEBHOOK_VALIDATIONS.labels(outcome).inc()
+        audit: dict[str, str] = {AUDIT_KEY: outcome}
         if not verdict.refuse:
-            return models.allow(request)
+            return models.allow(request, audit=audit)
         head = (f"{label} can never be admitted to ClusterQueue {queue.cluster_queue}: "
                 + ("its FitPolicy forbids every node and shape that could host it"
                    if verdict.violation else "no node and no NodeShape can host it"))
-        lines = [head, *verdict.messages]
         if scope.enforcement == "deny":
-            return models.deny(request, "fitgate: " + "\n".join(lines), code=403,
-                               reason="Forbidden")
-        return models.allow(request, warnings=_short(["fitgate: " + head, *verdict.messages]))
+            return models.deny(request, "fitgate: " + "\n".join([head, *verdict.messages]),
+                               code=403, reason="Forbidden", audit=audit)
+        return models.allow(request, warnings=_short(["fitgate: " + head, *verdict.messages]),
+                            audit=audit)
 
     def _scope(self, namespace: str, queue: gating.Queue) -> policy.Scope:
         policies, _bad = self.policies.current()
@@ -237,21 +285,22 @@ class Hooks:
                                 .encode()).hexdigest()
         return (namespace, obj.get("kind"), digest, scope.key, self._version)
 
-    async def _decide(self, key: tuple[Any, ...], obj: Mapping[str, Any],
-                      scope: policy.Scope) -> fitting.Verdict:
-        """The verdict for a question not in the cache: read the gang (raises Unreadable)
-        and plan it in the engine's thread, once for all who ask the same meanwhile."""
+    def _submit(self, key: tuple[Any, ...], obj: Mapping[str, Any],
+                scope: policy.Scope) -> asyncio.Future[fitting.Verdict] | None:
+        """The pending decision of a question not in the cache: the one already queued or
+        running for it, or a new one in the worker; None when `max_pending` distinct
+        decisions are already queued or running. Reads the gang on the loop first (raises
+        Unreadable, with the fields, for the review to report)."""
         pending = self._inflight.get(key)
-        if pending is None:
-            gang_ = fitting.gang_of(obj, self.stores)
-            if len(self._inflight) >= self.config.max_pending:
-                raise Busy
-            loop = asyncio.get_running_loop()
-            pending = asyncio.ensure_future(loop.run_in_executor(
-                self._executor, fitting.decide, self.engine, gang_, scope))
-            self._inflight[key] = pending
-            pending.add_done_callback(lambda f: self._settle(key, f))
-        return await asyncio.shield(pending)
+        if pending is not None:
+            return pending
+        gang_ = fitting.gang_of(obj, self.stores)
+        if len(self._inflight) >= self.config.max_pending:
+            return None
+        pending = asyncio.wrap_future(self.decider.submit(obj, gang_, scope))
+        self._inflight[key] = pending
+        pending.add_done_callback(lambda f: self._settle(key, f))
+        return pending
 
     def _settle(self, key: tuple[Any, ...], fut: asyncio.Future[fitting.Verdict]) -> None:
         self._inflight.pop(key, None)

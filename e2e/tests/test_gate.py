@@ -96,7 +96,13 @@ async def start_fitgate(e2e: harness.Harness, cert_dir: pathlib.Path, port: int)
     fitgate_bin = pathlib.Path(sys.executable).parent / "fitgate"
     await e2e.start_process("fitgate", [
         str(fitgate_bin), "serve", "--health-address", "127.0.0.1",
-        "--health-port", str(health), "--webhook-port", str(port),
+        "--health-port", str(health), "--webhook-address", "127.0.0.1",
+        "--webhook-port", str(port),
+        # Step 1 expects the warning on the first submission of its spec: the validation
+        # waits for the decision, up to the review's 2 s (the default, 10 ms, allows a
+        # new spec unchecked and warns from its next submission on; the unit tests in
+        # tests/admission/test_webhook.py have that).
+        "--webhook-decision-budget", "2",
         "--cert-dir", str(cert_dir), "--leader-election", "false", "--namespace", ns,
         "--log-format", "console"], env={"KUBECONFIG": str(creds.kubeconfig)},
         ready_url=f"http://127.0.0.1:{health}/readyz", timeout=90)

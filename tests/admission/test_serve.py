@@ -51,7 +51,7 @@ async def test_serve_lifecycle() -> None:
     await _until(lambda: svc.health_port, "the health server")
     assert svc.health_port
     assert (await _get(svc.health_port, "/healthz"))[0] == 200
-    await _until(lambda: svc.informers.ready, "informers ready")
+    await _until(lambda: svc.serving, "informers ready and servers started")
     status, body = await _get(svc.health_port, "/readyz")
     assert status == 200
     ready = json.loads(body)
@@ -74,6 +74,37 @@ async def test_serve_lifecycle() -> None:
     await asyncio.wait_for(task, 5)
     released = api.find(kinds.LEASE, "fitgate", "fitgate-system")
     assert released is not None and released["spec"]["holderIdentity"] == ""
+
+
+async def test_not_ready_until_every_server_listens() -> None:
+    listening = asyncio.Event()
+
+    class SlowServer:  # a webhook whose site takes a while to listen
+        async def start(self) -> None:
+            await listening.wait()
+
+        async def stop(self) -> None:
+            pass
+
+    api = fake.FakeClient()
+    svc = serve.Service(_cfg(), api, factories=[
+        lambda ctx: serve.Component(servers=[SlowServer()])])
+    stop = asyncio.Event()
+    task = asyncio.create_task(svc.run(stop))
+    try:
+        await _until(lambda: svc.health_port and svc.informers.ready, "informers ready")
+        assert svc.health_port
+        status, body = await _get(svc.health_port, "/readyz")
+        assert status == 503
+        assert json.loads(body)["servers"] == "not started"
+        listening.set()
+        await _until(lambda: svc.serving, "the server started")
+        status, body = await _get(svc.health_port, "/readyz")
+        assert status == 200 and json.loads(body)["servers"] == "listening"
+    finally:
+        listening.set()
+        stop.set()
+        await asyncio.wait_for(task, 5)
 
 
 async def test_not_ready_while_a_required_kind_is_missing() -> None:

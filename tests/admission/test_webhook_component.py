@@ -39,7 +39,8 @@ async def test_serve_runs_the_webhook_and_the_gate(tmp_path: pathlib.Path) -> No
         api.seed(kinds.BY_NAME[obj["kind"]], obj)
     api.seed(kinds.JOB, job)
     cfg = config.load(env={}, flags={"health_address": "127.0.0.1", "health_port": 0,
-                                     "webhook_port": 0, "cert_dir": str(tmp_path),
+                                     "webhook_address": "127.0.0.1", "webhook_port": 0,
+                                     "cert_dir": str(tmp_path),
                                      "leader_election": False})
     svc = serve.Service(cfg, api, factories=[component.component])
     stop = asyncio.Event()

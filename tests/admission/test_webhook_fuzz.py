@@ -139,7 +139,8 @@ def core() -> Iterator[tuple[asyncio.AbstractEventLoop, review.Hooks]]:
                                      enforcement="deny"),
                        ab.local_queue("q", "gpu", ns="other"))
     hooks = review.Hooks(stores, fitting.StoreEngine(stores),
-                         config=review.Config(budget_seconds=1.0))
+                         config=review.Config(budget_seconds=1.0,
+                                              decision_budget_seconds=1.0))
     loop = asyncio.new_event_loop()
     yield loop, hooks
     hooks.close()

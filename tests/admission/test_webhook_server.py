@@ -51,7 +51,9 @@ async def served(tmp_path: pathlib.Path) -> AsyncIterator[Served]:
                    "matchLabels": {"tier": "strict"}}}, enforcement="deny"),
                gb.template("huge", gpus=6, namespace="strict")]
     stores = ab.stores(objects)
-    hooks = review.Hooks(stores, fitting.StoreEngine(stores))
+    # Round trips of verdicts: wait for each decision (the budget has its own tests).
+    hooks = review.Hooks(stores, fitting.StoreEngine(stores),
+                         config=review.Config(decision_budget_seconds=30))
     cert, key, pem = ab.tls_pair(tmp_path)
     certificates = server.Certificates(str(cert), str(key))
     app = server.init(hooks, server.Settings(max_body_bytes=256 * 1024, reload_interval=0.05))
@@ -72,7 +74,9 @@ def response_of(body: dict[str, Any], uid: str = "uid-1") -> dict[str, Any]:
 async def test_allowed_round_trip(served: Served) -> None:
     status, body = await served.post("validate-jobs", ab.review(ab.job()))
     assert status == 200
-    assert response_of(body) == {"uid": "uid-1", "allowed": True}
+    # The audit annotation says how it was answered (the API server logs it).
+    assert response_of(body) == {"uid": "uid-1", "allowed": True,
+                                 "auditAnnotations": {"fit-check": "decided"}}
 
 
 async def test_patched_round_trip(served: Served) -> None:
