@@ -96,12 +96,108 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
         c.add("spec.devices", f"must have at most {limit} devices, has {len(devices_raw)}")
     selection = _node_selection(r, spec, "spec", allow_per_device=True,
                                 counters_only=bool(counter_sets))
-    devices = tuple(_device(r, d, p, selection["per_device_node_selection"])
+    per_device = selection["per_device_node_selection"]
+    devices = tuple((None if per_device else _common_device(d)) or _device(r, d, p, per_device)
                     for p, d in devices_raw)
     c.raise_if_any()
     return model.ResourceSlice(name=name, driver=driver, pool=pool_name, generation=generation,
                                resource_slice_count=count, devices=devices,
                                shared_counters=tuple(counter_sets), **selection)
+
+
+# Reading a device, fast: devices of one model differ in their name and attribute values
+# (uuid, bus id) and little else. `_common_device` reads a device of the common form (no
+# per-device node selection) when it is valid, with names checked once each and the rest
+# of the device (capacity, counters, taints, ...) read once per distinct content and
+# shared by the devices that have it; anything else it leaves to `_device`, the strict
+# reader, which gives the messages. Bounded: the caches start afresh at `_KEPT` entries.
+_KEPT = 1 << 14
+_DEVICE_NAMES: set[str] = set()  # valid device names
+_ATTRIBUTE_NAMES: set[str] = set()  # valid attribute names
+_REST: dict[str, dict[str, Any]] = {}  # a device's other fields -> what `_device` reads
+_REFUSED: dict[str, Any] = {}  # a rest that the strict reader refuses
+
+
+def _common_device(obj: Mapping[str, Any]) -> model.Device | None:
+    """The device when it is valid and of the common form, else None (read it strictly)."""
+    if type(obj) is not dict:
+        return None
+    name = obj.get("name")
+    if type(name) is not str:
+        return None
+    if name not in _DEVICE_NAMES:
+        if not (0 < len(name) <= 63 and fields.DNS_LABEL.match(name)):
+            return None
+        if len(_DEVICE_NAMES) >= _KEPT:
+            _DEVICE_NAMES.clear()
+        _DEVICE_NAMES.add(name)
+    attributes: dict[str, model.AttributeValue] = {}
+    raw_attributes = obj.get("attributes")
+    if raw_attributes is not None:
+        if type(raw_attributes) is not dict:
+            return None
+        for key, raw in raw_attributes.items():
+            if type(key) is not str or (key not in _ATTRIBUTE_NAMES and
+                                        not _attribute_name(key)):
+                return None
+            if type(raw) is not dict or len(raw) != 1:
+                return None
+            for kind, value in raw.items():
+                kind_of = type(value)
+                if kind == "string":
+                    if kind_of is not str or len(value) > 64:
+                        return None
+                elif kind == "int":
+                    if kind_of is not int or not -(2**63) <= value < 2**63:
+                        return None
+                elif kind == "bool":
+                    if kind_of is not bool:
+                        return None
+                elif kind == "version" and kind_of is str and len(value) <= 64:
+                    try:
+                        value = values.Version.parse(value)
+                    except ValueError:
+                        return None
+                else:
+                    return None
+                attributes[key] = value
+    rest = _rest(obj)
+    if rest is None:
+        return None
+    if len(attributes) + len(rest["capacity"]) > 32:
+        return None
+    return model.Device(name=name, attributes=attributes, **rest)
+
+
+def _attribute_name(key: Any) -> bool:
+    c = errors.Collector("")
+    fields.Reader(c).qualified_name(key, "", require_domain=False)
+    if c.errors:
+        return False
+    if len(_ATTRIBUTE_NAMES) >= _KEPT:
+        _ATTRIBUTE_NAMES.clear()
+    _ATTRIBUTE_NAMES.add(key)
+    return True
+
+
+def _rest(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """What the strict reader reads from the device's fields other than its name and
+    attributes, found once per distinct content; None when it refuses them."""
+    # JSON's repr tells types apart (True from 1, "1" from 1) and is made in C.
+    content = repr([(k, v) for k, v in obj.items() if k != "name" and k != "attributes"])
+    found = _REST.get(content)
+    if found is None:
+        c = errors.Collector("")
+        d = _device(fields.Reader(c), {k: v for k, v in obj.items() if k != "attributes"},
+                    "", False)
+        found = _REFUSED if c.errors else {
+            "capacity": d.capacity, "consumes_counters": d.consumes_counters,
+            "taints": d.taints, "allow_multiple_allocations": d.allow_multiple_allocations,
+            "binding_conditions": d.binding_conditions, "binds_to_node": d.binds_to_node}
+        if len(_REST) >= _KEPT:
+            _REST.clear()
+        _REST[content] = found
+    return None if found is _REFUSED else found
 
 
 def _attribute(r: fields.Reader, raw: Any, path: str) -> model.AttributeValue | None:
