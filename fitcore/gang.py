@@ -265,9 +265,10 @@ class _NodeEntry:
     # devices, bound pods' requests): a rebuilt snapshot reuses an entry that matches.
     fingerprint: tuple[Any, ...] = ()
     # With a gang's projection (fitcore.projection): the node's devices in canonical
-    # order (a class representative's map onto another node by position), and the id of
+    # order, pool by pool (pool, device names: a class representative's map onto
+    # another node by position), and the id of
     # its exact content, under which fills found on it are kept (-1: `key` is exact).
-    order: tuple[model.DeviceId, ...] | None = None
+    order: tuple[tuple[PoolKey, tuple[str, ...]], ...] | None = None
     exact: int = -1
 
 
@@ -399,16 +400,18 @@ class Snapshot:
         free: dict[str, Fraction] = {k: q.value for k, q in n.allocatable.items()}
         for k, q in used.items():
             free[k] = free.get(k, _ZERO) - q.value
-        # Whether the node advertises an extended resource decides whether a pod asking
-        # for it gets devices instead (fitcore.extended); a free 0 does not tell.
-        advertised = tuple(sorted(k for k, q in n.allocatable.items()
-                                  if q.value and extended.is_extended(k)))
-        key: tuple[Any, ...] = (tuple(pool_shapes), n.taints, n.unschedulable,
-                                tuple(sorted(free.items())), advertised)
-        if sees_global:
-            key = (*key, ("node", n.name))
+        key: tuple[Any, ...]
         if own_class is not None:
             key = ("own", n.name, own_class)
+        else:
+            # Whether the node advertises an extended resource decides whether a pod
+            # asking for it gets devices instead (fitcore.extended); a free 0 does not tell.
+            advertised = tuple(sorted(k for k, q in n.allocatable.items()
+                                      if q.value and extended.is_extended(k)))
+            key = (tuple(pool_shapes), n.taints, n.unschedulable,
+                   tuple(sorted(free.items())), advertised)
+            if sees_global:
+                key = (*key, ("node", n.name))
         pristine = not any(self._allocated_by_pool.get(pk) for pk, _ in local)
         return _NodeEntry(n, labels, tuple(pk for pk, _ in local), tuple(local_slices),
                           sees_global, self.intern(key), free, devices, pristine, fingerprint)
@@ -874,7 +877,13 @@ class _Search:
             return None
         rep, other = self.snap.entries[cls.rep], self.snap.entries[node]
         if rep.order is not None and other.order is not None:
-            return {a: b for a, b in zip(rep.order, other.order, strict=True) if a != b} or None
+            devices: dict[tuple[str, ...], tuple[str, ...]] = {}
+            for (a_pool, a_names), (b_pool, b_names) in zip(rep.order, other.order,
+                                                            strict=True):
+                for a, b in zip(a_names, b_names, strict=True):
+                    if a_pool != b_pool or a != b:
+                        devices[model.DeviceId(*a_pool, a)] = model.DeviceId(*b_pool, b)
+            return devices or None
         src = rep.local_pools
         dst = other.local_pools
         return {a: b for a, b in zip(src, dst, strict=True) if a != b} or None

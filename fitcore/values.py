@@ -89,10 +89,11 @@ class Quantity:
     nanos. Instances are immutable and hashable; comparisons and arithmetic are exact.
     """
 
-    __slots__ = ("_format", "_value")
+    __slots__ = ("_format", "_hash", "_value")
 
     _value: Fraction
     _format: QuantityFormat
+    _hash: int | None  # the value's hash, once asked (a Fraction's hash costs a pow)
 
     def __init__(self, value: int | Fraction, format: QuantityFormat = "DecimalSI") -> None:
         if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
@@ -105,6 +106,7 @@ class Quantity:
             )
         object.__setattr__(self, "_value", exact)
         object.__setattr__(self, "_format", format)
+        object.__setattr__(self, "_hash", None)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Quantity is immutable")
@@ -241,7 +243,11 @@ class Quantity:
         return self._value == other._value
 
     def __hash__(self) -> int:
-        return hash(self._value)
+        found = self._hash
+        if found is None:
+            found = hash(self._value)
+            object.__setattr__(self, "_hash", found)
+        return found
 
     def __lt__(self, other: Quantity) -> bool:
         if not isinstance(other, Quantity):
