@@ -86,6 +86,41 @@ def _exact(q: values.Quantity) -> tuple[int, int]:
     return pair
 
 
+_CAPACITIES: dict[int, tuple[Any, tuple[Any, ...]]] = {}
+
+
+def _capacity(capacity: Mapping[str, model.DeviceCapacity]) -> tuple[Any, ...]:
+    """A device's capacities as hashable content. Devices read alike share their
+    capacity map (`kube._common_device`), so this is mostly a lookup by identity; the
+    map is kept with its content, so that its id stays unique."""
+    if not capacity:
+        return ()
+    hit = _CAPACITIES.get(id(capacity))
+    if hit is not None and hit[0] is capacity:
+        return hit[1]
+    content = tuple(sorted((name, _exact(c.value), c.request_policy)
+                           for name, c in capacity.items()))
+    if len(_CAPACITIES) > 1 << 16:
+        _CAPACITIES.clear()
+    _CAPACITIES[id(capacity)] = (capacity, content)
+    return content
+
+
+def _counters(consumed: tuple[model.CounterConsumption, ...]) -> tuple[Any, ...]:
+    """A device's counter consumption as hashable content (shared alike)."""
+    if not consumed:
+        return ()
+    hit = _CAPACITIES.get(id(consumed))
+    if hit is not None and hit[0] is consumed:
+        return hit[1]
+    content = tuple((c.counter_set, tuple(sorted((n, _exact(q)) for n, q in c.counters.items())))
+                    for c in consumed)
+    if len(_CAPACITIES) > 1 << 16:
+        _CAPACITIES.clear()
+    _CAPACITIES[id(consumed)] = (consumed, content)
+    return content
+
+
 def _state(st: tuple[Any, ...]) -> str:
     """A device's allocated state as sortable text (states are few: found once each)."""
     found = _STATES.get(st)
@@ -324,15 +359,8 @@ class Projection:
         hit = self._device_keys.get(id(d))
         if hit is not None and hit[0] is d:
             return hit[1]
-        if not d.capacity:
-            capacity: tuple[Any, ...] = ()
-        else:
-            capacity = tuple(sorted((name, _exact(c.value), c.request_policy)
-                                    for name, c in d.capacity.items()))
-        counters = tuple((c.counter_set, tuple(sorted((n, _exact(q))
-                                                      for n, q in c.counters.items())))
-                         for c in d.consumes_counters) if d.consumes_counters else ()
-        key = ("dev", driver, observed, capacity, counters, d.taints,
+        key = ("dev", driver, observed, _capacity(d.capacity), _counters(d.consumes_counters),
+               d.taints,
                d.allow_multiple_allocations, d.binding_conditions, d.binds_to_node)
         k = self._intern.setdefault(key, len(self._intern))
         label = self._label(d, relabeled) if relabeled else None
