@@ -196,17 +196,23 @@ class Quantity:
     # -- rounding helpers for consumable capacity ----------------------------------
 
     def round_up_to_step(self, start: Quantity, step: Quantity) -> Quantity:
-        """The smallest ``start + k*step`` (k >= 0 whole) that is at least this value.
-
-        This is how a ``requestPolicy.validRange`` rounds a request: up from ``min`` in
-        multiples of ``step``. A request at or below ``start`` becomes ``start``.
+        """The smallest ``start + k*step`` (k >= 0 whole) that is at least this value, as
+        the DRA allocator rounds a request under a ``requestPolicy.validRange``: each of
+        the three is first rounded up to a whole number (so 150m from 100m in steps of
+        100m is 1). A request below ``start`` becomes ``start``. The one rounding rule:
+        `fitcore.semantics` uses it for consumable capacity.
         """
         if step._value <= 0:
             raise ValueError(f"step must be positive, got {step}")
-        if self._value <= start._value:
+        if self._value < start._value:
             return start
-        steps = math.ceil((self._value - start._value) / step._value)
-        return Quantity(start._value + steps * step._value, start._format)
+        req, size, lo = math.ceil(self._value), math.ceil(step._value), math.ceil(start._value)
+        return Quantity.parse(lo + size * -(-(req - lo) // size))
+
+    def on_step(self, start: Quantity, step: Quantity) -> bool:
+        """Whether this value is ``start`` plus a whole number of steps, by the same
+        whole-number rule as `round_up_to_step`."""
+        return (math.ceil(self._value) - math.ceil(start._value)) % math.ceil(step._value) == 0
 
     def round_up_to_one_of(self, valid_values: Iterable[Quantity]) -> Quantity | None:
         """The smallest of `valid_values` that is at least this value, or None."""
