@@ -79,12 +79,8 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
     for cpath, cs in r.items(spec, "sharedCounters", "spec", limit=8):
         cs_name = r.name(cs.get("name"), f"{cpath}.name", fields.DNS_LABEL,
                          "counter set name (DNS label)", 63)
-        counters: dict[str, values.Quantity] = {}
-        for cname, cval in r.get(cs, "counters", cpath, Mapping, required=True, default={}).items():
-            q = r.quantity(cval.get("value") if isinstance(cval, Mapping) else None,
-                           f"{cpath}.counters[{cname!r}].value")
-            if q is not None:
-                counters[cname] = q
+        counters = r.quantities(cs, "counters", cpath, negative=True, wrapped=True,
+                                required=True)
         counter_sets.append(model.CounterSet(cs_name, counters))
     devices_raw = r.items(spec, "devices", "spec")
     if counter_sets and devices_raw:
@@ -266,12 +262,8 @@ def _device(r: fields.Reader, obj: Mapping[str, Any], path: str, per_device: boo
         r.c.add(path, "attributes and capacity together must have at most 32 entries")
     consumes = []
     for cpath, cc in r.items(obj, "consumesCounters", path, limit=2):
-        counters: dict[str, values.Quantity] = {}
-        for cname, cval in r.get(cc, "counters", cpath, Mapping, required=True, default={}).items():
-            q = r.quantity(cval.get("value") if isinstance(cval, Mapping) else None,
-                           f"{cpath}.counters[{cname!r}].value")
-            if q is not None:
-                counters[cname] = q
+        counters = r.quantities(cc, "counters", cpath, negative=True, wrapped=True,
+                                required=True)
         consumes.append(model.CounterConsumption(
             r.get(cc, "counterSet", cpath, str, required=True, default=""), counters))
     taints = []
@@ -500,11 +492,7 @@ def allocated_devices(obj: Mapping[str, Any], source: str | None = None
         ident = model.DeviceId(r.get(res, "driver", path, str, required=True, default=""),
                                r.get(res, "pool", path, str, required=True, default=""),
                                r.get(res, "device", path, str, required=True, default=""))
-        consumed = {}
-        for key, raw in r.get(res, "consumedCapacity", path, Mapping, default={}).items():
-            q = r.quantity(raw, f"{path}.consumedCapacity[{key!r}]")
-            if q is not None:
-                consumed[key] = q
+        consumed = r.quantities(res, "consumedCapacity", path, negative=True)
         out.append(model.AllocatedDevice(
             ident, admin_access=bool(r.get(res, "adminAccess", path, bool, default=False)),
             share_id=r.get(res, "shareID", path, str), consumed_capacity=consumed))
@@ -522,22 +510,12 @@ def node(obj: Mapping[str, Any], source: str | None = None) -> model.Node:
     meta: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
     labels = r.get(meta, "labels", "metadata", Mapping, default={})
     spec = r.get(obj, "spec", "", Mapping, default={})
-    taints = []
-    for tpath, t in r.items(spec, "taints", "spec"):
-        effect = r.get(t, "effect", tpath, str, required=True, default="NoSchedule")
-        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-            c.add(f"{tpath}.effect", f"unknown effect {effect!r}")
-        taints.append(model.Taint(r.get(t, "key", tpath, str, required=True, default=""),
-                                  r.get(t, "value", tpath, str, default=""), effect))
+    taints = r.node_taints(spec, "spec")
     status = r.get(obj, "status", "", Mapping, default={})
-    allocatable = {}
-    for key, raw in r.get(status, "allocatable", "status", Mapping, default={}).items():
-        q = r.quantity(raw, f"status.allocatable[{key!r}]")
-        if q is not None:
-            allocatable[key] = q
+    allocatable = r.quantities(status, "allocatable", "status", negative=True)
     c.raise_if_any()
     return model.Node(name=name, labels={str(k): str(v) for k, v in labels.items()},
-                      taints=tuple(taints), allocatable=allocatable,
+                      taints=taints, allocatable=allocatable,
                       unschedulable=bool(spec.get("unschedulable", False)))
 
 
