@@ -36,7 +36,7 @@ question the gang can ask alike:
 (names, turned into device ids only for nodes a placement uses). Two nodes of one class
 have the same canonical sequence pool by pool, so zipping their orders maps the devices
 of an allocation found on the class representative onto equivalent devices of the other
-node (`gang._Search.pool_map`).
+node (`gangsearch._Search.pool_map`).
 
 Cost: a cold decision keys every device of every node once. What a device shows is
 found per list of attribute names it publishes (`_layout`), whether a selector can take
