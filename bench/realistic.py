@@ -21,8 +21,9 @@ median of the same decision repeated; `1% changed` the median decision right aft
 of the nodes changed (their allocated claim replaced or released, a pod bound or
 finished: events applied through `apply`), `allocs` the allocator calls of the cold
 decision and `classes` its node classes. Below the table: µs per event, loading (all
-kinds, parsing included) and the change events alone, and the growth from the smallest
-to the largest size.
+kinds, parsing included), the change events alone, a 16-GPU ResourceSlice republished
+with fresh content (MODIFIED, median), and the growth from the smallest to the largest
+size.
 
 With `--memory N`: load N nodes, decide, and report tracemalloc's traced memory (current
 and peak) and the process's resident set size (a separate run: tracing slows
@@ -117,6 +118,22 @@ def change(inv: inventory.Inventory, nodes: int, rng: random.Random) -> tuple[fl
     return spent, events
 
 
+def slice_events(inv: inventory.Inventory, nodes: int, rng: random.Random,
+                 count: int = 200) -> float:
+    """Median seconds of one MODIFIED event of a 16-GPU ResourceSlice (an H100 node's,
+    republished with fresh content: new uuids and bus ids), parsing included."""
+    h100 = [i for i in range(nodes) if rl.model_of(i) == "H100"]
+    spent = []
+    for i in rng.sample(h100, min(count, len(h100))):
+        fresh = rl.node_objects(random.Random(rng.random()), i)
+        gpu = next(o for o in fresh if o["kind"] == "ResourceSlice"
+                   and len(o["spec"].get("devices", ())) == 16)
+        started = time.perf_counter()
+        inv.apply("MODIFIED", gpu)
+        spent.append(time.perf_counter() - started)
+    return statistics.median(spent)
+
+
 def timed(fn: Any) -> tuple[float, Any]:
     started = time.perf_counter()
     out = fn()
@@ -173,9 +190,11 @@ def measure(nodes: int, repeat: int, fresh_per_row: bool) -> tuple[list[dict[str
                 "verdict": result.verdict,
                 "plan": ([(s.shape, s.count) for s in result.plan.shapes]
                          if result.plan else None)})
+    slice_s = slice_events(inv, nodes, rng)
     gc.unfreeze()
     per_event = {"load_us": load_s / load_events * 1e6,  # the first load of this size
                  "change_us": change_s / max(change_events, 1) * 1e6,
+                 "slice_us": slice_s * 1e6,
                  "load_s": load_s}
     return rows, per_event
 
@@ -239,7 +258,8 @@ def main() -> None:
     print("cold: the first decision on a freshly loaded inventory (each row loads its own)")
     for n, e in events.items():
         print(f"{n} nodes: loading {e['load_s']:.1f}s, {e['load_us']:.0f} us/event (parsing "
-              f"included); change events (claims, pods) {e['change_us']:.0f} us/event")
+              f"included); change events (claims, pods) {e['change_us']:.0f} us/event; "
+              f"a 16-GPU ResourceSlice republished {e['slice_us']:.0f} us (median)")
     lo, hi = min(sizes), max(sizes)
     if lo != hi:
         for key, label in (("warm_ms", "warm"), ("warm_cpu_ms", "warm cpu"),

@@ -181,147 +181,22 @@ class Problem:
     def __init__(self, p: reference.Prepared, *, baked: bool = False) -> None:
         self.prepared = p
         self.baked = baked
-        allocated = p.inventory.allocated
-        claims = p.claims
         nd = cache.for_slices(p.inventory.slices).devices_for(p.node)
         self.devices = nd.devices
         node = self.node = NodeArrays.of(nd)
-        index = nd.index
         n_dev = node.n_dev
-        # ---- alternatives
-        self.alts: list[tuple[int, reference.Alternative]] = []
-        req_alt_start = [0]
-        claim_req_start = [0]
-        for ci, per_request in enumerate(p.alternatives):
-            for alts in per_request:
-                for alt in alts:
-                    if alt.exact.admin_access:
-                        raise Unsupported("adminAccess")
-                    self.alts.append((ci, alt))
-                req_alt_start.append(len(self.alts))
-            claim_req_start.append(len(req_alt_start) - 1)
+        req_alt_start, claim_req_start = self._alternatives(p)
         n_alt = len(self.alts)
-        # ---- candidacy, capacity takes
-        member = [[False] * n_dev for _ in range(n_alt)]
-        self.takes: dict[tuple[int, int], dict[str, values.Quantity]] = {}
-        all_lists: list[list[int] | None] = []
-        all_block: list[int] = []  # per device of an All list: tainted
-        #: Shared devices of All lists: a state that already uses one needs a baked problem.
-        self.all_shared: set[int] = set()
-        for a, (_, alt) in enumerate(self.alts):
-            if alt.all_devices is not None:
-                ids = []
-                for pool, device in alt.all_devices:
-                    d = index[model.DeviceId(pool.driver, pool.name, device.name)]
-                    take = semantics.capacity_take(alt.exact, device)
-                    assert take is not None  # prepare() keeps only devices with capacity
-                    all_block.append(0 if semantics.taint_allows(device, alt.exact) else 1)
-                    self.takes[(a, d)] = take
-                    ids.append(d)
-                    member[a][d] = True
-                    if device.allow_multiple_allocations:
-                        self.all_shared.add(d)
-                all_lists.append(ids)
-                continue
-            all_lists.append(None)
-            for d, take in nd.candidates(alt.exact, alt.device_class, alt.label):
-                _, device, ident = self.devices[d]
-                if baked:
-                    if ident in allocated.dedicated:
-                        continue
-                    used = allocated.consumed.get(ident)
-                    if used and not device.allow_multiple_allocations and \
-                            not semantics.capacity_fits(device, take, used):
-                        continue
-                self.takes[(a, d)] = take
-                member[a][d] = True
-        # ---- constraints and interned attribute values
-        con_claim_start = [0]
-        con_match: list[int] = []
-        con_cover: list[int] = []
-        con_val: list[int] = []
-        interned: dict[tuple[str, object], int] = {}
-        for ci, claim in enumerate(claims):
-            for constraint in claim.constraints:
-                attribute = constraint.match_attribute or constraint.distinct_attribute or ""
-                con_match.append(1 if constraint.match_attribute is not None else 0)
-                for alt_ci, alt in self.alts:
-                    con_cover.append(1 if alt_ci == ci and constraint.covers(
-                        alt.request.name, alt.subrequest) else 0)
-                con_val.extend(-1 if k is None else interned.setdefault(k, len(interned))
-                               for k in node.attribute_keys(attribute))
-            con_claim_start.append(len(con_match))
-        n_con = len(con_match)
-        for j, cover in enumerate(con_cover):
-            a = j % n_alt
-            if cover and all_lists[a] is not None:
-                # Upstream fails the whole allocation when a device of an All request
-                # breaks a constraint, but only if its search order gets there first:
-                # the reference follows that order, the class-based search cannot.
-                raise Unsupported("allocationMode All under a claim constraint")
-        # ---- shared devices: capacity slots, takes per alternative
-        # Shared devices only; a dedicated device has no slots.
-        cap_count = [0] * n_dev
-        cap_total: list[int] = []
-        #: Per device: (capacity name, slot, scale) of its capacity slots.
-        self.cap_slots: list[list[tuple[str, int, int]]] = [[] for _ in range(n_dev)]
-        take_off = array.array("q", [-1] * (n_alt * n_dev))
-        take_vals: list[int] = []
-        for d in node.shared:
-            _, device, ident = self.devices[d]
-            used = (allocated.consumed.get(ident) or {}) if baked else {}
-            takes = [(a, self.takes[(a, d)]) for a in range(n_alt) if (a, d) in self.takes]
-            slots = self.cap_slots[d]
-            for name in sorted(device.capacity):
-                amounts = [device.capacity[name].value.value]
-                if name in used:
-                    amounts.append(used[name].value)
-                amounts += [take[name].value for _, take in takes]
-                scale = _scale(amounts)
-                slots.append((name, len(cap_total), scale))
-                cap_total.append(_scaled(device.capacity[name].value.value, scale))
-            cap_count[d] = len(slots)
-            for a, take in takes:
-                take_off[a * n_dev + d] = len(take_vals)
-                take_vals.extend(_scaled(take[name].value, scale) for name, _, scale in slots)
-        dev_cap_start = [0, *itertools.accumulate(cap_count)]
-        # ---- equivalence classes
-        signature_of: dict[tuple[object, ...], int] = {}
-        dev_cls = _q(n_dev)
-        members: list[list[int]] = []
-        cls_multi: list[int] = []
-        # Per device: its candidacy for each alternative, its value for each constraint.
-        candidacy = list(zip(*member, strict=True)) if n_alt else [()] * n_dev
-        valued = list(zip(*[con_val[j * n_dev:(j + 1) * n_dev] for j in range(n_con)],
-                          strict=True)) if n_con else [()] * n_dev
-        for d in range(n_dev):
-            if node.multi[d]:
-                k = len(members)
-                members.append([d])
-                cls_multi.append(1)
-            else:
-                sig = (node.dev_pool[d], node.uses[d], candidacy[d], valued[d])
-                k = signature_of.get(sig, -1)
-                if k < 0:
-                    k = signature_of[sig] = len(members)
-                    members.append([])
-                    cls_multi.append(0)
-                members[k].append(d)
-            dev_cls[d] = k
-        alt_cls_start = [0]
-        alt_cls: list[int] = []
-        alt_dev_start = [0]
-        alt_dev: list[int] = []
-        for a in range(n_alt):
-            lst = all_lists[a]
-            if lst is None:
-                alt_cls.extend(k for k in range(len(members)) if member[a][members[k][0]])
-            else:
-                alt_dev.extend(lst)
-            alt_cls_start.append(len(alt_cls))
-            alt_dev_start.append(len(alt_dev))
+        member, all_lists, all_block = self._candidacy(nd, p.inventory.allocated, baked)
+        con_claim_start, con_match, con_cover, con_val, n_values = self._constraints(
+            p.claims, all_lists)
+        dev_cap_start, take_off, take_vals, cap_total = self._capacity_slots(
+            p.inventory.allocated, baked)
+        dev_cls, members, cls_multi = self._classes(member, con_val, len(con_match))
+        alt_cls_start, alt_cls, alt_dev_start, alt_dev = self._lists(member, members,
+                                                                      all_lists)
         self.n_dev = n_dev
-        self.n_values = max(len(interned), 1)
+        self.n_values = n_values
         cls_start = [0]
         flat: list[int] = []
         for m in members:
@@ -364,20 +239,197 @@ class Problem:
         self.n_classes = len(members)
         self.n_counters = len(node.ctr_total)
         self.n_cap = len(cap_total)
-        # The state of an empty cluster, laid out as STATE_FIELDS.
-        self.empty_state = array.array("q", [0] * (2 * n_dev))
-        self.empty_state.extend(node.ctr_total)
-        pool_bad = _q(node.n_pools)
-        for cid, total in enumerate(node.ctr_total):
-            if total < 0:
-                pool_bad[node.ctr_pool[cid]] = 1
-        self.empty_state.extend(pool_bad)
-        self.empty_state.extend(cap_total)
+        self.empty_state = self._empty_state(cap_total)
         self.packed, self.header = self._pack(fields)
         self.native: object | None = None  # the bound `_alloc.Compiled`, made by fitcore.api
         self._state_of: model.AllocatedState | None = None
         self._state: array.array[int] | None = None
         self._results: list[model.DeviceResult | None] = [None] * (n_alt * n_dev)
+
+    def _alternatives(self, p: reference.Prepared) -> tuple[list[int], list[int]]:
+        """Every alternative of every request of every claim, in order (`self.alts`:
+        (claim index, alternative)); returns where each request's alternatives and each
+        claim's requests start."""
+        self.alts: list[tuple[int, reference.Alternative]] = []
+        req_alt_start = [0]
+        claim_req_start = [0]
+        for ci, per_request in enumerate(p.alternatives):
+            for alts in per_request:
+                for alt in alts:
+                    if alt.exact.admin_access:
+                        raise Unsupported("adminAccess")
+                    self.alts.append((ci, alt))
+                req_alt_start.append(len(self.alts))
+            claim_req_start.append(len(req_alt_start) - 1)
+        return req_alt_start, claim_req_start
+
+    def _candidacy(self, nd: cache.NodeDevices, allocated: model.AllocatedState, baked: bool
+                   ) -> tuple[list[list[bool]], list[list[int] | None], list[int]]:
+        """Which devices each alternative may take, with what capacity (`self.takes`):
+        (member[alternative][device], the device list of each All alternative (None for
+        the others), per device of those lists whether it is tainted). A baked problem
+        leaves out what the prepared state holds in use."""
+        n_dev = self.node.n_dev
+        index = nd.index
+        member = [[False] * n_dev for _ in range(len(self.alts))]
+        self.takes: dict[tuple[int, int], dict[str, values.Quantity]] = {}
+        all_lists: list[list[int] | None] = []
+        all_block: list[int] = []  # per device of an All list: tainted
+        #: Shared devices of All lists: a state that already uses one needs a baked problem.
+        self.all_shared: set[int] = set()
+        for a, (_, alt) in enumerate(self.alts):
+            if alt.all_devices is not None:
+                ids = []
+                for pool, device in alt.all_devices:
+                    d = index[model.DeviceId(pool.driver, pool.name, device.name)]
+                    take = semantics.capacity_take(alt.exact, device)
+                    assert take is not None  # prepare() keeps only devices with capacity
+                    all_block.append(0 if semantics.taint_allows(device, alt.exact) else 1)
+                    self.takes[(a, d)] = take
+                    ids.append(d)
+                    member[a][d] = True
+                    if device.allow_multiple_allocations:
+                        self.all_shared.add(d)
+                all_lists.append(ids)
+                continue
+            all_lists.append(None)
+            for d, take in nd.candidates(alt.exact, alt.device_class, alt.label):
+                _, device, ident = self.devices[d]
+                if baked:
+                    if ident in allocated.dedicated:
+                        continue
+                    used = allocated.consumed.get(ident)
+                    if used and not device.allow_multiple_allocations and \
+                            not semantics.capacity_fits(device, take, used):
+                        continue
+                self.takes[(a, d)] = take
+                member[a][d] = True
+        return member, all_lists, all_block
+
+    def _constraints(self, claims: Sequence[model.Claim], all_lists: list[list[int] | None]
+                     ) -> tuple[list[int], list[int], list[int], list[int], int]:
+        """Claim constraints over interned attribute values: (where each claim's
+        constraints start, match (1) or distinct (0), which alternatives each covers, per
+        device its value id (-1: none), how many values)."""
+        n_alt = len(self.alts)
+        con_claim_start = [0]
+        con_match: list[int] = []
+        con_cover: list[int] = []
+        con_val: list[int] = []
+        interned: dict[tuple[str, object], int] = {}
+        for ci, claim in enumerate(claims):
+            for constraint in claim.constraints:
+                attribute = constraint.match_attribute or constraint.distinct_attribute or ""
+                con_match.append(1 if constraint.match_attribute is not None else 0)
+                for alt_ci, alt in self.alts:
+                    con_cover.append(1 if alt_ci == ci and constraint.covers(
+                        alt.request.name, alt.subrequest) else 0)
+                con_val.extend(-1 if k is None else interned.setdefault(k, len(interned))
+                               for k in self.node.attribute_keys(attribute))
+            con_claim_start.append(len(con_match))
+        for j, cover in enumerate(con_cover):
+            a = j % n_alt
+            if cover and all_lists[a] is not None:
+                # Upstream fails the whole allocation when a device of an All request
+                # breaks a constraint, but only if its search order gets there first:
+                # the reference follows that order, the class-based search cannot.
+                raise Unsupported("allocationMode All under a claim constraint")
+        return con_claim_start, con_match, con_cover, con_val, max(len(interned), 1)
+
+    def _capacity_slots(self, allocated: model.AllocatedState, baked: bool
+                        ) -> tuple[list[int], array.array[int], list[int], list[int]]:
+        """Capacity slots of shared devices (a dedicated device has none) and what each
+        alternative takes of them, in integers at a scale per slot (`self.cap_slots`):
+        (where each device's slots start, per (alternative, device) the offset of its
+        takes (-1: none), the takes, each slot's total)."""
+        node, n_dev, n_alt = self.node, self.node.n_dev, len(self.alts)
+        cap_count = [0] * n_dev
+        cap_total: list[int] = []
+        #: Per device: (capacity name, slot, scale) of its capacity slots.
+        self.cap_slots: list[list[tuple[str, int, int]]] = [[] for _ in range(n_dev)]
+        take_off = array.array("q", [-1] * (n_alt * n_dev))
+        take_vals: list[int] = []
+        for d in node.shared:
+            _, device, ident = self.devices[d]
+            used = (allocated.consumed.get(ident) or {}) if baked else {}
+            takes = [(a, self.takes[(a, d)]) for a in range(n_alt) if (a, d) in self.takes]
+            slots = self.cap_slots[d]
+            for name in sorted(device.capacity):
+                amounts = [device.capacity[name].value.value]
+                if name in used:
+                    amounts.append(used[name].value)
+                amounts += [take[name].value for _, take in takes]
+                scale = _scale(amounts)
+                slots.append((name, len(cap_total), scale))
+                cap_total.append(_scaled(device.capacity[name].value.value, scale))
+            cap_count[d] = len(slots)
+            for a, take in takes:
+                take_off[a * n_dev + d] = len(take_vals)
+                take_vals.extend(_scaled(take[name].value, scale) for name, _, scale in slots)
+        return [0, *itertools.accumulate(cap_count)], take_off, take_vals, cap_total
+
+    def _classes(self, member: list[list[bool]], con_val: list[int], n_con: int
+                 ) -> tuple[array.array[int], list[list[int]], list[int]]:
+        """Equivalence classes of devices: the same pool and counters, the same
+        candidacy for every alternative and the same value for every constraint (a
+        shared device is a class of its own): (per device its class, each class's
+        devices, whether each class is a shared device)."""
+        node, n_dev = self.node, self.node.n_dev
+        signature_of: dict[tuple[object, ...], int] = {}
+        dev_cls = _q(n_dev)
+        members: list[list[int]] = []
+        cls_multi: list[int] = []
+        # Per device: its candidacy for each alternative, its value for each constraint.
+        candidacy = list(zip(*member, strict=True)) if member else [()] * n_dev
+        valued = list(zip(*[con_val[j * n_dev:(j + 1) * n_dev] for j in range(n_con)],
+                          strict=True)) if n_con else [()] * n_dev
+        for d in range(n_dev):
+            if node.multi[d]:
+                k = len(members)
+                members.append([d])
+                cls_multi.append(1)
+            else:
+                sig = (node.dev_pool[d], node.uses[d], candidacy[d], valued[d])
+                k = signature_of.get(sig, -1)
+                if k < 0:
+                    k = signature_of[sig] = len(members)
+                    members.append([])
+                    cls_multi.append(0)
+                members[k].append(d)
+            dev_cls[d] = k
+        return dev_cls, members, cls_multi
+
+    def _lists(self, member: list[list[bool]], members: list[list[int]],
+               all_lists: list[list[int] | None]
+               ) -> tuple[list[int], list[int], list[int], list[int]]:
+        """Per alternative, the device classes it may take from (or, for All, its
+        devices): (class list starts, class lists, device list starts, device lists)."""
+        alt_cls_start = [0]
+        alt_cls: list[int] = []
+        alt_dev_start = [0]
+        alt_dev: list[int] = []
+        for a in range(len(self.alts)):
+            lst = all_lists[a]
+            if lst is None:
+                alt_cls.extend(k for k in range(len(members)) if member[a][members[k][0]])
+            else:
+                alt_dev.extend(lst)
+            alt_cls_start.append(len(alt_cls))
+            alt_dev_start.append(len(alt_dev))
+        return alt_cls_start, alt_cls, alt_dev_start, alt_dev
+
+    def _empty_state(self, cap_total: list[int]) -> array.array[int]:
+        """The state of an empty cluster, laid out as STATE_FIELDS."""
+        node, n_dev = self.node, self.node.n_dev
+        state = array.array("q", [0] * (2 * n_dev))
+        state.extend(node.ctr_total)
+        pool_bad = _q(node.n_pools)
+        for cid, total in enumerate(node.ctr_total):
+            if total < 0:
+                pool_bad[node.ctr_pool[cid]] = 1
+        state.extend(pool_bad)
+        state.extend(cap_total)
+        return state
 
     #: The arrays `_alloc.search` reads, in the order of `_alloc.pxd`'s Problem pointers.
     FIELDS = ("claim_req_start", "req_alt_start", "alt_claim", "alt_mode", "alt_count",

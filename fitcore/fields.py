@@ -109,17 +109,35 @@ class Reader:
         return expression
 
 
-    def quantities(self, obj: Any, key: str, path: str) -> dict[str, values.Quantity]:
-        """A map of resource quantities (requests, allocatable): never negative, as the
-        API server validates them."""
+    def quantities(self, obj: Any, key: str, path: str, *, negative: bool = False,
+                   wrapped: bool = False, required: bool = False) -> dict[str, values.Quantity]:
+        """A map of quantities, the one reader of them: resource requests and allocatable
+        (never negative, as the API server validates them, unless `negative`), consumed
+        capacity, counters (`wrapped`: each entry is `{value: ...}`)."""
         out = {}
-        for name, raw in self.get(obj, key, path, Mapping, {}).items():
-            q = self.quantity(raw, f"{path}.{key}[{name!r}]")
-            if q is not None and q.value < 0:
-                self.c.add(f"{path}.{key}[{name!r}]", f"must not be negative, got {raw!r}")
+        where = f"{path}.{key}" if path else key
+        for name, raw in self.get(obj, key, path, Mapping, {}, required=required).items():
+            qpath = f"{where}[{name!r}]"
+            if wrapped:
+                raw = raw.get("value") if isinstance(raw, Mapping) else None
+                qpath += ".value"
+            q = self.quantity(raw, qpath)
+            if q is not None and q.value < 0 and not negative:
+                self.c.add(qpath, f"must not be negative, got {raw!r}")
             elif q is not None:
                 out[str(name)] = q
         return out
+
+    def node_taints(self, obj: Any, path: str) -> tuple[model.Taint, ...]:
+        """`taints` of a Node (or of a NodeShape's nodes), the one reader of them."""
+        out = []
+        for tpath, t in self.items(obj, "taints", path):
+            effect = self.get(t, "effect", tpath, str, "NoSchedule", required=True)
+            if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+                self.c.add(f"{tpath}.effect", f"unknown effect {effect!r}")
+            out.append(model.Taint(self.get(t, "key", tpath, str, "", required=True),
+                                   self.get(t, "value", tpath, str, ""), effect))
+        return tuple(out)
 
     def string_map(self, obj: Any, key: str, path: str) -> dict[str, str]:
         """A map of strings (labels, nodeSelector)."""

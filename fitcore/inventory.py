@@ -515,7 +515,8 @@ class Inventory:
         key, order = proj.node_key(e, self._allocated)
         # The base entry is a class of its own per version of the node: fills found on
         # it as a representative are kept under that version.
-        return dataclasses.replace(e, key=key, order=order, exact=e.key)
+        return gang._NodeEntry(e.node, e.labels, e.local_pools, e.local_slices, e.sees_global,
+                               key, e.free, e.devices, e.pristine, e.fingerprint, order, e.key)
 
     # -------------------------------------------------------------- decisions
 

@@ -79,12 +79,8 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
     for cpath, cs in r.items(spec, "sharedCounters", "spec", limit=8):
         cs_name = r.name(cs.get("name"), f"{cpath}.name", fields.DNS_LABEL,
                          "counter set name (DNS label)", 63)
-        counters: dict[str, values.Quantity] = {}
-        for cname, cval in r.get(cs, "counters", cpath, Mapping, required=True, default={}).items():
-            q = r.quantity(cval.get("value") if isinstance(cval, Mapping) else None,
-                           f"{cpath}.counters[{cname!r}].value")
-            if q is not None:
-                counters[cname] = q
+        counters = r.quantities(cs, "counters", cpath, negative=True, wrapped=True,
+                                required=True)
         counter_sets.append(model.CounterSet(cs_name, counters))
     devices_raw = r.items(spec, "devices", "spec")
     if counter_sets and devices_raw:
@@ -96,12 +92,108 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
         c.add("spec.devices", f"must have at most {limit} devices, has {len(devices_raw)}")
     selection = _node_selection(r, spec, "spec", allow_per_device=True,
                                 counters_only=bool(counter_sets))
-    devices = tuple(_device(r, d, p, selection["per_device_node_selection"])
+    per_device = selection["per_device_node_selection"]
+    devices = tuple((None if per_device else _common_device(d)) or _device(r, d, p, per_device)
                     for p, d in devices_raw)
     c.raise_if_any()
     return model.ResourceSlice(name=name, driver=driver, pool=pool_name, generation=generation,
                                resource_slice_count=count, devices=devices,
                                shared_counters=tuple(counter_sets), **selection)
+
+
+# Reading a device, fast: devices of one model differ in their name and attribute values
+# (uuid, bus id) and little else. `_common_device` reads a device of the common form (no
+# per-device node selection) when it is valid, with names checked once each and the rest
+# of the device (capacity, counters, taints, ...) read once per distinct content and
+# shared by the devices that have it; anything else it leaves to `_device`, the strict
+# reader, which gives the messages. Bounded: the caches start afresh at `_KEPT` entries.
+_KEPT = 1 << 14
+_DEVICE_NAMES: set[str] = set()  # valid device names
+_ATTRIBUTE_NAMES: set[str] = set()  # valid attribute names
+_REST: dict[str, dict[str, Any]] = {}  # a device's other fields -> what `_device` reads
+_REFUSED: dict[str, Any] = {}  # a rest that the strict reader refuses
+
+
+def _common_device(obj: Mapping[str, Any]) -> model.Device | None:
+    """The device when it is valid and of the common form, else None (read it strictly)."""
+    if type(obj) is not dict:
+        return None
+    name = obj.get("name")
+    if type(name) is not str:
+        return None
+    if name not in _DEVICE_NAMES:
+        if not (0 < len(name) <= 63 and fields.DNS_LABEL.match(name)):
+            return None
+        if len(_DEVICE_NAMES) >= _KEPT:
+            _DEVICE_NAMES.clear()
+        _DEVICE_NAMES.add(name)
+    attributes: dict[str, model.AttributeValue] = {}
+    raw_attributes = obj.get("attributes")
+    if raw_attributes is not None:
+        if type(raw_attributes) is not dict:
+            return None
+        for key, raw in raw_attributes.items():
+            if type(key) is not str or (key not in _ATTRIBUTE_NAMES and
+                                        not _attribute_name(key)):
+                return None
+            if type(raw) is not dict or len(raw) != 1:
+                return None
+            for kind, value in raw.items():
+                kind_of = type(value)
+                if kind == "string":
+                    if kind_of is not str or len(value) > 64:
+                        return None
+                elif kind == "int":
+                    if kind_of is not int or not -(2**63) <= value < 2**63:
+                        return None
+                elif kind == "bool":
+                    if kind_of is not bool:
+                        return None
+                elif kind == "version" and kind_of is str and len(value) <= 64:
+                    try:
+                        value = values.Version.parse(value)
+                    except ValueError:
+                        return None
+                else:
+                    return None
+                attributes[key] = value
+    rest = _rest(obj)
+    if rest is None:
+        return None
+    if len(attributes) + len(rest["capacity"]) > 32:
+        return None
+    return model.Device(name=name, attributes=attributes, **rest)
+
+
+def _attribute_name(key: Any) -> bool:
+    c = errors.Collector("")
+    fields.Reader(c).qualified_name(key, "", require_domain=False)
+    if c.errors:
+        return False
+    if len(_ATTRIBUTE_NAMES) >= _KEPT:
+        _ATTRIBUTE_NAMES.clear()
+    _ATTRIBUTE_NAMES.add(key)
+    return True
+
+
+def _rest(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """What the strict reader reads from the device's fields other than its name and
+    attributes, found once per distinct content; None when it refuses them."""
+    # JSON's repr tells types apart (True from 1, "1" from 1) and is made in C.
+    content = repr([(k, v) for k, v in obj.items() if k != "name" and k != "attributes"])
+    found = _REST.get(content)
+    if found is None:
+        c = errors.Collector("")
+        d = _device(fields.Reader(c), {k: v for k, v in obj.items() if k != "attributes"},
+                    "", False)
+        found = _REFUSED if c.errors else {
+            "capacity": d.capacity, "consumes_counters": d.consumes_counters,
+            "taints": d.taints, "allow_multiple_allocations": d.allow_multiple_allocations,
+            "binding_conditions": d.binding_conditions, "binds_to_node": d.binds_to_node}
+        if len(_REST) >= _KEPT:
+            _REST.clear()
+        _REST[content] = found
+    return None if found is _REFUSED else found
 
 
 def _attribute(r: fields.Reader, raw: Any, path: str) -> model.AttributeValue | None:
@@ -170,12 +262,8 @@ def _device(r: fields.Reader, obj: Mapping[str, Any], path: str, per_device: boo
         r.c.add(path, "attributes and capacity together must have at most 32 entries")
     consumes = []
     for cpath, cc in r.items(obj, "consumesCounters", path, limit=2):
-        counters: dict[str, values.Quantity] = {}
-        for cname, cval in r.get(cc, "counters", cpath, Mapping, required=True, default={}).items():
-            q = r.quantity(cval.get("value") if isinstance(cval, Mapping) else None,
-                           f"{cpath}.counters[{cname!r}].value")
-            if q is not None:
-                counters[cname] = q
+        counters = r.quantities(cc, "counters", cpath, negative=True, wrapped=True,
+                                required=True)
         consumes.append(model.CounterConsumption(
             r.get(cc, "counterSet", cpath, str, required=True, default=""), counters))
     taints = []
@@ -404,11 +492,7 @@ def allocated_devices(obj: Mapping[str, Any], source: str | None = None
         ident = model.DeviceId(r.get(res, "driver", path, str, required=True, default=""),
                                r.get(res, "pool", path, str, required=True, default=""),
                                r.get(res, "device", path, str, required=True, default=""))
-        consumed = {}
-        for key, raw in r.get(res, "consumedCapacity", path, Mapping, default={}).items():
-            q = r.quantity(raw, f"{path}.consumedCapacity[{key!r}]")
-            if q is not None:
-                consumed[key] = q
+        consumed = r.quantities(res, "consumedCapacity", path, negative=True)
         out.append(model.AllocatedDevice(
             ident, admin_access=bool(r.get(res, "adminAccess", path, bool, default=False)),
             share_id=r.get(res, "shareID", path, str), consumed_capacity=consumed))
@@ -426,22 +510,12 @@ def node(obj: Mapping[str, Any], source: str | None = None) -> model.Node:
     meta: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
     labels = r.get(meta, "labels", "metadata", Mapping, default={})
     spec = r.get(obj, "spec", "", Mapping, default={})
-    taints = []
-    for tpath, t in r.items(spec, "taints", "spec"):
-        effect = r.get(t, "effect", tpath, str, required=True, default="NoSchedule")
-        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-            c.add(f"{tpath}.effect", f"unknown effect {effect!r}")
-        taints.append(model.Taint(r.get(t, "key", tpath, str, required=True, default=""),
-                                  r.get(t, "value", tpath, str, default=""), effect))
+    taints = r.node_taints(spec, "spec")
     status = r.get(obj, "status", "", Mapping, default={})
-    allocatable = {}
-    for key, raw in r.get(status, "allocatable", "status", Mapping, default={}).items():
-        q = r.quantity(raw, f"status.allocatable[{key!r}]")
-        if q is not None:
-            allocatable[key] = q
+    allocatable = r.quantities(status, "allocatable", "status", negative=True)
     c.raise_if_any()
     return model.Node(name=name, labels={str(k): str(v) for k, v in labels.items()},
-                      taints=tuple(taints), allocatable=allocatable,
+                      taints=taints, allocatable=allocatable,
                       unschedulable=bool(spec.get("unschedulable", False)))
 
 

@@ -32,10 +32,16 @@ question the gang can ask alike:
   requests is kept as how many of its pods it holds (capped at the pod count); one that
   several pod sets request is kept exactly, capped at what the whole gang requests.
 
-`NodeView.order` lists the node's devices in canonical order. Two nodes of one class
+`Projection.node_key` also gives the node's devices in canonical order, pool by pool
+(names, turned into device ids only for nodes a placement uses). Two nodes of one class
 have the same canonical sequence pool by pool, so zipping their orders maps the devices
 of an allocation found on the class representative onto equivalent devices of the other
-node (`gang._Search.pool_map`).
+node (`gangsearch._Search.pool_map`).
+
+Cost: a cold decision keys every device of every node once. What a device shows is
+found per list of attribute names it publishes (`_layout`), whether a selector can take
+it per (driver, observed attributes), its key per device (kept across gangs of the same
+view); pools without counters are keyed in one pass (`_unordered`).
 
 Exactness: for every node of a class, the number of pods of a pod set it holds, and the
 reason it holds no more, are the representative's; the devices a pod gets on a node are
@@ -78,6 +84,41 @@ def _exact(q: values.Quantity) -> tuple[int, int]:
         _EXACT.clear()
     _EXACT[id(q)] = (q, pair)
     return pair
+
+
+_CAPACITIES: dict[int, tuple[Any, tuple[Any, ...]]] = {}
+
+
+def _capacity(capacity: Mapping[str, model.DeviceCapacity]) -> tuple[Any, ...]:
+    """A device's capacities as hashable content. Devices read alike share their
+    capacity map (`kube._common_device`), so this is mostly a lookup by identity; the
+    map is kept with its content, so that its id stays unique."""
+    if not capacity:
+        return ()
+    hit = _CAPACITIES.get(id(capacity))
+    if hit is not None and hit[0] is capacity:
+        return hit[1]
+    content = tuple(sorted((name, _exact(c.value), c.request_policy)
+                           for name, c in capacity.items()))
+    if len(_CAPACITIES) > 1 << 16:
+        _CAPACITIES.clear()
+    _CAPACITIES[id(capacity)] = (capacity, content)
+    return content
+
+
+def _counters(consumed: tuple[model.CounterConsumption, ...]) -> tuple[Any, ...]:
+    """A device's counter consumption as hashable content (shared alike)."""
+    if not consumed:
+        return ()
+    hit = _CAPACITIES.get(id(consumed))
+    if hit is not None and hit[0] is consumed:
+        return hit[1]
+    content = tuple((c.counter_set, tuple(sorted((n, _exact(q)) for n, q in c.counters.items())))
+                    for c in consumed)
+    if len(_CAPACITIES) > 1 << 16:
+        _CAPACITIES.clear()
+    _CAPACITIES[id(consumed)] = (consumed, content)
+    return content
 
 
 def _state(st: tuple[Any, ...]) -> str:
@@ -192,8 +233,6 @@ class Projection:
         self.free = free_view(g)
         self._intern = interner
         self._device_keys = device_keys
-        self._intern = interner
-        self._device_keys = device_keys
         self._selector = selector
         claims = [pc.claim for ps in g.pod_sets for pc in ps.claims]
         claims += extended_claims(g, classes)
@@ -204,6 +243,10 @@ class Projection:
         self._relevant: dict[int, bool] = {}
         # Selector outcomes by (driver, observable attributes), when only those matter.
         self._selectable: dict[tuple[Any, ...], bool] = {}
+        # Per list of attribute names a device publishes: (kept, renamed) names.
+        self._layouts: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        # Group labels by the value of one renamed attribute.
+        self._labels: dict[tuple[str, type, Any], str] = {}
         expressions = [e for alt, dc in self._alternatives
                        for e in (*(dc.selectors if dc else ()), *alt.selectors)]
         self._attributes_only = not any("capacity" in e or "allowMultipleAllocations" in e
@@ -223,21 +266,13 @@ class Projection:
                     per_pod += min(counts, default=0)
             self._per_pod = per_pod
 
-    def _maybe_selectable(self, driver: str, d: model.Device) -> bool:
+    def _maybe_selectable(self, driver: str, d: model.Device,
+                          observed: tuple[Any, ...]) -> bool:
         """False when the selectors of every alternative are false on the device: then it
         is no candidate whatever its capacity or taints, and its key need not be made.
         Only used when no selector reads capacity or allowMultipleAllocations, so that
-        the driver and the observable attributes decide."""
-        actions = self._actions
-        seen = []
-        for name, value in d.attributes.items():
-            act = actions.get(name)
-            if act is None:
-                act = self._action(name)
-            if act == 1:
-                seen.append((name, type(value).__name__, value))
-        seen.sort()
-        key = (driver, tuple(seen))
+        the driver and the observable attributes (`observed`) decide."""
+        key = (driver, observed)
         found = self._selectable.get(key)
         if found is None:
             found = False
@@ -254,6 +289,38 @@ class Projection:
                     break
             self._selectable[key] = found
         return found
+
+    def _layout(self, names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Of a device's attribute names (in its order): those kept in its key and those
+        renamed, each sorted. Devices of one driver publish the same names, so this is
+        found once per distinct list of names."""
+        kept, relabeled = [], []
+        for name in names:
+            act = self._actions.get(name)
+            if act is None:
+                act = self._action(name)
+            if act == 1:
+                kept.append(name)
+            elif act == 2:
+                relabeled.append(name)
+        found = self._layouts[names] = (tuple(sorted(kept)), tuple(sorted(relabeled)))
+        return found
+
+    def _observed(self, d: model.Device) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+        """The device's observable attributes as (name, type, value) by name (the type
+        tells True from 1), and the names of its renamed ones."""
+        a = d.attributes
+        names = tuple(a)
+        layout = self._layouts.get(names)
+        if layout is None:
+            layout = self._layout(names)
+        kept = layout[0]
+        if not kept:
+            return (), layout[1]
+        if len(kept) == 1:
+            v = a[kept[0]]
+            return ((kept[0], type(v), v),), layout[1]
+        return tuple([(n, type(a[n]), a[n]) for n in kept]), layout[1]
 
     def _action(self, name: str) -> int:
         bare = name.rpartition("/")[2]
@@ -285,105 +352,86 @@ class Projection:
         self._relevant[k] = found
         return found
 
-    def _device_key(self, driver: str, d: model.Device) -> tuple[int, str | None]:
-        """The device's key (an interned id) and its value of the renamed attribute."""
+    def _device_key(self, driver: str, d: model.Device, observed: tuple[Any, ...],
+                    relabeled: tuple[str, ...]) -> tuple[int, str | None]:
+        """The device's key (an interned id) and its value of the renamed attribute
+        (`observed`, `relabeled`: from `_observed`)."""
         hit = self._device_keys.get(id(d))
         if hit is not None and hit[0] is d:
             return hit[1]
-        actions = self._actions
-        attrs = []
-        labels = []
-        for name, value in d.attributes.items():
-            act = actions.get(name)
-            if act is None:
-                act = self._action(name)
-            if act == 1:
-                attrs.append((name, type(value).__name__, value))
-            elif act == 2:
-                labels.append(f"{name}={value!r}")
-        attrs.sort()  # by name: names are unique
-        capacity = tuple(sorted((name, _exact(c.value), c.request_policy)
-                                for name, c in d.capacity.items())) if d.capacity else ()
-        counters = tuple((c.counter_set, tuple(sorted((n, _exact(q))
-                                                      for n, q in c.counters.items())))
-                         for c in d.consumes_counters) if d.consumes_counters else ()
-        key = ("dev", driver, tuple(attrs), capacity, counters, d.taints,
+        key = ("dev", driver, observed, _capacity(d.capacity), _counters(d.consumes_counters),
+               d.taints,
                d.allow_multiple_allocations, d.binding_conditions, d.binds_to_node)
         k = self._intern.setdefault(key, len(self._intern))
-        label = "\n".join(sorted(labels)) if labels else None
+        label = self._label(d, relabeled) if relabeled else None
         self._device_keys[id(d)] = (d, (k, label))
         return k, label
 
+    def _label(self, d: model.Device, relabeled: tuple[str, ...]) -> str:
+        """The device's values of the renamed attribute (under each domain), as text."""
+        labels = self._labels
+        parts = []
+        for name in relabeled:
+            v = d.attributes[name]
+            found = labels.get((name, type(v), v))
+            if found is None:
+                found = labels[(name, type(v), v)] = f"{name}={v!r}"
+            parts.append(found)
+        return parts[0] if len(parts) == 1 else "\n".join(parts)
+
     def node_key(self, e: gang._NodeEntry,
                  allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]
-                 ) -> tuple[int, tuple[model.DeviceId, ...]]:
-        """The node's class under this projection and its devices in canonical order."""
+                 ) -> tuple[int, tuple[tuple[PoolKey, tuple[str, ...]], ...]]:
+        """The node's class under this projection and its devices in canonical order,
+        pool by pool (pool, device names)."""
         by_pool: dict[PoolKey, list[model.ResourceSlice]] = {}
         for s in e.local_slices:
             by_pool.setdefault((s.driver, s.pool), []).append(s)
-        pools: list[tuple[PoolKey, bool, tuple[Any, ...], list[tuple[Any, ...]]]] = []
-        groups: dict[str | None, list[tuple[int, int, Any]]] = {}
+        pools: list[tuple[PoolKey, bool, tuple[Any, ...], list[_Item]]] = []
         candidates, unbounded = 0, False
-        for pi, pk in enumerate(e.local_pools):
-            slices = by_pool[pk]
-            state: dict[str, Any] = {}
-            for t in allocated.get(pk, ()):
-                state[t[1]] = (*state.get(t[1], ()), t[0], *t[2:])
-            names = [d.name for s in slices for d in s.devices]
-            counters = tuple(sorted((c.name, tuple(sorted(c.counters.items())))
-                                    for s in slices for c in s.shared_counters))
-            info = (pk[0], tuple((s.generation, s.resource_slice_count, len(s.devices))
-                                 for s in slices), counters, len(set(names)) == len(names))
-            ordered = self.view.ordered or bool(counters) or any(
-                d.consumes_counters for s in slices for d in s.devices)
-            skip = not ordered and self._attributes_only
-            if ordered and not self.view.ordered and self._attributes_only and not any(
-                    self._maybe_selectable(pk[0], d) for s in slices for d in s.devices):
-                # No device of this counter pool can be taken: none is observable.
-                pools.append((pk, ordered, (*info[:2], (), info[3]), []))
-                continue
-            keyed = [(self._device_key(pk[0], d), d) for s in slices for d in s.devices
-                     if not skip or self._maybe_selectable(pk[0], d)]
-            wanted = [self._candidate(kl[0], pk[0], d) for kl, d in keyed]
-            if ordered and not self.view.ordered:
-                # Devices sharing a counter set with a candidate are observable through
-                # the counters; the rest of the pool is not.
-                shared_sets = {c.counter_set for (_, d), w in zip(keyed, wanted, strict=True)
-                               if w for c in d.consumes_counters}
-                keep = [w or any(c.counter_set in shared_sets for c in d.consumes_counters)
-                        for (_, d), w in zip(keyed, wanted, strict=True)]
-                info = (*info[:2], tuple(c for c in counters if c[0] in shared_sets), info[3])
-            else:
-                keep = [True if ordered else w for w in wanted]
-            devices = []
-            for ((k, label), d), w, kept in zip(keyed, wanted, keep, strict=True):
-                if not kept:
-                    continue  # nothing the gang does can touch it
-                if w and d.allow_multiple_allocations:
-                    unbounded = True
-                elif w:
-                    candidates += 1
-                item = (k, state.get(d.name, ()), label, d.name)
-                devices.append(item)
-                groups.setdefault(item[2], []).append((pi, item[0], item[1]))
-            pools.append((pk, ordered, info, devices))
-        # Values of the renamed attribute by rank of their group's content.
-        rank: dict[str | None, int] = {None: -1}
-        if self.view.relabel is not None:
-            ranked = sorted((tuple(sorted((pi, dk, _state(st)) for pi, dk, st in members)), label)
-                            for label, members in groups.items() if label is not None)
-            for i, (_, label) in enumerate(ranked):
-                rank[label] = i
+        for pk in e.local_pools:
+            ordered, info, items, n, shared = self._pool(pk, by_pool[pk],
+                                                         allocated.get(pk, ()))
+            pools.append((pk, ordered, info, items))
+            candidates += n
+            unbounded = unbounded or shared
+        rank = self._ranks(pools) if self.view.relabel is not None else None
         key_parts: list[Any] = []
-        order: list[model.DeviceId] = []
-        for pk, ordered, info, devices in pools:
-            items = [(k, st, rank[lbl], name) for k, st, lbl, name in devices]
+        order: list[tuple[PoolKey, tuple[str, ...]]] = []
+        for pk, ordered, info, items in pools:
+            if rank is not None:
+                items = [(k, text, rank[lbl], name, st) for k, text, lbl, name, st in items]
             if not ordered:
-                items.sort(key=lambda x: (x[0], _state(x[1]), x[2], x[3]))
-            key_parts.append((info, tuple((k, st, r) for k, st, r, _ in items)))
-            order.extend(model.DeviceId(pk[0], pk[1], name) for _, _, _, name in items)
-        # Pods one node can hold by its devices at most: resources that allow more do not
-        # tell nodes apart (but "none" and "some" stay apart, for the reason given).
+                items.sort(key=_canonical)
+            key_parts.append((info, tuple([(it[0], it[4], it[2]) for it in items])))
+            order.append((pk, tuple([it[3] for it in items])))
+        key = ("node", tuple(key_parts), e.node.taints, e.node.unschedulable, e.pristine,
+               self._free(e, candidates, unbounded), self._advertised(e))
+        return self._intern.setdefault(key, len(self._intern)), tuple(order)
+
+    def _ranks(self, pools: list[tuple[PoolKey, bool, tuple[Any, ...], list[_Item]]]
+               ) -> dict[str | None, int]:
+        """Values of the renamed attribute by rank of their group's content (the devices
+        with that value: pool, device key, allocated state)."""
+        groups: dict[str | None, list[tuple[int, int, str]]] = {}
+        for pi, (_, _, _, items) in enumerate(pools):
+            for k, text, label, _, _ in items:
+                if label is not None:
+                    members = groups.get(label)
+                    if members is None:
+                        members = groups[label] = []
+                    members.append((pi, k, text))
+        ranked = sorted((tuple(sorted(members)), label) for label, members in groups.items())
+        rank: dict[str | None, int] = {None: -1}
+        for i, (_, label) in enumerate(ranked):
+            rank[label] = i
+        return rank
+
+    def _free(self, e: gang._NodeEntry, candidates: int, unbounded: bool
+              ) -> tuple[tuple[str, object], ...]:
+        """Free resources as far as the gang's requests tell them apart. Pods one node can
+        hold by its devices at most: resources that allow more do not tell nodes apart
+        (but "none" and "some" stay apart, for the reason given)."""
         most = None if unbounded or not self._per_pod else max(candidates // self._per_pod, 1)
         free: list[tuple[str, object]] = []
         for name, amount, cap, exact in self.free:
@@ -393,10 +441,108 @@ class Projection:
             elif exact:
                 free.append((name, min(have, amount)))
             else:
-                n = min(int(have // amount), cap) if have > 0 else 0
+                n = (min(_floordiv(have, amount), cap) if have > 0 else 0)
                 free.append((name, n if most is None else min(n, most)))
-        advertised = tuple(bool(q.value) if (q := e.node.allocatable.get(n)) is not None
-                           else False for n in self._extended)
-        key = ("node", tuple(key_parts), e.node.taints, e.node.unschedulable, e.pristine,
-               tuple(free), advertised)
-        return self._intern.setdefault(key, len(self._intern)), tuple(order)
+        return tuple(free)
+
+    def _advertised(self, e: gang._NodeEntry) -> tuple[bool, ...]:
+        """Whether the node advertises each extended resource of the gang."""
+        if not self._extended:
+            return ()
+        return tuple(bool(q.value) if (q := e.node.allocatable.get(n)) is not None
+                     else False for n in self._extended)
+
+    def _pool(self, pk: PoolKey, slices: list[model.ResourceSlice],
+              taken: Sequence[tuple[Any, ...]]
+              ) -> tuple[bool, tuple[Any, ...], list[_Item], int, bool]:
+        """One node-local pool under this projection: (kept in allocator order, its
+        shape, its observable devices (`_Item`), candidates the gang could take, whether
+        one of them allows multiple allocations)."""
+        driver = pk[0]
+        state: dict[str, Any] = {}
+        for t in taken:
+            state[t[1]] = (*state.get(t[1], ()), t[0], *t[2:])
+        devices = [d for s in slices for d in s.devices] if len(slices) != 1 else \
+            slices[0].devices
+        counters = tuple(sorted((c.name, tuple(sorted(c.counters.items())))
+                                for s in slices for c in s.shared_counters))
+        unique = len({d.name for d in devices}) == len(devices)
+        info = (driver, tuple([(s.generation, s.resource_slice_count, len(s.devices))
+                               for s in slices]), counters, unique)
+        ordered = self.view.ordered or bool(counters) or any(
+            d.consumes_counters for d in devices)
+        if not ordered:
+            return (False, info, *self._unordered(driver, devices, state))
+        observed = [self._observed(d) for d in devices]
+        if not self.view.ordered and self._attributes_only and not any(
+                self._maybe_selectable(driver, d, o[0])
+                for d, o in zip(devices, observed, strict=True)):
+            # No device of this counter pool can be taken: none is observable.
+            return ordered, (*info[:2], (), info[3]), [], 0, False
+        keyed = [(self._device_key(driver, d, o[0], o[1]), d)
+                 for d, o in zip(devices, observed, strict=True)]
+        wanted = [self._candidate(kl[0], driver, d) for kl, d in keyed]
+        if not self.view.ordered:
+            # Devices sharing a counter set with a candidate are observable through
+            # the counters; the rest of the pool is not.
+            shared_sets = {c.counter_set for (_, d), w in zip(keyed, wanted, strict=True)
+                           if w for c in d.consumes_counters}
+            keep = [w or any(c.counter_set in shared_sets for c in d.consumes_counters)
+                    for (_, d), w in zip(keyed, wanted, strict=True)]
+            info = (*info[:2], tuple(c for c in counters if c[0] in shared_sets), info[3])
+        else:
+            keep = [True] * len(keyed)
+        out: list[_Item] = []
+        candidates, unbounded = 0, False
+        for ((k, label), d), w, kept in zip(keyed, wanted, keep, strict=True):
+            if not kept:
+                continue  # nothing the gang does can touch it
+            if w and d.allow_multiple_allocations:
+                unbounded = True
+            elif w:
+                candidates += 1
+            st = state.get(d.name, ())
+            out.append((k, _state(st), label, d.name, st))
+        return ordered, info, out, candidates, unbounded
+
+    def _unordered(self, driver: str, devices: Sequence[model.Device],
+                   state: Mapping[str, Any]) -> tuple[list[_Item], int, bool]:
+        """The candidates of a pool without counters (`_pool`): a device no alternative of
+        the gang could take is left out with its state (nothing the gang does can touch
+        it). One pass, the hot loop of a cold decision."""
+        out: list[_Item] = []
+        candidates, unbounded = 0, False
+        skip = self._attributes_only
+        relevant = self._relevant
+        for d in devices:
+            observed, relabeled = self._observed(d)
+            if skip and not self._maybe_selectable(driver, d, observed):
+                continue
+            k, label = self._device_key(driver, d, observed, relabeled)
+            w = relevant.get(k)
+            if w is None:
+                w = self._candidate(k, driver, d)
+            if not w:
+                continue
+            if d.allow_multiple_allocations:
+                unbounded = True
+            else:
+                candidates += 1
+            st = state.get(d.name, ()) if state else ()
+            out.append((k, _state(st), label, d.name, st))
+        return out, candidates, unbounded
+
+
+#: A device under a projection: (device key, its allocated state as text, its group label
+#: (rank, once ranked), its name, its allocated state).
+_Item = tuple[int, str, Any, str, tuple[Any, ...]]
+
+
+def _canonical(item: _Item) -> tuple[int, str, Any, str]:
+    """Where a device goes in a pool whose order is not observable."""
+    return item[0], item[1], item[2], item[3]
+
+
+def _floordiv(a: Fraction, b: Fraction) -> int:
+    """a // b for Fractions, on their integers (Fraction's own operator is far slower)."""
+    return (a.numerator * b.denominator) // (a.denominator * b.numerator)

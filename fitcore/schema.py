@@ -65,14 +65,84 @@ def _shape(typ: str, models: Mapping[str, Any]) -> tuple[str, str]:
     return found
 
 
+#: model -> the names of its fields that are leaves (primitives, lists or maps of them):
+#: an object with only such fields is checked with one set comparison.
+_LEAVES: dict[str, frozenset[str]] = {}
+
+
+def _leaves(typ: str, models: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
+    found = _LEAVES.get(typ)
+    if found is None:
+        found = _LEAVES[typ] = frozenset(name for name, t in models[typ].items()
+                                         if _shape(t, models)[0] == "skip")
+    return found
+
+
+#: A path, made only for what is reported: "" or a rendered path, or (parent, how, step)
+#: with how 0 for a field (`.step`), 1 for a list index (`[step]`), 2 for a map key.
+_Path = Any
+
+
+def _render(path: _Path) -> str:
+    steps = []
+    while not isinstance(path, str):
+        path, how, step = path
+        steps.append((how, step))
+    out = path
+    for how, step in reversed(steps):
+        if how == 0:
+            out = f"{out}.{step}" if out else str(step)
+        elif how == 1:
+            out = f"{out}[{step}]"
+        else:
+            out = f"{out}[{step!r}]"
+    return out
+
+
+#: model -> per field: (its type, its form, the leaf field names of the objects it holds
+#: (itself, or its list's or map's elements), None when it holds no objects).
+_FIELDS: dict[str, dict[str, tuple[str, str, frozenset[str] | None]]] = {}
+
+
+def _fields(typ: str, models: Mapping[str, Mapping[str, str]]
+            ) -> dict[str, tuple[str, str, frozenset[str] | None]]:
+    found = _FIELDS.get(typ)
+    if found is None:
+        found = {}
+        for name, field_type in models[typ].items():
+            form, inner = _shape(field_type, models)
+            held = field_type if form == "model" else inner
+            leaves = (_leaves(held, models) if form != "skip" and _shape(held, models)[0]
+                      == "model" else None)
+            found[name] = (field_type, form, leaves)
+        _FIELDS[typ] = found
+    return found
+
+
+def _only_leaves(value: Any, form: str, leaves: frozenset[str]) -> bool:
+    """Whether a field's value (an object, or a list or map of objects) holds objects
+    with only these leaf fields: then there is nothing more to check in it."""
+    kind = type(value)
+    if form == "model":
+        return kind is dict and value.keys() <= leaves
+    if form == "list" and kind is list:
+        items = value
+    elif form == "dict" and kind is dict:
+        items = value.values()
+    else:
+        return False
+    return all(type(v) is dict and v.keys() <= leaves for v in items)
+
+
 def unknown_fields(obj: Any, model: str, path: str = "") -> list[str]:
     """Paths of every field of `obj` that `model` does not declare (iteratively, so
     that a deep document cannot exhaust the stack)."""
     models: dict[str, dict[str, str]] = _data()["models"]
     out: list[str] = []
-    todo: list[tuple[Any, str, str]] = [(obj, model, path)]
-    # Values of primitive types are not visited, and a path is only made for what is
-    # visited: most of an object is leaves (this runs on every object an inventory
+    todo: list[tuple[Any, str, _Path]] = [(obj, model, path)]
+    # Values of primitive types are not visited, an object whose fields are all leaves is
+    # checked at once (one set comparison), and a path is only made for what is
+    # reported: most of an object is leaves (this runs on every object an inventory
     # reads). Types are classified once each.
     while todo:
         value, typ, where = todo.pop()
@@ -81,18 +151,25 @@ def unknown_fields(obj: Any, model: str, path: str = "") -> list[str]:
             continue
         if form == "list":
             if isinstance(value, list):
-                todo.extend((v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+                todo.extend((v, inner, (where, 1, i)) for i, v in enumerate(value))
             continue
         if not (type(value) is dict or isinstance(value, Mapping)):
             continue
         if form == "dict":
-            todo.extend((v, inner, f"{where}[{k!r}]") for k, v in value.items())
+            todo.extend((v, inner, (where, 2, k)) for k, v in value.items())
             continue
-        fields = models[typ]
+        if type(value) is dict and value.keys() <= _leaves(typ, models):
+            continue
+        fields = _fields(typ, models)
         for key, sub in value.items():
-            field_type = fields.get(key) if isinstance(key, str) else None
-            if field_type is None:
-                out.append(f"{where}.{key}" if where else str(key))
-            elif _shape(field_type, models)[0] != "skip":
-                todo.append((sub, field_type, f"{where}.{key}" if where else key))
+            found = fields.get(key) if isinstance(key, str) else None
+            if found is None:
+                rendered = _render(where)
+                out.append(f"{rendered}.{key}" if rendered else str(key))
+                continue
+            field_type, field_form, held = found
+            if field_form == "skip":
+                continue
+            if held is None or not _only_leaves(sub, field_form, held):
+                todo.append((sub, field_type, (where, 0, key)))
     return sorted(out)

@@ -6,7 +6,6 @@ else the search has picked; the engines differ only in how they search.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from fitcore import cel, model, predicates, reads, values
@@ -147,25 +146,14 @@ def _consumed(requested: values.Quantity | None, capacity: model.DeviceCapacity
         return capacity.value
     if policy is None:
         return requested
-    if policy.valid_range is not None:
-        return _round_up_range(requested, policy.valid_range)
+    rng = policy.valid_range
+    if rng is not None:
+        if rng.step is None:
+            return rng.min if requested < rng.min else requested
+        return requested.round_up_to_step(rng.min, rng.step)
     if policy.valid_values:
-        for valid in policy.valid_values:
-            if requested <= valid:
-                return valid
-        return requested
+        return requested.round_up_to_one_of(policy.valid_values) or requested
     return requested
-
-
-def _round_up_range(requested: values.Quantity, rng: model.ValidRange) -> values.Quantity:
-    if requested < rng.min:
-        return rng.min
-    if rng.step is None:
-        return requested
-    # The allocator rounds each quantity up to a whole number before stepping.
-    req, step, lo = (math.ceil(q.value) for q in (requested, rng.step, rng.min))
-    n = -(-(req - lo) // step)
-    return values.Quantity.parse(lo + step * n)
 
 
 def _violates(amount: values.Quantity, policy: model.RequestPolicy | None) -> bool:
@@ -177,11 +165,7 @@ def _violates(amount: values.Quantity, policy: model.RequestPolicy | None) -> bo
         rng = policy.valid_range
         if rng.max is not None and amount > rng.max:
             return True
-        if rng.step is not None:
-            added = math.ceil(amount.value) - math.ceil(rng.min.value)
-            if added % math.ceil(rng.step.value) != 0:
-                return True
-        return False
+        return rng.step is not None and not amount.on_step(rng.min, rng.step)
     if policy.valid_values:
         return amount not in policy.valid_values
     return False

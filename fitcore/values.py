@@ -89,10 +89,11 @@ class Quantity:
     nanos. Instances are immutable and hashable; comparisons and arithmetic are exact.
     """
 
-    __slots__ = ("_format", "_value")
+    __slots__ = ("_format", "_hash", "_value")
 
     _value: Fraction
     _format: QuantityFormat
+    _hash: int | None  # the value's hash, once asked (a Fraction's hash costs a pow)
 
     def __init__(self, value: int | Fraction, format: QuantityFormat = "DecimalSI") -> None:
         if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
@@ -105,6 +106,7 @@ class Quantity:
             )
         object.__setattr__(self, "_value", exact)
         object.__setattr__(self, "_format", format)
+        object.__setattr__(self, "_hash", None)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Quantity is immutable")
@@ -194,17 +196,23 @@ class Quantity:
     # -- rounding helpers for consumable capacity ----------------------------------
 
     def round_up_to_step(self, start: Quantity, step: Quantity) -> Quantity:
-        """The smallest ``start + k*step`` (k >= 0 whole) that is at least this value.
-
-        This is how a ``requestPolicy.validRange`` rounds a request: up from ``min`` in
-        multiples of ``step``. A request at or below ``start`` becomes ``start``.
+        """The smallest ``start + k*step`` (k >= 0 whole) that is at least this value, as
+        the DRA allocator rounds a request under a ``requestPolicy.validRange``: each of
+        the three is first rounded up to a whole number (so 150m from 100m in steps of
+        100m is 1). A request below ``start`` becomes ``start``. The one rounding rule:
+        `fitcore.semantics` uses it for consumable capacity.
         """
         if step._value <= 0:
             raise ValueError(f"step must be positive, got {step}")
-        if self._value <= start._value:
+        if self._value < start._value:
             return start
-        steps = math.ceil((self._value - start._value) / step._value)
-        return Quantity(start._value + steps * step._value, start._format)
+        req, size, lo = math.ceil(self._value), math.ceil(step._value), math.ceil(start._value)
+        return Quantity.parse(lo + size * -(-(req - lo) // size))
+
+    def on_step(self, start: Quantity, step: Quantity) -> bool:
+        """Whether this value is ``start`` plus a whole number of steps, by the same
+        whole-number rule as `round_up_to_step`."""
+        return (math.ceil(self._value) - math.ceil(start._value)) % math.ceil(step._value) == 0
 
     def round_up_to_one_of(self, valid_values: Iterable[Quantity]) -> Quantity | None:
         """The smallest of `valid_values` that is at least this value, or None."""
@@ -241,7 +249,11 @@ class Quantity:
         return self._value == other._value
 
     def __hash__(self) -> int:
-        return hash(self._value)
+        found = self._hash
+        if found is None:
+            found = hash(self._value)
+            object.__setattr__(self, "_hash", found)
+        return found
 
     def __lt__(self, other: Quantity) -> bool:
         if not isinstance(other, Quantity):

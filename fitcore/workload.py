@@ -142,17 +142,6 @@ class References:
 # ------------------------------------------------------------------------- helpers
 
 
-def _taints(f: fields.Reader, obj: Any, path: str) -> tuple[model.Taint, ...]:
-    out = []
-    for tpath, t in f.items(obj, "taints", path):
-        effect = f.get(t, "effect", tpath, str, "NoSchedule", required=True)
-        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-            f.c.add(f"{tpath}.effect", f"unknown effect {effect!r}")
-        out.append(model.Taint(f.get(t, "key", tpath, str, "", required=True),
-                               f.get(t, "value", tpath, str, ""), effect))
-    return tuple(out)
-
-
 # ------------------------------------------------------------------------ pods
 
 
@@ -427,7 +416,7 @@ def node_shape(obj: Mapping[str, Any], source: str | None = None) -> shapes.Node
     spec = f.get(obj, "spec", "", Mapping, {}, required=True)
     labels = f.string_map(spec, "nodeLabels", "spec")
     allocatable = f.quantities(spec, "allocatable", "spec")
-    taints = _taints(f, spec, "spec")
+    taints = f.node_taints(spec, "spec")
     slices = []
     raw_slices = f.items(spec, "resourceSlices", "spec")
     # Pool bookkeeping a shape may leave out: a pool spans the shape's slices that name it.

@@ -47,7 +47,15 @@ def test_kubernetes_models_match_the_installed_client() -> None:
     ({"apiVersion": "fitgate.io/v1alpha1", "kind": "NodeShape", "metadata": {"name": "s"},
       "spec": {"resourceSlices": [{"driver": "d", "devices": [{"name": "x", "capacty": {}}]}],
                "prize": 3}}, ["spec.prize", "spec.resourceSlices[0].devices[0].capacty"]),
-], ids=["node", "v1-slice-with-basic", "v1beta1-basic", "workload-template", "node-shape"])
+    ({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"},
+      "spec": {"devices": [
+          {"name": "d", "attributes": {"a": {"int": 1}, "x/b": {"strng": "v"}}},
+          {"name": "e", "capacity": {"m": {"value": "1", "vaule": "2"}},
+           "taints": [{"key": "k", "effect": "NoSchedule"}, {"key": "k", "efect": "x"}]}]}},
+     ["spec.devices[0].attributes['x/b'].strng", "spec.devices[1].capacity['m'].vaule",
+      "spec.devices[1].taints[1].efect"]),
+], ids=["node", "v1-slice-with-basic", "v1beta1-basic", "workload-template", "node-shape",
+        "objects-of-leaves"])
 def test_unknown_fields_by_path(obj: dict, unknown: list[str]) -> None:
     model = schema.model_for(obj["apiVersion"], obj["kind"])
     assert model is not None

@@ -155,10 +155,20 @@ def test_integer_helpers(text, is_integer, ceil, milli, sign):
 @pytest.mark.parametrize(
     ("request_", "start", "step", "expected"),
     [("1Gi", "1Gi", "1Gi", "1Gi"), ("1.5Gi", "1Gi", "1Gi", "2Gi"), ("100Mi", "1Gi", "1Gi", "1Gi"),
-     ("3", "1", "2", "3"), ("4", "1", "2", "5"), ("150m", "100m", "100m", "200m")],
-    ids=["exact", "round-up", "below-min", "on-step", "between-steps", "millis"])
+     ("3", "1", "2", "3"), ("4", "1", "2", "5"), ("150m", "100m", "100m", "1"),
+     ("2500m", "1", "2", "3"), ("3100m", "1", "2", "5")],
+    ids=["exact", "round-up", "below-min", "on-step", "between-steps", "millis-to-whole",
+         "fraction-rounds-to-step", "fraction-to-next-step"])
 def test_round_up_to_step(request_, start, step, expected):
     assert Q(request_).round_up_to_step(Q(start), Q(step)) == Q(expected)
+
+
+@pytest.mark.parametrize(("amount", "start", "step", "on"),
+                         [("3", "1", "2", True), ("4", "1", "2", False),
+                          ("2500m", "1", "2", True), ("5Gi", "1Gi", "2Gi", True),
+                          ("2Gi", "1Gi", "2Gi", False)])
+def test_on_step(amount, start, step, on):
+    assert Q(amount).on_step(Q(start), Q(step)) is on
 
 
 def test_round_up_to_step_needs_positive_step():
