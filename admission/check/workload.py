@@ -49,8 +49,17 @@ from typing import Any, Protocol
 import structlog
 
 from admission import clock as clock_
-from admission import (controller, failpoint, fitting, gangs, metrics, policy, provisioning,
-                       release, serve)
+from admission import (
+    controller,
+    failpoint,
+    fitting,
+    gangs,
+    metrics,
+    policy,
+    provisioning,
+    release,
+    serve,
+)
 from admission.check import constants as c
 from admission.check import events, podsetupdates, predicates
 from admission.check.predicates import Verdict
