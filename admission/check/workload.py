@@ -19,7 +19,8 @@ For a Workload whose quota Kueue has reserved and whose fitgate check is Pending
    fits → Ready with the autoscaler's consume annotations and the pins; misfit → Retry,
    an Event, the mismatch recorded on the NodeShape and the request deleted so the idle
    nodes scale down. Failed / BookingExpired / CapacityRevoked → the next ranked plan, or
-   Retry.
+   Retry. Neither Provisioned nor Failed `request_timeout_seconds` after its creation →
+   Retry, the request deleted (the autoscaler did not answer in time).
 4. clean up: fitgate deletes its requests (and their templates) when the Workload is
    deleted, finishes or is evicted, and when its check is retried.
 
