@@ -26,7 +26,8 @@ The HTTP endpoint that serves the default registry is `fitgate serve`'s.
   verdict for the same spec and cluster state), `decided` (within the decision budget),
   `deferred` (allowed unchecked; the decision finishes in the background and the next
   review of the spec is answered from the cache), `skipped` (allowed unchecked: the
-  bounded queue of decisions was full), `unreadable`, `failed` (an engine error),
+  bounded queue of decisions was full), `unavailable` (allowed unchecked: the decision
+  process is being replaced), `unreadable`, `failed` (an engine error),
   `timed-out` (the whole review's budget).
 """
 

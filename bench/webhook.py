@@ -29,7 +29,9 @@ repeated spec, validate of a new spec), how validations were answered (`cached`,
 `decided` within the budget, `deferred`: allowed unchecked and decided in the background,
 `skipped`: allowed unchecked, the worker's queue full), and the server's event-loop lag
 (how late a 2 ms timer fires: what every request waits for at least) with the server
-process's longest garbage-collector pause (which stops every thread). Then the highest
+process's longest garbage-collector pause (which stops every thread) and the p99 inside
+the server's request handler per hook (without the network, TLS and queueing: what is
+left when the machine, not the webhook, makes the client wait). Then the highest
 rate at which every kind's p99 is at most 20 ms. Also printed: the CPU per review in the
 server process without the network, and the time of one new spec's decision. Figures,
 not assertions: the machine is shared.
@@ -99,6 +101,7 @@ def serve(nodes: int, cert: str, key: str, conn: multiprocessing.connection.Conn
     import gc
 
     import structlog
+    from aiohttp import web
 
     from admission import config, fitting
     from admission.webhook import decider, models, review, server
@@ -176,6 +179,16 @@ def serve(nodes: int, cert: str, key: str, conn: multiprocessing.connection.Conn
                 lags.append(loop.time() - due)
 
         app = server.init(hooks)
+        handled: dict[str, list[float]] = {}
+
+        @web.middleware
+        async def timed(request: web.Request, handler: Any) -> web.StreamResponse:
+            t = time.perf_counter()
+            response: web.StreamResponse = await handler(request)
+            handled.setdefault(request.path, []).append(time.perf_counter() - t)
+            return response
+
+        app.middlewares.append(timed)
         certs = server.Certificates(cert, key)
         prober = asyncio.create_task(probe())
         async with server.serving(app, "127.0.0.1", 0, certs) as addresses:
@@ -189,9 +202,14 @@ def serve(nodes: int, cert: str, key: str, conn: multiprocessing.connection.Conn
                 lags.clear()
                 q = statistics.quantiles(got, n=100, method="inclusive") if len(got) > 1 \
                     else [0.0] * 99
+                inside = {path.strip("/"): round(statistics.quantiles(
+                    sorted(t), n=100, method="inclusive")[98] * 1e3, 2)
+                    for path, t in handled.items() if len(t) > 1}
                 conn.send({"lag_p99_ms": q[98] * 1e3, "lag_max_ms": (got or [0])[-1] * 1e3,
-                           "gc_max_ms": max(pauses, default=0.0) * 1e3})
+                           "gc_max_ms": max(pauses, default=0.0) * 1e3,
+                           "handler_p99_ms": inside})
                 pauses.clear()
+                handled.clear()
             conn.send({"cpu_seconds": time.process_time() - t})
         prober.cancel()
         hooks.close()
@@ -302,13 +320,16 @@ async def load(port: int, pem: bytes, rates: list[float], seconds: float, new_sh
         for rate in rates:
             lag(conn)  # reset the server's lag samples
             row = await run_rate(session, url, rate, seconds, new_share, offset, rng)
-            row["loop_lag"] = {k: round(v, 2) for k, v in lag(conn).items()}
+            row["loop_lag"] = lag(conn)
             offset += row["reviews"]
             rows.append(row)
+            server_side = row["loop_lag"]
             print(f"  {rate:5.0f}/s  achieved {row['achieved']:6.1f}/s  errors "
-                  f"{row['errors']}  loop lag p99 {row['loop_lag']['lag_p99_ms']:.2f} ms "
-                  f"max {row['loop_lag']['lag_max_ms']:.2f} ms (longest GC pause "
-                  f"{row['loop_lag']['gc_max_ms']:.2f} ms)", flush=True)
+                  f"{row['errors']}  loop lag p99 {server_side['lag_p99_ms']:.2f} ms "
+                  f"max {server_side['lag_max_ms']:.2f} ms (longest GC pause "
+                  f"{server_side['gc_max_ms']:.2f} ms); in the handler p99 " + ", ".join(
+                      f"{p} {v:.2f} ms" for p, v in sorted(
+                          server_side["handler_p99_ms"].items())), flush=True)
             for kind in KINDS:
                 k = row[kind]
                 if k is None:

@@ -72,8 +72,8 @@ _MAX_WARNING_CHARS = 480
 #: The key of the audit annotation saying how validate-jobs answered (the API server logs
 #: it as `<webhook name>/fit-check`).
 AUDIT_KEY = "fit-check"
-Outcome = Literal["cached", "decided", "deferred", "skipped", "unreadable", "failed",
-                  "timed-out"]
+Outcome = Literal["cached", "decided", "deferred", "skipped", "unavailable", "unreadable",
+                  "failed", "timed-out"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +243,10 @@ class Hooks:
         try:
             verdict = await asyncio.wait_for(asyncio.shield(pending),
                                              max(0.0, deadline - time.perf_counter()))
+        except decider.Unavailable as exc:  # the decision process is being replaced
+            metrics.WEBHOOK_VALIDATIONS.labels("unavailable").inc()
+            return models.allow(request, audit={AUDIT_KEY: (
+                f"not checked: {exc}; the AdmissionCheck decides")})
         except TimeoutError:
             metrics.WEBHOOK_VALIDATIONS.labels("deferred").inc()
             return models.allow(request, audit={AUDIT_KEY: (

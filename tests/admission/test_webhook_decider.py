@@ -92,3 +92,19 @@ async def test_a_child_that_dies_is_replaced(in_process: Any) -> None:
     response = await child.review("validate-jobs", request(ab.job(parallelism=3)))
     assert any("can never be admitted" in w for w in response.warnings)
     assert deciding.starts == 2
+
+
+async def test_while_the_child_is_replaced_reviews_are_allowed_unchecked(
+        in_process: Any) -> None:
+    child, _ = in_process(guarded(gb.template("gpus", gpus=6, namespace=ab.NS)),
+                          restart_backoff=3600)
+    deciding = child.decider
+    assert isinstance(deciding, decider.ProcessDecider)
+    deciding._proc.kill()
+    await _until(lambda: deciding._conn is None, "the parent to see the child exit")
+    # Within the restart backoff no new child: allowed, no warning, the audit says why.
+    response = await child.review("validate-jobs", request(ab.job()))
+    assert response.allowed and response.warnings == []
+    assert response.audit == {review.AUDIT_KEY: (
+        "not checked: the decision process is restarting; the AdmissionCheck decides")}
+    assert deciding.starts == 1
