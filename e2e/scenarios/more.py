@@ -29,6 +29,7 @@ nodeSelector keeps it on its own scenario's nodes (or node groups).
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 import time
@@ -78,8 +79,14 @@ class Outcome:
 
     def row(self, gang: str, outcome: str) -> figures.Row:
         g = self.gangs[gang]
-        return figures.Row(self.scenario, "fitgate", outcome, g.seconds,
-                           str(len(self.nodes)), None,
+        # The autoscaler's nodes this gang's pods run on.
+        groups = collections.Counter(self.nodes[n][cluster.NODEGROUP_LABEL]
+                                     for n in set(g.pods.values())
+                                     if cluster.NODEGROUP_LABEL in self.nodes.get(n, {}))
+        provisioned = sum(groups.values())
+        nodes = (f"{provisioned} ({', '.join(f'{n} {g}' for g, n in sorted(groups.items()))})"
+                 if provisioned else "0")
+        return figures.Row(self.scenario, "fitgate", outcome, g.seconds, nodes, None,
                            f"{len(self.requests)} ProvisioningRequest(s)")
 
 

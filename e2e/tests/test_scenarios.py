@@ -54,6 +54,9 @@ async def test_scenario_11_many_gangs_at_once_are_all_decided(
     assert result.admitted == result.expected["admitted"], result
     assert result.explained == result.expected["explained"], result
     assert many.duplicated_or_orphaned(result.requests, workloads) == []
-    # Only the big gang needed a new node: one dear node, nothing more.
+    # Only the big gangs needed new nodes: one dear node each, nothing more; no two of
+    # them counted the same new node, so each runs on its own.
     dear = topology.group_name("fitgate", "dear")
     assert {g: len(n) for g, n in result.nodes.items()} == {dear: many.BIG}, result.nodes
+    assert result.big_seconds is not None, result.big
+    assert len(set(result.big.values())) == many.BIG, result.big
