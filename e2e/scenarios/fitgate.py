@@ -21,10 +21,11 @@ import pathlib
 import subprocess
 import sys
 import time
+from typing import Any
 
 import yaml
 
-from e2e import harness, kube, runner
+from e2e import builders, harness, kube, runner
 from e2e.cluster.local import cluster, pki, processes
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -104,12 +105,42 @@ class Fitgate:
             await self.wait_active()
 
     async def uninstall(self) -> None:
-        for proc in self.replicas:
-            await proc.stop()
+        """The Jobs queued through the chart's check and their ClusterQueues, then the
+        replicas and the release. The order is Kueue's finalizers': the AdmissionCheck
+        stays (kueue.x-k8s.io/resource-in-use) while a ClusterQueue names it, and the
+        ClusterQueue while Workloads hold its quota; otherwise ``helm uninstall --wait``
+        waits out its 60 s and the next install can race the AdmissionCheck's deletion."""
+        try:
+            await self.release_queues()
+        finally:
+            for proc in self.replicas:
+                await proc.stop()
         if self.installed:
             self.helm("uninstall", RELEASE, "--namespace", self.namespace, "--wait",
                       "--timeout", "60s", check=False)
             self.installed = False
+
+    async def release_queues(self, timeout: float = 60) -> None:
+        client = self.e2e.kube
+        names = {str(cq["metadata"]["name"])
+                 for cq in await client.list(builders.KUEUE, "ClusterQueue")
+                 if CHECK_NAME in _checks_of(cq)}
+        if not names:
+            return
+        for lq in await client.list(builders.KUEUE, "LocalQueue"):
+            if (lq.get("spec") or {}).get("clusterQueue") not in names:
+                continue
+            namespace = str(lq["metadata"]["namespace"])
+            for job in await client.list("batch/v1", "Job", namespace):
+                await client.delete("batch/v1", "Job", job["metadata"]["name"], namespace)
+        for name in names:
+            await client.delete(builders.KUEUE, "ClusterQueue", name)
+
+        async def released() -> bool:
+            return not any(CHECK_NAME in _checks_of(cq)
+                           for cq in await client.list(builders.KUEUE, "ClusterQueue"))
+        await self.e2e.wait_for(released, timeout,
+                                f"ClusterQueues {sorted(names)} using {CHECK_NAME} deleted")
 
     async def service_account(self) -> str:
         accounts = await self.e2e.kube.list(
@@ -177,3 +208,11 @@ class Fitgate:
                                             CHECK_NAME)
             return kube.has_condition(check, "Active")
         await kube.wait_for(active, timeout, f"AdmissionCheck {CHECK_NAME} Active")
+
+
+def _checks_of(cluster_queue: dict[str, Any]) -> set[str]:
+    """The AdmissionChecks a ClusterQueue names, in either of Kueue's two spellings."""
+    spec = cluster_queue.get("spec") or {}
+    named = {str(c) for c in spec.get("admissionChecks") or ()}
+    strategy = (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or ()
+    return named | {str(c.get("name")) for c in strategy}

@@ -431,7 +431,8 @@ async def test_self_managed_certificates_with_only_the_charts_rbac(
             env={"KUBECONFIG": str(creds.kubeconfig), **env},
             ready_url=f"http://127.0.0.1:{health}/readyz", timeout=120)
 
-        # /readyz turns 200 when the caches are synced, before the servers start.
+        # /readyz is 200 once the servers listen; the Secret and the caBundles may still
+        # be in flight (the certificate manager writes them asynchronously).
         async def created() -> dict[str, Any] | None:
             return await e2e.kube.get("v1", "Secret", env["FITGATE_CERT_SECRET"], ns)
         secret = await e2e.wait_for(created, 60, "the Secret fitgate keeps its pair in")

@@ -59,24 +59,6 @@ async def setup_queue(e2e: harness.Harness) -> str:
     return await e2e.create_queues(queue_name(e2e), admission_checks=[fitgate.CHECK_NAME])
 
 
-async def uninstall(e2e: harness.Harness, fg: fitgate.Fitgate) -> None:
-    """The test's Jobs and ClusterQueue, then the chart, in the order Kueue's finalizers
-    need: the chart's AdmissionCheck stays (kueue.x-k8s.io/resource-in-use) while a
-    ClusterQueue names it, and the ClusterQueue while Workloads hold its quota. Otherwise
-    ``helm uninstall --wait`` waits out its 60 s for the AdmissionCheck, and the next
-    test's install can race that AdmissionCheck's deletion (its wait then sees NotFound)."""
-    try:
-        for job in await e2e.kube.list("batch/v1", "Job", e2e.namespace):
-            await e2e.kube.delete("batch/v1", "Job", job["metadata"]["name"], e2e.namespace)
-        await e2e.kube.delete(builders.KUEUE, "ClusterQueue", queue_name(e2e))
-
-        async def released() -> bool:
-            return await e2e.kube.get(builders.KUEUE, "ClusterQueue", queue_name(e2e)) is None
-        await e2e.wait_for(released, 60, f"ClusterQueue {queue_name(e2e)} deleted")
-    finally:
-        await fg.uninstall()
-
-
 @pytest.mark.timeout(480)
 async def test_leader_killed_after_its_request_the_other_replica_finishes_the_gang(
         e2e: harness.Harness, local_cluster: cluster.LocalCluster) -> None:
@@ -111,7 +93,7 @@ async def test_leader_killed_after_its_request_the_other_replica_finishes_the_ga
         dear = topology.group_name("fitgate", "dear")
         assert {p["spec"]["nodeName"].rsplit("-", 1)[0] for p in pods} == {dear}
     finally:
-        await uninstall(e2e, fg)
+        await fg.uninstall()
 
 
 @pytest.mark.timeout(480)
@@ -168,7 +150,7 @@ async def test_webhook_unavailable_the_gate_is_skipped_and_the_check_still_enfor
         # (failurePolicy Fail), so no pod of the gang lands where the plan did not put it.
         assert await e2e.pods_of_job(job) == []
     finally:
-        await uninstall(e2e, fg)
+        await fg.uninstall()
 
 
 REQUEST_TIMEOUT_S = 30  # fitgate's provisioning_timeout in the autoscaler test
@@ -262,7 +244,7 @@ async def test_autoscaler_stopped_requests_time_out_into_retry_and_nothing_is_ad
         evictions = [ev for ev in events if ev.get("reason") == "EvictedDueToAdmissionCheck"]
         assert len(evictions) == 1 and first_name in evictions[0]["note"], evictions
     finally:
-        await uninstall(e2e, fg)
+        await fg.uninstall()
 
 
 def informer_log(proc_log: str, event: str) -> list[dict[str, Any]]:
@@ -335,7 +317,7 @@ async def test_watch_expiry_fitgate_relists_and_keeps_deciding(
             f"fits on existing nodes: 1 pods on 1 nodes ({node})"), entry["message"]
         assert await fitgate_requests(e2e) == []
     finally:
-        await uninstall(e2e, fg)
+        await fg.uninstall()
 
 
 @pytest.mark.timeout(300)
@@ -384,4 +366,4 @@ async def test_api_server_restarted_while_a_gangs_request_is_outstanding(
         assert {p["spec"]["nodeName"].rsplit("-", 1)[0] for p in pods} == {dear}
         assert fg.replicas[0].alive() and fg.replicas[0].starts == 1
     finally:
-        await uninstall(e2e, fg)
+        await fg.uninstall()
