@@ -111,7 +111,10 @@ async def e2e(kube_client: kube.Kube, e2e_cluster: ClusterInfo,
 
     async def default_sa() -> bool:
         return await kube_client.get("v1", "ServiceAccount", "default", name) is not None
-    await kube.wait_for(default_sa, 30, f"default ServiceAccount in {name}")
+    # kube-controller-manager's ServiceAccount controller makes it; after a test restarted
+    # kube-apiserver, its watches come back with client-go's backoff, which measured over
+    # 30 s on a loaded machine.
+    await kube.wait_for(default_sa, 120, f"default ServiceAccount in {name}")
     node_groups = (e2e_cluster.local.node_groups if e2e_cluster.local is not None
                    else (harness.GPU_NODE_GROUP,))
     h = harness.Harness(kube_client, name, local=e2e_cluster.local, node_groups=node_groups)
