@@ -305,13 +305,8 @@ class _Search:
             return None
         rep, other = self.snap.entries[cls.rep], self.snap.entries[node]
         if rep.order is not None and other.order is not None:
-            devices: dict[tuple[str, ...], tuple[str, ...]] = {}
-            for (a_pool, a_names), (b_pool, b_names) in zip(rep.order, other.order,
-                                                            strict=True):
-                for a, b in zip(a_names, b_names, strict=True):
-                    if a_pool != b_pool or a != b:
-                        devices[model.DeviceId(*a_pool, a)] = model.DeviceId(*b_pool, b)
-            return devices or None
+            return {a: b for a, b in zip(rep.device_ids(), other.device_ids(), strict=True)
+                    if a != b} or None
         src = rep.local_pools
         dst = other.local_pools
         return {a: b for a, b in zip(src, dst, strict=True) if a != b} or None

@@ -65,6 +65,17 @@ class _NodeEntry:
     # its exact content, under which fills found on it are kept (-1: `key` is exact).
     order: tuple[tuple[PoolKey, tuple[str, ...]], ...] | None = None
     exact: int = -1
+    # The devices of `order` as ids, made when a placement first maps onto or from this
+    # node (kept with the entry: later decisions on the same view reuse them).
+    ids: tuple[model.DeviceId, ...] | None = None
+
+    def device_ids(self) -> tuple[model.DeviceId, ...]:
+        """`order` as device ids (projected entries only)."""
+        if self.ids is None:
+            assert self.order is not None
+            self.ids = tuple(model.DeviceId(*pool, name) for pool, names in self.order
+                             for name in names)
+        return self.ids
 
 
 class Snapshot:
