@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import json
 import signal
 import sys
@@ -208,6 +209,11 @@ class Service:
         log.info("serve.inventory_ready", seconds=round(time.perf_counter() - started, 3),
                  problems=len(self.inventory.problems()),
                  **{k: v for k, v in stats.items() if k in ("nodes", "devices", "pods")})
+        # The initial list is most of what this process will ever hold and lives as long
+        # as it: out of the collector's sight, so no later collection walks it again (a
+        # cold decision on 1,000 realistic nodes measured 158 ms with it in sight, 85 ms
+        # without). Reference counting still frees what is replaced.
+        gc.freeze()
 
     async def _lead(self) -> None:
         """Run the leader-only controllers while this replica leads."""
