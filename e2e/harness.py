@@ -176,6 +176,18 @@ class Harness:
         return await self.kube.list("v1", "Pod", self.namespace,
                                     label_selector=f"batch.kubernetes.io/job-name={job_name}")
 
+    async def running_pods(self, job_name: str, count: int, timeout: float = 90,
+                           what: str = "") -> list[dict[str, Any]]:
+        """Wait (bounded) until the Job has exactly ``count`` pods, all Running; return them."""
+        async def running() -> list[dict[str, Any]] | None:
+            pods = await self.pods_of_job(job_name)
+            ok = len(pods) == count and all(p["status"].get("phase") == "Running"
+                                            for p in pods)
+            return pods if ok else None
+        pods: list[dict[str, Any]] = await self.wait_for(
+            running, timeout, what or f"{count} pods of {job_name} Running")
+        return pods
+
     async def finish_pods(self, pods: list[dict[str, Any]]) -> None:
         """Ask kwok to complete these Running pods (they stay Running until then)."""
         for pod in pods:

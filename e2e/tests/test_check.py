@@ -164,13 +164,7 @@ async def admitted_workload(e2e: harness.Harness, job: str, timeout: float
 
 async def running_pods(e2e: harness.Harness, job: str, count: int, timeout: float = 90
                        ) -> list[dict[str, Any]]:
-    async def running() -> list[dict[str, Any]] | None:
-        pods = await e2e.pods_of_job(job)
-        ok = len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
-        return pods if ok else None
-    pods: list[dict[str, Any]] = await e2e.wait_for(running, timeout,
-                                                    f"{count} pods of {job} Running")
-    return pods
+    return await e2e.running_pods(job, count, timeout)
 
 
 async def claims_allocated(e2e: harness.Harness, pods: list[dict[str, Any]]) -> None:

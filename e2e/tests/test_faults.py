@@ -79,12 +79,8 @@ async def test_leader_killed_after_its_request_the_other_replica_finishes_the_ga
             return await fg.leader() == "e2e-0"
         await e2e.wait_for(new_leader, 60, "replica 0 takes the Lease over")
 
-        async def running() -> list[dict[str, Any]] | None:
-            pods = await e2e.pods_of_job(job)
-            ok = len(pods) == topology.GANG_PODS and all(
-                p["status"].get("phase") == "Running" for p in pods)
-            return pods if ok else None
-        pods = await e2e.wait_for(running, 240, "the gang Running under the new leader")
+        pods = await e2e.running_pods(job, topology.GANG_PODS, 240,
+                                      "the gang Running under the new leader")
         after = await fitgate_requests(e2e)
         workloads = await e2e.kube.list(builders.KUEUE, "Workload", e2e.namespace)
         assert many.duplicated_or_orphaned(after, workloads) == []
@@ -216,13 +212,9 @@ async def test_autoscaler_stopped_requests_time_out_into_retry_and_nothing_is_ad
 
         local_cluster.start_autoscaler()
 
-        async def running() -> list[dict[str, Any]] | None:
-            pods = await e2e.pods_of_job(job)
-            ok = len(pods) == topology.GANG_PODS and all(
-                p["status"].get("phase") == "Running" for p in pods)
-            return pods if ok else None
         # The backoff (60 s), then attempt 2 is provisioned and verified.
-        pods = await e2e.wait_for(running, 240, "the gang Running on attempt 2")
+        pods = await e2e.running_pods(job, topology.GANG_PODS, 240,
+                                      "the gang Running on attempt 2")
         done = await e2e.workload_of_job(job)
         assert done is not None
         (entry,) = [e for e in done["status"]["admissionChecks"]
@@ -345,12 +337,8 @@ async def test_api_server_restarted_while_a_gangs_request_is_outstanding(
         local_cluster.restart_apiserver()  # on the main thread: see test_serve
         local_cluster.start_autoscaler()
 
-        async def running() -> list[dict[str, Any]] | None:
-            pods = await e2e.pods_of_job(job)
-            ok = len(pods) == topology.GANG_PODS and all(
-                p["status"].get("phase") == "Running" for p in pods)
-            return pods if ok else None
-        pods = await e2e.wait_for(running, 180, "the gang Running after the restart")
+        pods = await e2e.running_pods(job, topology.GANG_PODS, 180,
+                                      "the gang Running after the restart")
         wl = await e2e.workload_of_job(job)
         assert wl is not None
         (entry,) = [e for e in wl["status"]["admissionChecks"]
