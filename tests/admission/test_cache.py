@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import pytest
 import structlog.testing
 
 from admission.kube import cache, client, errors, fake, kinds, store
+from tests.admission import waits
 
 FAST = cache.Backoff(base=0.001, ceiling=0.01, jitter=0)
 
@@ -19,14 +19,8 @@ def _node(name: str, **labels: str) -> dict:
     return {"metadata": {"name": name, "labels": labels}}
 
 
-async def _until(pred: Callable[[], bool], what: str, timeout: float = 2.0) -> None:
-    async def loop() -> None:
-        while not pred():
-            await asyncio.sleep(0.001)
-    try:
-        await asyncio.wait_for(loop(), timeout)
-    except TimeoutError:
-        pytest.fail(f"timed out waiting for {what}")
+async def _until(pred: Callable[[], object], what: str, timeout: float = 2.0) -> None:
+    await waits.until(pred, what, timeout, interval=0.001)
 
 
 class Recorder:

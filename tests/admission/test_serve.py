@@ -10,20 +10,14 @@ import json
 from collections.abc import Callable
 
 import aiohttp
-import pytest
 
 from admission import config, serve
 from admission.kube import errors, fake, kinds
+from tests.admission import waits
 
 
 async def _until(pred: Callable[[], object], what: str, timeout: float = 5.0) -> None:
-    async def loop() -> None:
-        while not pred():
-            await asyncio.sleep(0.01)
-    try:
-        await asyncio.wait_for(loop(), timeout)
-    except TimeoutError:
-        pytest.fail(f"timed out waiting for {what}")
+    await waits.until(pred, what, timeout, interval=0.01)
 
 
 def _cfg(**kw: object) -> config.Config:

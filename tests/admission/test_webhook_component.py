@@ -11,23 +11,17 @@ import ssl
 from collections.abc import Callable
 
 import aiohttp
-import pytest
 
 from admission import config, gating, serve
 from admission.kube import fake, kinds
 from admission.webhook import component
 from tests.admission import builders as ab
+from tests.admission import waits
 from tests.gang import builders as gb
 
 
 async def _until(pred: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    async def loop() -> None:
-        while not pred():
-            await asyncio.sleep(0.02)
-    try:
-        await asyncio.wait_for(loop(), timeout)
-    except TimeoutError:
-        pytest.fail(f"timed out waiting for {what}")
+    await waits.until(pred, what, timeout, interval=0.02)
 
 
 async def test_serve_runs_the_webhook_and_the_gate(tmp_path: pathlib.Path) -> None:

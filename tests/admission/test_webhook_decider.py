@@ -4,7 +4,6 @@ and a child that dies is replaced."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -13,18 +12,13 @@ import pytest
 from admission.kube import kinds, store
 from admission.webhook import decider, review
 from tests.admission import builders as ab
+from tests.admission import waits
 from tests.admission.test_webhook import PATIENT, guarded, hooks, request
 from tests.gang import builders as gb
 
 
 async def _until(pred: Callable[[], object], what: str, timeout: float = 20.0) -> None:
-    async def loop() -> None:
-        while not pred():
-            await asyncio.sleep(0.02)
-    try:
-        await asyncio.wait_for(loop(), timeout)
-    except TimeoutError:
-        pytest.fail(f"timed out waiting for {what}")
+    await waits.until(pred, what, timeout, interval=0.02)
 
 
 @pytest.fixture
