@@ -35,7 +35,7 @@ import concurrent.futures
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import prometheus_client
@@ -233,28 +233,33 @@ class ClusterInventory:
 
     # ------------------------------------------------------------ decisions
 
-    def fit(self, gang_: gang.Gang, *, node_filter: NodeFilter | None = None
-            ) -> PlanResult:
-        """Does the gang fit the existing nodes now (no new nodes considered)?"""
+    def fit(self, gang_: gang.Gang, *, node_filter: NodeFilter | None = None,
+            held: Collection[str] = ()) -> PlanResult:
+        """Does the gang fit the existing nodes now (no new nodes considered)? `held`:
+        nodes held for other workloads (left out, named apart in the reasons)."""
         result: PlanResult = self._decide(
-            "fit", lambda: self._engine.fit(gang_, node_filter=node_filter))
+            "fit", lambda: self._engine.fit(gang_, node_filter=node_filter, held=held))
         return result
 
     def plan(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
-             node_filter: NodeFilter | None = None) -> PlanResult:
+             node_filter: NodeFilter | None = None, held: Collection[str] = ()
+             ) -> PlanResult:
         """Fit on existing nodes, or the cheapest new nodes of the allowed NodeShapes
         (`shapes`: names; None = all) that make the gang fit."""
         allowed = None if shapes is None else sorted(set(shapes))
         result: PlanResult = self._decide(
-            "plan", lambda: self._engine.plan(gang_, shapes=allowed, node_filter=node_filter))
+            "plan", lambda: self._engine.plan(gang_, shapes=allowed, node_filter=node_filter,
+                                              held=held))
         return result
 
     def verify(self, gang_: gang.Gang, plan_: Plan, *,
-               node_filter: NodeFilter | None = None) -> VerifyResult:
+               node_filter: NodeFilter | None = None, held: Collection[str] = ()
+               ) -> VerifyResult:
         """After provisioning: does the gang fit the real inventory, and how do the new
         nodes differ from what their shapes promised?"""
         result: VerifyResult = self._decide(
-            "verify", lambda: self._engine.verify(gang_, plan_, node_filter=node_filter))
+            "verify", lambda: self._engine.verify(gang_, plan_, node_filter=node_filter,
+                                                  held=held))
         return result
 
     async def _off_loop(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
@@ -266,32 +271,34 @@ class ClusterInventory:
         return (f"the decision took longer than {self.timeout:g} s (fitgate's "
                 "decision_timeout); it is tried again later")
 
-    async def fit_async(self, gang_: gang.Gang, *, node_filter: NodeFilter | None = None
-                        ) -> PlanResult:
+    async def fit_async(self, gang_: gang.Gang, *, node_filter: NodeFilter | None = None,
+                        held: Collection[str] = ()) -> PlanResult:
         """`fit` on the decision thread; past `timeout` seconds, `undecided`."""
         try:
             result: PlanResult = await self._off_loop(self.fit, gang_,
-                                                      node_filter=node_filter)
+                                                      node_filter=node_filter, held=held)
         except TimeoutError:
             return plan.PlanResult("undecided", reasons=(self._too_long(),))
         return result
 
     async def plan_async(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
-                         node_filter: NodeFilter | None = None) -> PlanResult:
+                         node_filter: NodeFilter | None = None, held: Collection[str] = ()
+                         ) -> PlanResult:
         """`plan` on the decision thread; past `timeout` seconds, `undecided`."""
         try:
             result: PlanResult = await self._off_loop(self.plan, gang_, shapes=shapes,
-                                                      node_filter=node_filter)
+                                                      node_filter=node_filter, held=held)
         except TimeoutError:
             return plan.PlanResult("undecided", reasons=(self._too_long(),))
         return result
 
     async def verify_async(self, gang_: gang.Gang, plan_: Plan, *,
-                           node_filter: NodeFilter | None = None) -> VerifyResult:
+                           node_filter: NodeFilter | None = None, held: Collection[str] = ()
+                           ) -> VerifyResult:
         """`verify` on the decision thread; past `timeout` seconds, `undecided`."""
         try:
             result: VerifyResult = await self._off_loop(self.verify, gang_, plan_,
-                                                        node_filter=node_filter)
+                                                        node_filter=node_filter, held=held)
         except TimeoutError:
             return plan.VerifyResult("undecided", reasons=(self._too_long(),))
         return result

@@ -51,7 +51,7 @@ import bisect
 import collections
 import dataclasses
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from fitcore import (
     cache,
@@ -451,26 +451,31 @@ class Inventory:
             self._gangs.popitem(last=False)
         return state
 
-    def _view(self, state: _GangState,
-              node_filter: Callable[[model.Node], bool] | None) -> tuple[gang.Snapshot, list[str]]:
+    def _view(self, state: _GangState, node_filter: Callable[[model.Node], bool] | None,
+              held: Collection[str]) -> tuple[gang.Snapshot, list[str], list[str]]:
         """The snapshot under the gang's projection, without the nodes `node_filter`
-        refuses (returned by name)."""
+        refuses and the `held` ones (returned by name: refused, held)."""
         snap = self._current()
         if self._global:
             state.memo = gang.Memo()  # fills of nodes that see shared pools are not kept
-        if node_filter is None and state.view is not None:
+        unfiltered = node_filter is None and not held
+        if unfiltered and state.view is not None:
             if state.view[0] == self._snap_no:
-                return state.view[2], []
+                return state.view[2], [], []
             patched = self._patched(state, snap)
             if patched is not None:
                 state.view = (self._snap_no, self._version, patched)
-                return patched, []
+                return patched, [], []
         entries = []
         refused: list[str] = []
+        kept_out: list[str] = []
         kept = state.entries
         if len(kept) > 2 * len(snap.entries) + 64:
             kept.clear()
         for e in snap.entries:
+            if e.node.name in held:
+                kept_out.append(e.node.name)
+                continue
             if node_filter is not None and not node_filter(e.node):
                 refused.append(e.node.name)
                 continue
@@ -480,9 +485,9 @@ class Inventory:
             entries.append(hit[1])
         view = snap.with_entries(entries)
         view.scratch = self._scratch
-        if node_filter is None:
+        if unfiltered:
             state.view = (self._snap_no, self._version, view)
-        return view, refused
+        return view, refused, kept_out
 
     def _patched(self, state: _GangState, snap: gang.Snapshot) -> gang.Snapshot | None:
         """The gang's previous view with the nodes recomputed since patched in, or None
@@ -521,24 +526,29 @@ class Inventory:
     # -------------------------------------------------------------- decisions
 
     def fit(self, g: gang.Gang, *,
-            node_filter: Callable[[model.Node], bool] | None = None) -> planning.PlanResult:
+            node_filter: Callable[[model.Node], bool] | None = None,
+            held: Collection[str] = ()) -> planning.PlanResult:
         """Whether the gang fits the existing nodes now (verdict `fits`, else `unsatisfiable`
-        or `undecided`); `node_filter` says which nodes it may use."""
-        return self._decide(g, [], node_filter)
+        or `undecided`); `node_filter` says which nodes it may use (a FitPolicy), `held`
+        names nodes held for other workloads (left out, and named in the reasons)."""
+        return self._decide(g, [], node_filter, held)
 
     def plan(self, g: gang.Gang, *, shapes: Collection[str] | None = None,
-             node_filter: Callable[[model.Node], bool] | None = None) -> planning.PlanResult:
+             node_filter: Callable[[model.Node], bool] | None = None,
+             held: Collection[str] = ()) -> planning.PlanResult:
         """Fit on the existing nodes, or the cheapest new nodes of the named NodeShapes
         (None: all known shapes) that make the gang fit. A shape name that is not known
         is reported in `rejected`. `node_filter` restricts the existing nodes the gang
-        may use (a FitPolicy); refused nodes are named in the reasons."""
+        may use (a FitPolicy); refused nodes are named in the reasons. `held` names
+        existing nodes held for other workloads (promised to a gang whose pods are
+        binding, brought by another gang's request): left out, and named apart."""
         if shapes is None:
             chosen = [self._shapes[n] for n in sorted(self._shapes)]
             missing: list[str] = []
         else:
             chosen = [self._shapes[n] for n in sorted(shapes) if n in self._shapes]
             missing = sorted(n for n in shapes if n not in self._shapes)
-        result = self._decide(g, chosen, node_filter)
+        result = self._decide(g, chosen, node_filter, held)
         if missing:
             why = "no NodeShape of this name"
             result = dataclasses.replace(
@@ -549,31 +559,25 @@ class Inventory:
         return result
 
     def _decide(self, g: gang.Gang, chosen: list[node_shapes.NodeShape],
-                node_filter: Callable[[model.Node], bool] | None) -> planning.PlanResult:
+                node_filter: Callable[[model.Node], bool] | None,
+                held: Collection[str]) -> planning.PlanResult:
         with cache.use(self._store):
             state = self._gang_state(g)
-            view, refused = self._view(state, node_filter)
+            view, refused, kept_out = self._view(state, node_filter, held)
             result = planning.plan(state.first, view, chosen, memo=state.memo)
-        if refused and result.verdict != "fits":
-            why = _refused(g, refused)
-            result = dataclasses.replace(result, reasons=(*result.reasons, why.message),
-                                         details=(*result.details, why))
-        return result
+        return _left_out(result, g, refused, kept_out)
 
     def verify(self, g: gang.Gang, p: planning.Plan, *,
-               node_filter: Callable[[model.Node], bool] | None = None) -> planning.VerifyResult:
+               node_filter: Callable[[model.Node], bool] | None = None,
+               held: Collection[str] = ()) -> planning.VerifyResult:
         """Whether the gang fits now that the plan's nodes should exist, and how the new
         nodes differ from their shapes (`planning.verify`). Use the `node_filter` the plan was
-        made with."""
+        made with; `held` as for `plan`."""
         with cache.use(self._store):
             state = self._gang_state(g)
-            view, refused = self._view(state, node_filter)
+            view, refused, kept_out = self._view(state, node_filter, held)
             result = planning.verify(state.first, view, p, list(self._shapes.values()))
-        if refused and result.verdict != "fits":
-            why = _refused(g, refused)
-            result = dataclasses.replace(result, reasons=(*result.reasons, why.message),
-                                         details=(*result.details, why))
-        return result
+        return _left_out(result, g, refused, kept_out)
 
     # ----------------------------------------------------------------- reading
 
@@ -604,12 +608,33 @@ class Inventory:
         }
 
 
-def _refused(g: gang.Gang, names: list[str]) -> codes.Reason:
-    example = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-    n = len(names)
-    return codes.reason(
-        codes.NODE_POLICY, f"{n} node{'s are' if n != 1 else ' is'} not allowed for this "
-        f"workload by policy ({example})", object=g.label, node=names[0])
+_Result = TypeVar("_Result", planning.PlanResult, planning.VerifyResult)
+
+
+def _left_out(result: _Result, g: gang.Gang, refused: list[str], held: list[str]) -> _Result:
+    """The result with a reason for each kind of node the decision left out, unless it
+    fits anyway."""
+    if result.verdict == "fits" or not (refused or held):
+        return result
+    why: list[codes.Reason] = []
+    if refused:
+        why.append(codes.reason(codes.NODE_POLICY, f"{_count(refused)} not allowed for this "
+                                f"workload by policy ({_example(refused)})",
+                                object=g.label, node=refused[0]))
+    if held:
+        why.append(codes.reason(
+            codes.NODE_HELD, f"{_count(held)} held for other workloads until their pods are "
+            f"on them ({_example(held)})", object=g.label, node=held[0]))
+    return dataclasses.replace(result, reasons=(*result.reasons, *(w.message for w in why)),
+                               details=(*result.details, *why))
+
+
+def _count(names: list[str]) -> str:
+    return f"{len(names)} node{'s are' if len(names) != 1 else ' is'}"
+
+
+def _example(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
 
 
 def _named(obj: Mapping[str, Any]) -> bool:

@@ -49,6 +49,9 @@ SHARED_POOLS_EXHAUSTED = "shared-pools-exhausted"
 MORE_NODE_KINDS = "more-node-kinds"
 #: Nodes the caller's node filter (a FitPolicy) does not allow (fitcore.inventory).
 NODE_POLICY = "node-policy"
+#: Nodes held for other workloads, which the caller names (fitcore.inventory): promised to
+#: a gang whose pods are binding there, or brought by another gang's ProvisioningRequest.
+NODE_HELD = "node-held"
 
 # -- plans (fitcore.plan) ------------------------------------------------------------
 #: Some pod set fits no existing node and no shape, even alone.
@@ -79,7 +82,7 @@ CATEGORY: dict[str, Category] = {
     INSUFFICIENT_DEVICES: "capacity", DEVICES_UNAVAILABLE: "capacity",
     CLAIM_ERROR: "configuration", SEARCH_BUDGET: "capacity",
     SHARED_POOLS_EXHAUSTED: "capacity", MORE_NODE_KINDS: "capacity",
-    NODE_POLICY: "configuration", SHAPE_UNKNOWN: "configuration",
+    NODE_POLICY: "configuration", NODE_HELD: "coordination", SHAPE_UNKNOWN: "configuration",
     NO_HOST: "configuration", SHAPE_LIMITS: "capacity", SHAPE_AT_LIMIT: "capacity",
     SHAPE_DOES_NOT_FIT: "configuration", SHAPE_UNDECIDED: "capacity",
     SHAPE_MISMATCH: "coordination", MISFIT: "coordination",

@@ -44,7 +44,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import structlog
@@ -82,13 +82,14 @@ class Inventory(Protocol):
     run off the event loop, bounded in time (past it, `undecided`)."""
 
     async def plan_async(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
-                         node_filter: Any = None) -> PlanResult: ...
+                         node_filter: Any = None, held: Collection[str] = ()
+                         ) -> PlanResult: ...
 
-    async def verify_async(self, gang_: gang.Gang, plan_: Plan, *, node_filter: Any = None
-                           ) -> VerifyResult: ...
+    async def verify_async(self, gang_: gang.Gang, plan_: Plan, *, node_filter: Any = None,
+                           held: Collection[str] = ()) -> VerifyResult: ...
 
-    async def fit_async(self, gang_: gang.Gang, *, node_filter: Any = None
-                        ) -> PlanResult: ...
+    async def fit_async(self, gang_: gang.Gang, *, node_filter: Any = None,
+                        held: Collection[str] = ()) -> PlanResult: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -374,18 +375,11 @@ class WorkloadReconciler:
                   workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
         return True
 
-    def node_filter_of(self, wl: client.Obj, scope: policy.Scope | None
-                       ) -> Callable[[Any], bool] | None:
-        """Where the gang may go: its FitPolicy scope, minus nodes promised to others."""
-        allowed = scope.node_filter if scope is not None else None
+    def held_for_others(self, wl: client.Obj) -> set[str]:
+        """Nodes the gang may not take now because they are held for other workloads:
+        promised to gangs whose pods are binding, or brought by other gangs' requests."""
         uid = str(_meta(wl).get("uid"))
-        promised = self.promised_nodes(uid) | self.requested_nodes(uid)
-        if not promised:
-            return allowed
-
-        def node_filter(node: Any) -> bool:
-            return node.name not in promised and (allowed is None or allowed(node))
-        return node_filter
+        return self.promised_nodes(uid) | self.requested_nodes(uid)
 
     def scope_of(self, wl: client.Obj) -> policy.Scope | None:
         """What the Workload's FitPolicies let it use (None: no policy applies). The same
@@ -427,7 +421,7 @@ class WorkloadReconciler:
         scope = self.scope_of(wl)
         result = await self.inventory.plan_async(
             wg.gang, shapes=scope.shapes if scope else None,
-            node_filter=self.node_filter_of(wl, scope))
+            node_filter=scope.node_filter if scope else None, held=self.held_for_others(wl))
         if await self.only_promises_differ(wl, result.verdict, lambda: self.inventory.plan_async(
                 wg.gang, shapes=scope.shapes if scope else None,
                 node_filter=scope.node_filter if scope else None)):
@@ -645,11 +639,12 @@ class WorkloadReconciler:
         existing = self.existing_nodes(request)
         started = time.perf_counter()
         scope = self.scope_of(wl)
-        allowed = self.node_filter_of(wl, scope)
+        allowed = scope.node_filter if scope is not None else None
 
         def node_filter(node: Any) -> bool:
             return node.name in existing and (allowed is None or allowed(node))
-        result = await self.inventory.fit_async(wg.gang, node_filter=node_filter)
+        result = await self.inventory.fit_async(wg.gang, node_filter=node_filter,
+                                                held=self.held_for_others(wl))
         metrics.DECISION_SECONDS.labels(operation="fit").observe(
             time.perf_counter() - started)
         if result.verdict != "fits":
@@ -732,7 +727,8 @@ class WorkloadReconciler:
         started = time.perf_counter()
         scope = self.scope_of(wl)
         result = await self.inventory.verify_async(
-            wg.gang, planned, node_filter=self.node_filter_of(wl, scope))
+            wg.gang, planned, node_filter=scope.node_filter if scope else None,
+            held=self.held_for_others(wl))
         if await self.only_promises_differ(wl, result.verdict, lambda: self.inventory.verify_async(
                 wg.gang, planned, node_filter=scope.node_filter if scope else None)):
             return self.settings.promise_poll_seconds

@@ -609,7 +609,7 @@ async def test_undecided_within_the_budget_is_a_message_not_a_hang(world: w.Worl
     world.seed(*w.base(), *w.node("n1"), w.admitted(w.workers(2)))
 
     class Undecided(w.Recorded):
-        async def plan_async(self, gang_, *, shapes=None, node_filter=None):  # type: ignore[no-untyped-def]
+        async def plan_async(self, gang_, *, shapes=None, node_filter=None, held=()):  # type: ignore[no-untyped-def]
             return plan.PlanResult("undecided", reasons=("work budget of 1 steps exceeded",))
 
     r = world.reconciler()
@@ -781,6 +781,10 @@ async def test_a_gang_that_fits_no_busy_node_is_retried_not_rejected(world: w.Wo
     e = world.entry("other")
     assert e["state"] == "Retry", e
     assert e["message"].startswith("capacity: does not fit now"), e["message"]
+    # n1 is named as held for `train`, not as refused by a policy nobody wrote.
+    assert "1 node is held for other workloads until their pods are on them (n1)" in \
+        e["message"], e["message"]
+    assert "policy" not in e["message"], e["message"]
     # What fits no node even idle is still Rejected: 80 CPUs on a 64-CPU node.
     world.seed(w.admitted(w.workers(1, cpu="80"), name="huge"))
     await world.reconcile(r, name="huge")

@@ -5,7 +5,7 @@ current by the stores' events."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from admission import inventory
@@ -30,19 +30,23 @@ class Recorded:
         self.calls: list[str] = []
 
     async def plan_async(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
-                         node_filter: Any = None) -> plan.PlanResult:
+                         node_filter: Any = None, held: Collection[str] = ()
+                         ) -> plan.PlanResult:
         self.calls.append("plan")
-        return await self.inner.plan_async(gang_, shapes=shapes, node_filter=node_filter)
+        return await self.inner.plan_async(gang_, shapes=shapes, node_filter=node_filter,
+                                           held=held)
 
-    async def fit_async(self, gang_: gang.Gang, *, node_filter: Any = None
-                        ) -> plan.PlanResult:
+    async def fit_async(self, gang_: gang.Gang, *, node_filter: Any = None,
+                        held: Collection[str] = ()) -> plan.PlanResult:
         self.calls.append("fit")
-        return await self.inner.fit_async(gang_, node_filter=node_filter)
+        return await self.inner.fit_async(gang_, node_filter=node_filter, held=held)
 
     async def verify_async(self, gang_: gang.Gang, plan_: plan.Plan, *,
-                           node_filter: Any = None) -> plan.VerifyResult:
+                           node_filter: Any = None, held: Collection[str] = ()
+                           ) -> plan.VerifyResult:
         self.calls.append("verify")
-        return await self.inner.verify_async(gang_, plan_, node_filter=node_filter)
+        return await self.inner.verify_async(gang_, plan_, node_filter=node_filter,
+                                             held=held)
 
 
 class Clock:

@@ -257,6 +257,32 @@ def test_refused_nodes_and_unknown_shapes_carry_codes() -> None:
     assert verified.details[-1].code == reasons.NODE_POLICY
 
 
+def test_held_nodes_are_named_apart_from_policy() -> None:
+    inv = inventory.Inventory()
+    for o in [*gb.classes(), *gb.gpu_node("n1", cpu="16"), *gb.gpu_node("n2", cpu="16"),
+              *gb.gpu_node("n3", cpu="16")]:
+        inv.apply("ADDED", o)
+    g = workload.gang_of(gb.workload(gb.pod_set(count=6, cpu="8", templates=("gpus",))),
+                         {("default", "gpus"): gb.template(gpus=4)})
+    assert inv.fit(g).verdict == "fits"
+    result = inv.fit(g, node_filter=lambda n: n.name != "n1", held={"n2"})
+    assert result.verdict == "unsatisfiable"
+    policy, held = result.details[-2:]
+    assert (policy.code, policy.node, policy.category) == (
+        reasons.NODE_POLICY, "n1", "configuration")
+    assert (held.code, held.node, held.category) == (reasons.NODE_HELD, "n2", "coordination")
+    assert held.message == "1 node is held for other workloads until their pods are on " \
+        "them (n2)"
+    assert "policy" not in held.message
+    # Held nodes alone: no policy reason at all.
+    only_held = inv.fit(g, held={"n2", "n3"})
+    assert [d.code for d in only_held.details if d.code in (
+        reasons.NODE_POLICY, reasons.NODE_HELD)] == [reasons.NODE_HELD]
+    assert "2 nodes are held" in only_held.reasons[-1]
+    # And the unfiltered view (kept across decisions) still sees every node.
+    assert inv.fit(g).verdict == "fits"
+
+
 # -------------------------------------------------------------- projection
 
 
