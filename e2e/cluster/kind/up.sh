@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# kind profile: a kind cluster with DRA + Workload API gates, Kueue (v0.18, AdmissionGatedBy
-# on), cert-manager and dra-example-driver; then fitgate's chart when charts/fitgate exists.
+# kind profile: a kind cluster with DRA + Workload API gates, Kueue (v0.19, AdmissionGatedBy
+# on), cert-manager and dra-example-driver; then fitgate's chart (charts/fitgate).
 # Needs docker (or podman) and network access to the chart/image registries. It cannot run
 # on fitgate's CI machines (no container engine), see README.md.
 #
@@ -15,7 +15,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
 CLUSTER="${KIND_CLUSTER_NAME:-fitgate}"
 NODE_IMAGE="${KIND_NODE_IMAGE:-kindest/node:v1.36.1}"
-KUEUE_VERSION="${KUEUE_VERSION:-0.18.4}"
+KUEUE_VERSION="${KUEUE_VERSION:-0.19.2}"
 CERT_MANAGER_VERSION="${CERT_MANAGER_VERSION:-v1.20.0}"
 DRA_DRIVER_CHART_VERSION="${DRA_DRIVER_CHART_VERSION:-0.5.0}"
 CTX="kind-$CLUSTER"
