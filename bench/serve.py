@@ -21,7 +21,11 @@ Figures:
   heartbeats, Pod status updates, Pods bound and finished, claims allocated and
   released, slices republished; the loop's part and the engine's part;
 - event to decision: one claim allocated, then `ClusterInventory.fit` of an 8-pod gang
-  (which applies the event, then decides), after a warm-up decision of the same gang.
+  (which applies the event, then decides), after a warm-up decision of the same gang;
+- the webhook's decision process (`ProcessDecider`, which `fitgate serve` starts beside
+  the inventory; its own inventory of the idle cluster) once it has answered a question:
+  its RSS, and the two processes' sum against the chart's container memory limit
+  (`resources.limits.memory` in charts/fitgate/values.yaml).
 Targets: RSS ≤ 500 MB, ≤ 100 µs per event; the ratio to each target is printed.
 Figures, not assertions.
 """
@@ -31,16 +35,21 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
+import pathlib
 import random
 import statistics
 import time
 import uuid
 from typing import Any
 
-from admission import inventory
+import yaml
+
+from admission import inventory, policy
 from admission.kube import client, kinds, store
+from admission.webhook import decider
 from fitcore import (
     _alloc,  # noqa: F401  (fail loudly when the extension is not built)
+    values,
     workload,
 )
 from tests.fitcore import builders as b
@@ -260,12 +269,19 @@ MIX = (("node-heartbeat", 30), ("pod-status", 40), ("pod-bound", 8), ("pod-finis
        ("claim-allocated", 6), ("claim-released", 6), ("slice-republished", 2))
 
 
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
+def rss_mb(pid: int | str = "self") -> float:
+    with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def chart_memory_limit_mb() -> float:
+    """The fitgate container's memory limit in the chart's default values, in MB."""
+    with open(pathlib.Path(__file__).parent.parent / "charts/fitgate/values.yaml") as f:
+        limit = yaml.safe_load(f)["resources"]["limits"]["memory"]
+    return float(values.Quantity.parse(str(limit)).value) / 2**20
 
 
 def main() -> None:
@@ -357,6 +373,24 @@ def main() -> None:
           f"{warm * 1e3:.0f} ms)")
     print(f"resident memory after the decisions (fitcore's caches included): "
           f"{rss_mb():.0f} MB")
+
+    # The webhook's decision process, as `fitgate serve` runs it beside the inventory.
+    every_node = policy.scope([], [], namespace="default")
+    process = decider.ProcessDecider({k: cluster.store_of(k) for k in inventory.WATCHED},
+                                     timeout=600.0)
+    try:
+        started = time.perf_counter()
+        verdict = process.submit(wl, g, every_node).result(600)
+        first_s = time.perf_counter() - started
+        gc.collect()
+        parent, child = rss_mb(), rss_mb(process._proc.pid)
+        limit = chart_memory_limit_mb()
+        print(f"\nwebhook decision process: loaded and first verdict in {first_s:.1f} s "
+              f"(refuse={verdict.refuse}); resident memory {child:.0f} MB; with this "
+              f"process {parent + child:.0f} MB against the chart's limit {limit:.0f} MB: "
+              f"ratio {(parent + child) / limit:.2f}")
+    finally:
+        process.close()
 
 
 if __name__ == "__main__":
