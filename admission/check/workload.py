@@ -45,7 +45,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -75,6 +75,7 @@ log = structlog.get_logger(__name__)
 PlanResult = plan.PlanResult
 Plan = plan.Plan
 VerifyResult = plan.VerifyResult
+_Decided = TypeVar("_Decided", PlanResult, VerifyResult)
 
 
 class Inventory(Protocol):
@@ -361,19 +362,22 @@ class WorkloadReconciler:
         return {n for n, (_, uid, admitted) in self.node_owners().items()
                 if uid != except_uid and not admitted}
 
-    async def only_promises_differ(self, wl: client.Obj, verdict: str,
-                                   without_promises: Callable[[], Awaitable[Any]]) -> bool:
-        """Whether a decision that did not fit would have gone otherwise without the nodes
-        promised to gangs still binding: then the gang waits for them to bind (moments)
-        rather than have nodes bought for it, be rejected, or be retried."""
-        if verdict == "fits" or not self.promised_nodes(str(_meta(wl).get("uid"))):
-            return False
-        free = await without_promises()
-        if free.verdict == verdict:
-            return False
+    async def around_promises(self, wl: client.Obj,
+                              decide: Callable[[Collection[str]], Awaitable[_Decided]]
+                              ) -> _Decided | None:
+        """`decide(held)` with the nodes held for other gangs left out; None when it did
+        not fit but would have gone otherwise without the nodes promised to gangs still
+        binding: then the gang waits for them to bind (moments) rather than have nodes
+        bought for it, be rejected, or be retried."""
+        result = await decide(self.held_for_others(wl))
+        if result.verdict == "fits" or not self.promised_nodes(str(_meta(wl).get("uid"))):
+            return result
+        free = await decide(())
+        if free.verdict == result.verdict:
+            return result
         log.debug("waiting for promised nodes to bind",
                   workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
-        return True
+        return None
 
     def held_for_others(self, wl: client.Obj) -> set[str]:
         """Nodes the gang may not take now because they are held for other workloads:
@@ -419,13 +423,12 @@ class WorkloadReconciler:
                 + "; ".join(exc.problems)))
         started = time.perf_counter()
         scope = self.scope_of(wl)
-        result = await self.inventory.plan_async(
+        decided = await self.around_promises(wl, lambda held: self.inventory.plan_async(
             wg.gang, shapes=scope.shapes if scope else None,
-            node_filter=scope.node_filter if scope else None, held=self.held_for_others(wl))
-        if await self.only_promises_differ(wl, result.verdict, lambda: self.inventory.plan_async(
-                wg.gang, shapes=scope.shapes if scope else None,
-                node_filter=scope.node_filter if scope else None)):
+            node_filter=scope.node_filter if scope else None, held=held))
+        if decided is None:
             return self.settings.promise_poll_seconds
+        result = decided
         if scope is not None and result.verdict == "unsatisfiable":
             result = dataclasses.replace(result, reasons=(
                 f"FitPolicy {', '.join(scope.applied) or '(reserved capacity)'} allows "
@@ -726,12 +729,11 @@ class WorkloadReconciler:
                 + "; ".join(exc.problems)))
         started = time.perf_counter()
         scope = self.scope_of(wl)
-        result = await self.inventory.verify_async(
-            wg.gang, planned, node_filter=scope.node_filter if scope else None,
-            held=self.held_for_others(wl))
-        if await self.only_promises_differ(wl, result.verdict, lambda: self.inventory.verify_async(
-                wg.gang, planned, node_filter=scope.node_filter if scope else None)):
+        verified = await self.around_promises(wl, lambda held: self.inventory.verify_async(
+            wg.gang, planned, node_filter=scope.node_filter if scope else None, held=held))
+        if verified is None:
             return self.settings.promise_poll_seconds
+        result = verified
         metrics.DECISION_SECONDS.labels(operation="verify").observe(
             time.perf_counter() - started)
         if result.verdict == "fits":
