@@ -14,7 +14,9 @@ on node templates and knows nothing of DRA devices, so fitgate asks for nodes wi
 - avoids the nodes that existed when fitcore planned (required node affinity
   `kubernetes.io/hostname NotIn ...`): fitcore found them unable to host the gang, but
   the autoscaler sees only CPU and memory and would otherwise book a placeholder on an
-  existing node with room, report Provisioned, and add no node.
+  existing node with room, report Provisioned, and add no node. Only the existing nodes
+  that carry the shape's `nodeLabels` are listed (the nodeSelector keeps the placeholder
+  off the others), so the list grows with the node group, not with the cluster.
 
 Names are deterministic, so a restarted controller finds what it created instead of
 asking twice: `{workload}-{check}-{attempt}` as Kueue's own check names them (attempt =
@@ -231,18 +233,32 @@ def pod_template(*, name: str, namespace: str, request: str, shape: shapes.NodeS
                          "spec": spec}}
 
 
+def _avoid(chosen: plan.Plan, shape: shapes.NodeShape,
+           node_labels: Mapping[str, Mapping[str, str]] | None) -> list[str]:
+    """The existing nodes a placeholder of `shape` could be booked on."""
+    if node_labels is None:
+        return sorted(chosen.existing_nodes)
+    wanted = shape.node_labels.items()
+    return sorted(n for n in chosen.existing_nodes
+                  if (have := node_labels.get(n)) is None or wanted <= have.items())
+
+
 class ShapeProblem(ValueError):
     """A plan that names a shape fitgate cannot build a request for."""
 
 
 def build(workload: client.Obj, g: gang.Gang, check: str, attempt: int, index: int,
           chosen: plan.Plan, alternatives: Sequence[plan.Plan],
-          node_shapes: Mapping[str, shapes.NodeShape]
+          node_shapes: Mapping[str, shapes.NodeShape],
+          node_labels: Mapping[str, Mapping[str, str]] | None = None
           ) -> tuple[client.Obj, list[client.Obj]]:
     """The ProvisioningRequest for `chosen` (plan `index` of this attempt) and its
     PodTemplates (create the templates first: the autoscaler fails a request whose
-    templates are missing). Raises ShapeProblem for an unknown shape, more shapes than a
-    request holds, or shapes with different provisioning classes."""
+    templates are missing). `node_labels`: the labels of the nodes by name, to keep each
+    template's avoid list to the existing nodes its nodeSelector matches (None: all
+    existing nodes; a node without labels here is listed). Raises ShapeProblem for an
+    unknown shape, more shapes than a request holds, or shapes with different
+    provisioning classes."""
     meta = workload["metadata"]
     namespace = str(meta.get("namespace") or "default")
     name = request_name(str(meta["name"]), check, attempt, index)
@@ -271,7 +287,7 @@ def build(workload: client.Obj, g: gang.Gang, check: str, attempt: int, index: i
         tname = template_name(name, shape_name)
         templates.append(pod_template(name=tname, namespace=namespace, request=name,
                                       shape=shape, share=shares.get(shape_name, {}),
-                                      labels=labels, avoid=sorted(chosen.existing_nodes)))
+                                      labels=labels, avoid=_avoid(chosen, shape, node_labels)))
         pod_sets.append({"podTemplateRef": {"name": tname}, "count": count})
     spec: dict[str, Any] = {"provisioningClassName": classes.pop(), "podSets": pod_sets}
     if parameters:

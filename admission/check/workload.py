@@ -379,6 +379,10 @@ class WorkloadReconciler:
                   workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
         return None
 
+    def node_labels(self) -> dict[str, dict[str, str]]:
+        """Every node's labels, by name."""
+        return {str(_meta(n).get("name")): _labels(n) for n in self.stores.nodes.list()}
+
     def held_for_others(self, wl: client.Obj) -> set[str]:
         """Nodes the gang may not take now because they are held for other workloads:
         promised to gangs whose pods are binding, or brought by other gangs' requests."""
@@ -503,8 +507,9 @@ class WorkloadReconciler:
         node_shapes, bad = self.node_shapes()
         while True:
             try:
-                request, templates = provisioning.build(wl, wg.gang, check, attempt, index,
-                                                        chosen, alternatives, node_shapes)
+                request, templates = provisioning.build(
+                    wl, wg.gang, check, attempt, index, chosen, alternatives, node_shapes,
+                    self.node_labels())
                 break
             except provisioning.ShapeProblem as exc:
                 if not alternatives:

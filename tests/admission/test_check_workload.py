@@ -99,7 +99,11 @@ async def test_a_second_pass_writes_nothing(world: w.World) -> None:
 
 async def test_needs_capacity_creates_one_request_for_the_plans_exact_shape(
         world: w.World) -> None:
-    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(4)))
+    # cpu-2 carries the shape's label (the placeholder's nodeSelector matches it) but no
+    # GPU; cpu-1 (from base) does not.
+    grouped = w.cpu_node("cpu-2")
+    grouped["metadata"]["labels"][w.SHAPE_LABEL] = "h100"
+    world.seed(*w.base(), grouped, w.shape("h100"), w.admitted(w.workers(4)))
     wait = await world.reconcile()
     assert wait == 60.0
     assert world.request_names() == ["train-fitgate-1"]
@@ -127,12 +131,14 @@ async def test_needs_capacity_creates_one_request_for_the_plans_exact_shape(
         "requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["topologyKey"] == c.HOSTNAME_LABEL
     # Every placeholder repels every other (two requests never share a new node), and
-    # none lands on a node fitcore already found wanting (the autoscaler sees only CPU).
+    # none lands on a node fitcore already found wanting (the autoscaler sees only CPU):
+    # the existing nodes of the shape's group are listed; cpu-1, which the nodeSelector
+    # keeps it off anyway, is not (the list grows with the group, not the cluster).
     assert term["labelSelector"] == {"matchExpressions": [
         {"key": c.PLACEHOLDER_LABEL, "operator": "Exists"}]}
     assert spec["affinity"]["nodeAffinity"] == {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": c.HOSTNAME_LABEL, "operator": "NotIn", "values": ["cpu-1"]}]}]}}
+            {"key": c.HOSTNAME_LABEL, "operator": "NotIn", "values": ["cpu-2"]}]}]}}
     assert tpl["template"]["metadata"]["labels"][c.PLACEHOLDER_LABEL] == "train-fitgate-1"
     # templates before the request: the autoscaler fails a request without them
     creates = [x.kind for x in world.api.verbs("create")]

@@ -10,7 +10,7 @@ import pytest
 from admission import provisioning
 from admission.check import constants as c
 from admission.check import predicates
-from fitcore import gang, plan
+from fitcore import gang, plan, shapes
 
 
 def test_names_are_deterministic_and_limited() -> None:
@@ -132,3 +132,14 @@ def test_entry_keeps_its_transition_time_unless_the_state_changes() -> None:
     assert not predicates.changed({**cur, "message": "b"},
                                   predicates.desired_entry(cur, predicates.Verdict(
                                       "Pending", "b"), now))
+
+
+def test_placeholders_avoid_the_existing_nodes_of_their_group_only() -> None:
+    rail = shapes.NodeShape("rail", node_labels={"pool": "rail"})
+    p = plan.Plan((plan.ShapeCount("rail", 1),), Fraction(1), (),
+                  frozenset({"r1", "r2", "cpu", "gone"}), {})
+    labels = {"r1": {"pool": "rail", "zone": "a"}, "r2": {"pool": "rail"},
+              "cpu": {"pool": "cpu"}}
+    # "gone" has no labels known: listed, to be safe; "cpu" cannot match the selector.
+    assert provisioning._avoid(p, rail, labels) == ["gone", "r1", "r2"]
+    assert provisioning._avoid(p, rail, None) == ["cpu", "gone", "r1", "r2"]
