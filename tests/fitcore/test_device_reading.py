@@ -98,7 +98,7 @@ def read(devices: list[Any]) -> model.ResourceSlice | list[str]:
 def test_fast_reading_is_the_strict_reading(raw: list[Any]) -> None:
     fast = [read(raw), read(raw)]  # the second from the kept names and contents
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(kube, "_common_device", lambda obj: None)
+        m.setattr(kube, "_common_devices", lambda raw: [None] * len(raw))
         strict = read(raw)
     assert fast[0] == strict
     assert fast[1] == strict
