@@ -85,11 +85,11 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
     devices_raw = r.items(spec, "devices", "spec")
     if counter_sets and devices_raw:
         c.add("spec", "a slice holds either devices or sharedCounters, not both")
-    uses_counters_or_taints = any(d.get("consumesCounters") or d.get("taints")
-                                  for _, d in devices_raw)
-    limit = 64 if uses_counters_or_taints else 128
-    if len(devices_raw) > limit:
-        c.add("spec.devices", f"must have at most {limit} devices, has {len(devices_raw)}")
+    if len(devices_raw) > 64:  # the limit is 64 devices with counters or taints, else 128
+        limit = 64 if any(d.get("consumesCounters") or d.get("taints")
+                          for _, d in devices_raw) else 128
+        if len(devices_raw) > limit:
+            c.add("spec.devices", f"must have at most {limit} devices, has {len(devices_raw)}")
     selection = _node_selection(r, spec, "spec", allow_per_device=True,
                                 counters_only=bool(counter_sets))
     per_device = selection["per_device_node_selection"]
