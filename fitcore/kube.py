@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from fitcore import errors, fields, model, schema, values
 
@@ -95,8 +95,8 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
     per_device = selection["per_device_node_selection"]
     fast = [None] * len(devices_raw) if per_device else _common_devices(
         [d for _, d in devices_raw])
-    devices = tuple(f or _device(r, d, p, per_device)
-                    for f, (p, d) in zip(fast, devices_raw, strict=True))
+    devices = tuple(cast(list[model.Device], fast)) if all(fast) else tuple(  # all read fast
+        f or _device(r, d, p, per_device) for f, (p, d) in zip(fast, devices_raw, strict=True))
     c.raise_if_any()
     return model.ResourceSlice(name=name, driver=driver, pool=pool_name, generation=generation,
                                resource_slice_count=count, devices=devices,
