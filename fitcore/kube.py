@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
-from fitcore import errors, fields, model, values
+from fitcore import errors, fields, model, schema, values
 
 _TAINT_EFFECTS = {"None", "NoSchedule", "NoExecute"}
 
@@ -85,16 +85,18 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
     devices_raw = r.items(spec, "devices", "spec")
     if counter_sets and devices_raw:
         c.add("spec", "a slice holds either devices or sharedCounters, not both")
-    uses_counters_or_taints = any(d.get("consumesCounters") or d.get("taints")
-                                  for _, d in devices_raw)
-    limit = 64 if uses_counters_or_taints else 128
-    if len(devices_raw) > limit:
-        c.add("spec.devices", f"must have at most {limit} devices, has {len(devices_raw)}")
+    if len(devices_raw) > 64:  # the limit is 64 devices with counters or taints, else 128
+        limit = 64 if any(d.get("consumesCounters") or d.get("taints")
+                          for _, d in devices_raw) else 128
+        if len(devices_raw) > limit:
+            c.add("spec.devices", f"must have at most {limit} devices, has {len(devices_raw)}")
     selection = _node_selection(r, spec, "spec", allow_per_device=True,
                                 counters_only=bool(counter_sets))
     per_device = selection["per_device_node_selection"]
-    devices = tuple((None if per_device else _common_device(d)) or _device(r, d, p, per_device)
-                    for p, d in devices_raw)
+    fast = [None] * len(devices_raw) if per_device else _common_devices(
+        [d for _, d in devices_raw])
+    devices = tuple(cast(list[model.Device], fast)) if all(fast) else tuple(  # all read fast
+        f or _device(r, d, p, per_device) for f, (p, d) in zip(fast, devices_raw, strict=True))
     c.raise_if_any()
     return model.ResourceSlice(name=name, driver=driver, pool=pool_name, generation=generation,
                                resource_slice_count=count, devices=devices,
@@ -107,11 +109,21 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
 # of the device (capacity, counters, taints, ...) read once per distinct content and
 # shared by the devices that have it; anything else it leaves to `_device`, the strict
 # reader, which gives the messages. Bounded: the caches start afresh at `_KEPT` entries.
+# `_common_devices` reads a slice's devices so, compiled (`fitcore/_read.pyx`, with these
+# caches and helpers) unless FITCORE_NO_EXTENSIONS=1; `_common_device` is its reference.
 _KEPT = 1 << 14
 _DEVICE_NAMES: set[str] = set()  # valid device names
 _ATTRIBUTE_NAMES: set[str] = set()  # valid attribute names
 _REST: dict[str, dict[str, Any]] = {}  # a device's other fields -> what `_device` reads
 _REFUSED: dict[str, Any] = {}  # a rest that the strict reader refuses
+
+
+def _common_devices(raw: list[Any]) -> list[model.Device | None]:
+    """`_common_device` of each device of a slice."""
+    if _COMPILED is not None:
+        found: list[model.Device | None] = _COMPILED.read(raw)
+        return found
+    return [_common_device(d) for d in raw]
 
 
 def _common_device(obj: Mapping[str, Any]) -> model.Device | None:
@@ -121,12 +133,8 @@ def _common_device(obj: Mapping[str, Any]) -> model.Device | None:
     name = obj.get("name")
     if type(name) is not str:
         return None
-    if name not in _DEVICE_NAMES:
-        if not (0 < len(name) <= 63 and fields.DNS_LABEL.match(name)):
-            return None
-        if len(_DEVICE_NAMES) >= _KEPT:
-            _DEVICE_NAMES.clear()
-        _DEVICE_NAMES.add(name)
+    if name not in _DEVICE_NAMES and not _device_name(name):
+        return None
     attributes: dict[str, model.AttributeValue] = {}
     raw_attributes = obj.get("attributes")
     if raw_attributes is not None:
@@ -165,6 +173,16 @@ def _common_device(obj: Mapping[str, Any]) -> model.Device | None:
     return model.Device(name=name, attributes=attributes, **rest)
 
 
+def _device_name(name: str) -> bool:
+    """Whether `name` is a valid device name (kept when it is)."""
+    if not (0 < len(name) <= 63 and fields.DNS_LABEL.match(name)):
+        return False
+    if len(_DEVICE_NAMES) >= _KEPT:
+        _DEVICE_NAMES.clear()
+    _DEVICE_NAMES.add(name)
+    return True
+
+
 def _attribute_name(key: Any) -> bool:
     c = errors.Collector("")
     fields.Reader(c).qualified_name(key, "", require_domain=False)
@@ -194,6 +212,11 @@ def _rest(obj: dict[str, Any]) -> dict[str, Any] | None:
             _REST.clear()
         _REST[content] = found
     return None if found is _REFUSED else found
+
+
+_COMPILED: Any = None if schema.compiled is None else schema.compiled.DeviceReader(
+    _DEVICE_NAMES, _ATTRIBUTE_NAMES, _device_name, _attribute_name, _rest,
+    values.Version.parse, model.Device)
 
 
 def _attribute(r: fields.Reader, raw: Any, path: str) -> model.AttributeValue | None:

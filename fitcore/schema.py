@@ -12,18 +12,41 @@ be imported only under admission.kube), hence a generated file instead of a live
 
 Only field names and the object/list/map structure are checked here; values are read
 (and checked) by the parsers in `fitcore.kube` and `fitcore.workload`.
+
+The walk runs compiled (`fitcore/_read.pyx`, over the tables of this module);
+`_unknown_fields` here is its reference. This module also loads that extension for
+`fitcore.kube`'s device reader: without it, importing fails with build instructions,
+unless FITCORE_NO_EXTENSIONS=1 asks for the pure-Python readers.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import pathlib
 from collections.abc import Mapping
 from typing import Any
 
 _FILE = pathlib.Path(__file__).with_name("schema.json")
 _PRIMITIVES = frozenset({"str", "int", "bool", "float", "object", "datetime", "date"})
+
+
+def _load_compiled() -> Any:
+    if os.environ.get("FITCORE_NO_EXTENSIONS", "") not in ("", "0"):
+        return None
+    try:
+        from fitcore import _read
+    except ImportError as exc:  # pragma: no cover - exercised by a packaging test
+        raise ImportError(
+            "fitcore's compiled reader (fitcore._read) is not built. Build it with "
+            "`pip install -e .` (or `make setup`) from the repository root, or set "
+            "FITCORE_NO_EXTENSIONS=1 to use the slower pure-Python readers.") from exc
+    return _read
+
+
+#: The compiled reader (`fitcore._read`), None with FITCORE_NO_EXTENSIONS=1.
+compiled: Any = _load_compiled()
 
 
 @functools.cache
@@ -135,8 +158,28 @@ def _only_leaves(value: Any, form: str, leaves: frozenset[str]) -> bool:
 
 
 def unknown_fields(obj: Any, model: str, path: str = "") -> list[str]:
-    """Paths of every field of `obj` that `model` does not declare (iteratively, so
-    that a deep document cannot exhaust the stack)."""
+    """Paths of every field of `obj` that `model` does not declare, sorted (iteratively,
+    so that a deep document cannot exhaust the stack)."""
+    walker = _compiled_schema()
+    if walker is None:
+        return _unknown_fields(obj, model, path)
+    found: list[str] = walker.unknown_fields(obj, model, path)
+    return found
+
+
+@functools.cache
+def _compiled_schema() -> Any:
+    """The compiled walk (`_read.Schema`) over this module's tables, None without it."""
+    if compiled is None:
+        return None
+    models: dict[str, dict[str, str]] = _data()["models"]
+    return compiled.Schema(_SHAPES, _LEAVES, _FIELDS, lambda t: _shape(t, models),
+                           lambda t: _leaves(t, models), lambda t: _fields(t, models),
+                           _render)
+
+
+def _unknown_fields(obj: Any, model: str, path: str = "") -> list[str]:
+    """`unknown_fields` in Python: the reference of the compiled walk."""
     models: dict[str, dict[str, str]] = _data()["models"]
     out: list[str] = []
     todo: list[tuple[Any, str, _Path]] = [(obj, model, path)]

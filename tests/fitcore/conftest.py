@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from fitcore import api, kube, model
+from fitcore import api, kube, model, schema
 
 ENGINES = ["py", "c"] if api.compiled_available() else ["py"]
+READERS = ["py", "c"] if schema.compiled is not None else ["py"]
+
+
+@pytest.fixture(params=READERS, ids=lambda e: f"reader={e}")
+def reader(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Objects are read (the strict field check, a slice's devices) by the compiled reader
+    (`c`, fitcore/_read.pyx; only when built) or by its Python reference (`py`)."""
+    with pytest.MonkeyPatch.context() as m:
+        if request.param == "py":
+            m.setattr(kube, "_COMPILED", None)
+            m.setattr(schema, "_compiled_schema", lambda: None)
+        yield str(request.param)
 
 
 @pytest.fixture(params=ENGINES, ids=lambda e: f"engine={e}")

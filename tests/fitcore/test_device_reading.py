@@ -98,7 +98,7 @@ def read(devices: list[Any]) -> model.ResourceSlice | list[str]:
 def test_fast_reading_is_the_strict_reading(raw: list[Any]) -> None:
     fast = [read(raw), read(raw)]  # the second from the kept names and contents
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(kube, "_common_device", lambda obj: None)
+        m.setattr(kube, "_common_devices", lambda raw: [None] * len(raw))
         strict = read(raw)
     assert fast[0] == strict
     assert fast[1] == strict
@@ -112,3 +112,18 @@ def test_devices_with_the_same_fields_share_what_was_read() -> None:
     a, b = got.devices
     assert a.attributes == {"uuid": "GPU-0"} and b.attributes == {"uuid": "GPU-1"}
     assert a.capacity is b.capacity
+
+
+@pytest.mark.parametrize(("count", "taint", "refused"), [
+    (64, True, None), (65, True, "must have at most 64 devices, has 65"), (65, False, None),
+    (128, False, None), (129, False, "must have at most 128 devices, has 129")],
+    ids=["64-tainted", "65-tainted", "65-plain", "128-plain", "129-plain"])
+def test_devices_per_slice(count: int, taint: bool, refused: str | None) -> None:
+    devices: list[Any] = [{"name": f"gpu-{i}"} for i in range(count)]
+    if taint:
+        devices[-1]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
+    got = read(devices)
+    if refused is None:
+        assert isinstance(got, model.ResourceSlice) and len(got.devices) == count
+    else:
+        assert got == [f"ResourceSlice s: spec.devices: {refused}"]

@@ -56,7 +56,7 @@ def test_kubernetes_models_match_the_installed_client() -> None:
       "spec.devices[1].taints[1].efect"]),
 ], ids=["node", "v1-slice-with-basic", "v1beta1-basic", "workload-template", "node-shape",
         "objects-of-leaves"])
-def test_unknown_fields_by_path(obj: dict, unknown: list[str]) -> None:
+def test_unknown_fields_by_path(obj: dict, unknown: list[str], reader: str) -> None:
     model = schema.model_for(obj["apiVersion"], obj["kind"])
     assert model is not None
     assert schema.unknown_fields(obj, model) == unknown
