@@ -3,7 +3,7 @@
 #
 #   docker build -t <registry>/fitgate:0.1.0 .
 #
-# Stage 1 compiles the Cython core (fitcore/_alloc.pyx) and installs fitgate with its
+# Stage 1 compiles the Cython core (fitcore/*.pyx) and installs fitgate with its
 # dependencies into a virtual environment; stage 2 copies only that environment onto the
 # same slim Python base, without a compiler, and runs as an unprivileged user. The runtime
 # writes nothing outside /tmp (the chart mounts an emptyDir there and sets
@@ -28,7 +28,7 @@ RUN python -m venv /opt/fitgate \
 # Fail the build if the compiled core is missing from the installed package (no silent
 # pure-Python fallback). Run from / so that /src/fitcore (no .so) does not shadow it.
 WORKDIR /
-RUN /opt/fitgate/bin/python -c "import fitcore._alloc, admission.certs, admission.cli" \
+RUN /opt/fitgate/bin/python -c "import fitcore._alloc, fitcore._read, admission.certs, admission.cli" \
     && /opt/fitgate/bin/fitgate --help > /dev/null
 
 FROM ${PYTHON_IMAGE}
