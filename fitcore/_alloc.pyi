@@ -7,3 +7,8 @@ class Compiled:
 
 def search(problem: Compiled, state: array[int], budget: int
            ) -> tuple[int, int, list[int]]: ...
+
+def device_classes(n_alt: int, base: array[int], dev_multi: array[int], member: bytes,
+                   n_con: int, con_val: array[int]
+                   ) -> tuple[array[int], array[int], array[int], array[int], array[int],
+                              array[int]]: ...
