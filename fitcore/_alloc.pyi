@@ -1,4 +1,5 @@
 from array import array
+from collections.abc import Sequence
 
 class Compiled:
     def __init__(self, packed: array[int], header: array[int]) -> None: ...
@@ -12,3 +13,5 @@ def device_classes(n_alt: int, base: array[int], dev_multi: array[int], member: 
                    n_con: int, con_val: array[int]
                    ) -> tuple[array[int], array[int], array[int], array[int], array[int],
                               array[int]]: ...
+
+def pack(fields: list[Sequence[int]], head: list[int]) -> tuple[array[int], array[int]]: ...

@@ -4,6 +4,7 @@
 
 from cpython cimport array
 from libc.stdlib cimport calloc, free
+from libc.string cimport memcpy
 
 from fitcore._alloc cimport Problem, State, i64
 
@@ -441,3 +442,33 @@ def device_classes(i64 n_alt, const i64[::1] base, const i64[::1] dev_multi,
     array.resize(cls_multi, n_cls)
     array.resize(alt_cls, n)
     return dev_cls, cls_start, cls_members, cls_multi, alt_cls_start, alt_cls
+
+
+def pack(fields, head):
+    """compiled.Problem._pack in one pass: the int64 sequences `fields` in one buffer,
+    and the header: the ints of `head`, then where each field starts."""
+    cdef Py_ssize_t total = 0, at = 0, i = 0, n
+    for f in fields:
+        total += len(f)
+    cdef array.array packed = array.clone(_I64, total, zero=False)
+    cdef array.array header = array.clone(_I64, len(head) + len(fields), zero=False)
+    cdef i64* out = <i64*> packed.data.as_longlongs
+    cdef i64* h = <i64*> header.data.as_longlongs
+    cdef const i64[::1] view
+    for x in head:
+        h[i] = x
+        i += 1
+    for f in fields:
+        h[i] = at
+        i += 1
+        if type(f) is array.array and (<array.array> f).ob_descr.typecode == b"q":
+            n = len(f)
+            if n:
+                view = f
+                memcpy(out + at, &view[0], n * sizeof(i64))
+            at += n
+        else:
+            for x in f:
+                out[at] = x
+                at += 1
+    return packed, header

@@ -186,6 +186,10 @@ class NodeArrays:
         self._capacities: dict[object, tuple[int, dict[int, dict[str, values.Quantity]]]] = {}
         self._attribute_ids: dict[str, tuple[array.array[int], int]] = {}
         self._empty_state: array.array[int] | None = None
+        self._slots: dict[object, tuple[list[tuple[str, int]], list[int], list[list[int]]]] = {}
+        #: A node without shared devices: no capacity slots.
+        self.no_slot_starts = _q(self.n_dev + 1)
+        self.no_slots: list[list[tuple[str, int, int]]] = [[] for _ in range(self.n_dev)]
 
     def attribute_keys(self, attribute: str) -> list[tuple[str, object] | None]:
         """Per device, the comparable key of its value of `attribute` (None: it has none)."""
@@ -266,6 +270,27 @@ class NodeArrays:
             found = _keep(self._capacities, key, (fits, takes))
         return found
 
+    def shared_slots(self, d: int, takes: list[dict[str, values.Quantity]]
+                     ) -> tuple[list[tuple[str, int]], list[int], list[list[int]]]:
+        """Shared device d's capacity slots, for alternatives that take `takes` of it:
+        (per slot its capacity name and scale, its total, per take its scaled amounts),
+        as Problem._capacity_slots computes them for an empty state."""
+        key = (d, tuple(tuple(take.items()) for take in takes))
+        found = self._slots.get(key)
+        if found is None:
+            device = self._devices[d][1]
+            names: list[tuple[str, int]] = []
+            totals: list[int] = []
+            for name in sorted(device.capacity):
+                total = device.capacity[name].value.value
+                scale = _scale([total, *[take[name].value for take in takes]])
+                names.append((name, scale))
+                totals.append(_scaled(total, scale))
+            scaled = [[_scaled(take[name].value, scale) for name, scale in names]
+                      for take in takes]
+            found = _keep(self._slots, key, (names, totals, scaled))
+        return found
+
     def empty_state(self) -> array.array[int]:
         """The empty-cluster state of a problem without capacity slots."""
         if self._empty_state is None:
@@ -298,6 +323,9 @@ class Problem:
     empty allocated state and the problem holds for any state `state()` accepts;
     otherwise candidacy already excludes what the prepared state holds in use.
     """
+
+    #: Per device: (capacity name, slot, scale) of its capacity slots.
+    cap_slots: list[list[tuple[str, int, int]]]
 
     def __init__(self, p: reference.Prepared, *, baked: bool = False) -> None:
         self._prepared: reference.Prepared | None = p
@@ -474,7 +502,7 @@ class Problem:
                 self._constraints(claims, [None] * n_alt)
             con_val = array.array("q", con_list)
         self.n_values = n_values
-        dev_cap_start, take_off, take_vals, cap_total = self._capacity_slots(_EMPTY, False)
+        dev_cap_start, take_off, take_vals, cap_total = self._shared_slots()
         dev_cls, cls_start, cls_members, cls_multi, alt_cls_start, alt_cls = \
             _alloc.device_classes(n_alt, node_arrays.base, node_arrays.dev_multi,
                                   b"".join(bits), len(con_match), con_val)
@@ -511,12 +539,40 @@ class Problem:
         self.n_cap = len(cap_total)
         self.empty_state = self._empty_state(cap_total) if cap_total else \
             node_arrays.empty_state()
-        self.packed, self.header = self._pack(fields)
+        self.packed, self.header = _alloc.pack(
+            [fields[name] for name in self.FIELDS],
+            [len(claim_req_start) - 1, len(req_alt_start) - 1, n_alt, n_dev, n_values,
+             self.n_classes, self.n_counters, self.n_cap, node_arrays.n_pools])
         self.native = None
         self._state_of = None
         self._state = None
         self._results = [None] * (n_alt * n_dev)
         return self
+
+    def _shared_slots(self) -> tuple[Sequence[int], array.array[int], list[int], list[int]]:
+        """`_capacity_slots` of an empty state, with each shared device's slots and
+        scaled takes kept per node by what the alternatives take of it."""
+        node, n_dev, n_alt = self.node, self.node.n_dev, len(self.alts)
+        take_off = array.array("q", [-1]) * (n_alt * n_dev)
+        if not node.shared:
+            self.cap_slots = node.no_slots
+            return node.no_slot_starts, take_off, [], []
+        cap_start = [0] * (n_dev + 1)
+        cap_total: list[int] = []
+        self.cap_slots = [[] for _ in range(n_dev)]
+        take_vals: list[int] = []
+        for d in node.shared:
+            takes = [(a, self.takes[(a, d)]) for a in range(n_alt) if (a, d) in self.takes]
+            names, totals, scaled = node.shared_slots(d, [take for _, take in takes])
+            first = len(cap_total)
+            self.cap_slots[d] = [(name, first + i, scale) for i, (name, scale) in
+                                 enumerate(names)]
+            cap_total.extend(totals)
+            cap_start[d + 1] = len(names)
+            for (a, _), vals in zip(takes, scaled, strict=True):
+                take_off[a * n_dev + d] = len(take_vals)
+                take_vals.extend(vals)
+        return list(itertools.accumulate(cap_start)), take_off, take_vals, cap_total
 
     def _one_constraint(self, claims: Sequence[model.Claim], constraint: model.Constraint
                         ) -> tuple[list[int], list[int], list[int], array.array[int], int]:
@@ -634,7 +690,7 @@ class Problem:
         cap_count = [0] * n_dev
         cap_total: list[int] = []
         #: Per device: (capacity name, slot, scale) of its capacity slots.
-        self.cap_slots: list[list[tuple[str, int, int]]] = [[] for _ in range(n_dev)]
+        self.cap_slots = [[] for _ in range(n_dev)]
         take_off = array.array("q", [-1] * (n_alt * n_dev))
         take_vals: list[int] = []
         for d in node.shared:
