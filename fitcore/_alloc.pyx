@@ -461,7 +461,7 @@ def pack(fields, head):
     for f in fields:
         h[i] = at
         i += 1
-        if type(f) is array.array and (<array.array> f).ob_descr.typecode == b"q":
+        if type(f) is array.array and (<array.array> f).ob_descr.typecode == c'q':
             n = len(f)
             if n:
                 view = f

@@ -33,9 +33,15 @@ import itertools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fitcore import cache, model, reference, semantics, values
+
+_alloc: Any
+try:
+    from fitcore import _alloc
+except ImportError:  # fitcore.api says how to build it, or runs the reference alone
+    _alloc = None
 
 _LIMIT = 2**62
 _K = TypeVar("_K")
@@ -68,6 +74,9 @@ def _q(n: int = 0) -> array.array[int]:
 #: Per node, at most this many kept results of each kind (expressions, selector lists,
 #: capacity requests, attributes) for `Problem.common`; the oldest goes first.
 _KEPT_PER_NODE = 256
+
+
+_NONE: array.array[int] = array.array("q")
 
 
 def _keep(kept: dict[_K, _V], key: _K, value: _V) -> _V:
@@ -183,7 +192,12 @@ class NodeArrays:
         self._selector = nd.selector
         self._expressions: dict[str, tuple[int, int]] = {}
         self._selections: dict[tuple[str, ...], tuple[int, int]] = {}
-        self._capacities: dict[object, tuple[int, dict[int, dict[str, values.Quantity]]]] = {}
+        self._capacities: dict[object, tuple[int, dict[int, dict[str, values.Quantity]],
+                                             int]] = {}
+        self._serials = itertools.count()
+        self.shared_bits = sum(1 << d for d in self.shared)
+        self.slot_sets: dict[object, tuple[list[int], array.array[int], list[int], list[int],
+                                           list[list[tuple[str, int, int]]]]] = {}
         self._attribute_ids: dict[str, tuple[array.array[int], int]] = {}
         self._empty_state: array.array[int] | None = None
         self._slots: dict[object, tuple[list[tuple[str, int]], list[int], list[list[int]]]] = {}
@@ -248,9 +262,10 @@ class NodeArrays:
         return out
 
     def capacity(self, exact: model.ExactRequest
-                 ) -> tuple[int, dict[int, dict[str, values.Quantity]]]:
+                 ) -> tuple[int, dict[int, dict[str, values.Quantity]], int]:
         """Bitset of the devices that can serve `exact`'s capacity request (a dedicated
-        device holding all of it), and what each shared one of them would take."""
+        device holding all of it), what each shared one of them would take, and a
+        number naming this outcome on this node (never reused)."""
         requests = exact.capacity_requests
         key = tuple(sorted(requests.items())) if requests else ()
         found = self._capacities.get(key)
@@ -267,7 +282,7 @@ class NodeArrays:
                 elif not semantics.capacity_fits(device, take):
                     continue
                 fits |= 1 << d
-            found = _keep(self._capacities, key, (fits, takes))
+            found = _keep(self._capacities, key, (fits, takes, next(self._serials)))
         return found
 
     def shared_slots(self, d: int, takes: list[dict[str, values.Quantity]]
@@ -423,8 +438,7 @@ class Problem:
         other claims (the full path then answers, errors included). `inventory` must hold
         the empty allocated state; `nd` is the node's `cache.NodeDevices`.
         """
-        from fitcore import _alloc  # the compiled core; only fitcore.api calls this
-
+        assert _alloc is not None  # only fitcore.api calls this, with the core built
         node_arrays = NodeArrays.of(nd)
         n_dev = node_arrays.n_dev
         n_bytes = (n_dev + 7) // 8
@@ -440,6 +454,7 @@ class Problem:
         alt_count: list[int] = []
         bits: list[bytes] = []
         tainted = node_arrays.tainted
+        slot_key: list[tuple[int, int, int]] = []  # what the shared devices' slots depend on
         for ci, claim in enumerate(claims):
             per_request = []
             minimum = 0
@@ -458,8 +473,10 @@ class Problem:
                         return None
                     if tainted:
                         ok &= ~node_arrays.blocked(exact)
-                    fits, shared = node_arrays.capacity(exact)
+                    fits, shared, token = node_arrays.capacity(exact)
                     ok &= fits
+                    if shared:
+                        slot_key.append((len(alts), token, ok & node_arrays.shared_bits))
                     a = len(alts)
                     for d, take in shared.items():
                         if ok >> d & 1:
@@ -494,7 +511,13 @@ class Problem:
         self.all_shared = set()
         self.n_dev = n_dev
         constraints = [k for claim in claims for k in claim.constraints]
-        if len(constraints) == 1:
+        con_claim_start: list[int]
+        con_match: list[int]
+        con_cover: list[int]
+        if not constraints:
+            con_claim_start, con_match, con_cover, con_val, n_values = \
+                [0] * (len(claims) + 1), [], [], _NONE, 1
+        elif len(constraints) == 1:
             con_claim_start, con_match, con_cover, con_val, n_values = \
                 self._one_constraint(claims, constraints[0])
         else:
@@ -502,45 +525,23 @@ class Problem:
                 self._constraints(claims, [None] * n_alt)
             con_val = array.array("q", con_list)
         self.n_values = n_values
-        dev_cap_start, take_off, take_vals, cap_total = self._shared_slots()
+        dev_cap_start, take_off, take_vals, cap_total = self._shared_slots(tuple(slot_key))
         dev_cls, cls_start, cls_members, cls_multi, alt_cls_start, alt_cls = \
             _alloc.device_classes(n_alt, node_arrays.base, node_arrays.dev_multi,
                                   b"".join(bits), len(con_match), con_val)
-        fields: dict[str, Sequence[int]] = {
-            "claim_req_start": claim_req_start,
-            "req_alt_start": req_alt_start,
-            "alt_claim": alt_claim,
-            "alt_mode": _q(n_alt),
-            "alt_count": alt_count,
-            "alt_cls_start": alt_cls_start,
-            "alt_cls": alt_cls,
-            "alt_dev_start": _q(n_alt + 1),
-            "alt_dev": (),
-            "alt_dev_block": (),
-            "dev_cls": dev_cls,
-            "dev_pool": node_arrays.dev_pool,
-            "dev_multi": node_arrays.dev_multi,
-            "dev_ctr_start": node_arrays.dev_ctr_start,
-            "ctr_id": node_arrays.ctr_id,
-            "ctr_amt": node_arrays.ctr_amt,
-            "dev_cap_start": dev_cap_start,
-            "take_off": take_off,
-            "take_vals": take_vals,
-            "cls_start": cls_start,
-            "cls_members": cls_members,
-            "cls_multi": cls_multi,
-            "con_claim_start": con_claim_start,
-            "con_match": con_match,
-            "con_cover": con_cover,
-            "con_val": con_val,
-        }
         self.n_classes = len(cls_multi)
         self.n_counters = len(node_arrays.ctr_total)
         self.n_cap = len(cap_total)
         self.empty_state = self._empty_state(cap_total) if cap_total else \
             node_arrays.empty_state()
+        # In the order of FIELDS.
         self.packed, self.header = _alloc.pack(
-            [fields[name] for name in self.FIELDS],
+            [claim_req_start, req_alt_start, alt_claim, _q(n_alt), alt_count,
+             alt_cls_start, alt_cls, _q(n_alt + 1), (), (), dev_cls,
+             node_arrays.dev_pool, node_arrays.dev_multi, node_arrays.dev_ctr_start,
+             node_arrays.ctr_id, node_arrays.ctr_amt, dev_cap_start, take_off, take_vals,
+             cls_start, cls_members, cls_multi, con_claim_start, con_match, con_cover,
+             con_val],
             [len(claim_req_start) - 1, len(req_alt_start) - 1, n_alt, n_dev, n_values,
              self.n_classes, self.n_counters, self.n_cap, node_arrays.n_pools])
         self.native = None
@@ -549,14 +550,25 @@ class Problem:
         self._results = [None] * (n_alt * n_dev)
         return self
 
-    def _shared_slots(self) -> tuple[Sequence[int], array.array[int], list[int], list[int]]:
-        """`_capacity_slots` of an empty state, with each shared device's slots and
-        scaled takes kept per node by what the alternatives take of it."""
+    def _shared_slots(self, key: tuple[tuple[int, int, int], ...]
+                      ) -> tuple[Sequence[int], array.array[int], list[int], list[int]]:
+        """`_capacity_slots` of an empty state, kept per node by `key`: per alternative
+        that may take a shared device, its capacity outcome (NodeArrays.capacity) and
+        which shared devices it may take. The arrays are shared, never changed."""
+        node, n_dev, n_alt = self.node, self.node.n_dev, len(self.alts)
+        if not key:
+            self.cap_slots = node.no_slots
+            return node.no_slot_starts, array.array("q", [-1]) * (n_alt * n_dev), [], []
+        found = node.slot_sets.get((n_alt, key))
+        if found is None:
+            found = _keep(node.slot_sets, (n_alt, key), self._make_shared_slots())
+        self.cap_slots = found[4]
+        return found[:4]
+
+    def _make_shared_slots(self) -> tuple[list[int], array.array[int], list[int], list[int],
+                                          list[list[tuple[str, int, int]]]]:
         node, n_dev, n_alt = self.node, self.node.n_dev, len(self.alts)
         take_off = array.array("q", [-1]) * (n_alt * n_dev)
-        if not node.shared:
-            self.cap_slots = node.no_slots
-            return node.no_slot_starts, take_off, [], []
         cap_start = [0] * (n_dev + 1)
         cap_total: list[int] = []
         self.cap_slots = [[] for _ in range(n_dev)]
@@ -572,7 +584,8 @@ class Problem:
             for (a, _), vals in zip(takes, scaled, strict=True):
                 take_off[a * n_dev + d] = len(take_vals)
                 take_vals.extend(vals)
-        return list(itertools.accumulate(cap_start)), take_off, take_vals, cap_total
+        return (list(itertools.accumulate(cap_start)), take_off, take_vals, cap_total,
+                self.cap_slots)
 
     def _one_constraint(self, claims: Sequence[model.Claim], constraint: model.Constraint
                         ) -> tuple[list[int], list[int], list[int], array.array[int], int]:

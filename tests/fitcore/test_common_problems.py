@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fitcore import api, cache, compiled, kube, reference, testing
+from fitcore import api, cache, compiled, kube, model, reference, testing
 from tests.fitcore import builders as b
 from tests.fitcore.test_property import EXAMPLES, REALISTIC_EXAMPLES, realistic_case
 
@@ -20,13 +20,17 @@ pytestmark = pytest.mark.skipif(not api.compiled_available(),
                                 reason="tests the compiled core; FITCORE_NO_EXTENSIONS is set")
 
 
-def both(case: dict[str, Any]) -> tuple[compiled.Problem | None, object]:
+def both(case: dict[str, Any], store: cache.Store | None = None,
+         inventory: model.Inventory | None = None
+         ) -> tuple[compiled.Problem | None, object]:
     """The common path's problem (None: not the common form) and what the full path
-    gives for the same question on an empty cluster (a Problem, or the exception)."""
-    inventory = kube.inventory(case["slices"], case["classes"], [])
+    gives for the same question on an empty cluster (a Problem, or the exception).
+    A fresh store unless `store` (with `inventory`, parsed once) is given."""
+    if inventory is None:
+        inventory = kube.inventory(case["slices"], case["classes"], [])
     claims = [kube.resource_claim(c) for c in case["claims"]]
     node = kube.node(case["node"])
-    with cache.use(cache.Store()):
+    with cache.use(store or cache.Store()):
         nd = cache.for_slices(inventory.slices).devices_for(node)
         try:
             common = compiled.Problem.common(node, inventory, claims, nd)
@@ -136,6 +140,36 @@ def test_common_path_on_hand_made_cases(layout: str, claim: dict[str, Any]) -> N
     common, full = both(case)
     assert common is not None
     assert_same(common, full, layout)
+
+
+def test_kept_bitsets_serve_later_questions_exactly() -> None:
+    """One node, one store: later questions reuse what earlier ones kept (selector lists,
+    capacity outcomes, shared devices' slots, attribute values) and must still build
+    the full path's arrays — the same amount on other devices, other amounts on the
+    same devices, the same selectors under other requests."""
+    pick = f"device.attributes['{b.GPU}'].index <= 1"
+    slices = [b.rslice("s", [b.device(f"gpu-{i}", index=i, capacity=SHARE, multi=True)
+                             for i in range(3)] + [b.device("plain", index=9, multi=True)])]
+    classes = [b.gpu_class()]
+    inventory = kube.inventory(slices, classes, [])
+    store = cache.Store()
+    claims = [
+        b.claim("c", b.req("g", capacity={"memory": "30Gi"})),
+        b.claim("c", b.req("g", capacity={"memory": "30Gi"}, selectors=(pick,))),
+        b.claim("c", b.req("g", capacity={"memory": "30Gi"}, selectors=(pick,)),
+                b.req("h", capacity={"memory": "30Gi"})),
+        b.claim("c", b.req("h", capacity={"memory": "10Gi"}),
+                b.req("g", capacity={"memory": "30Gi"}, selectors=(pick,))),
+        b.claim("c", b.req("g", capacity={"memory": "30Gi"}),
+                b.req("h", count=2), distinct=f"{b.GPU}/index"),
+        b.claim("c", b.req("g", selectors=(pick,)), distinct=f"{b.GPU}/index"),
+        b.claim("c", b.req("g", capacity={"memory": "30Gi"})),
+    ]
+    for i, claim in enumerate(claims):
+        case = {"slices": slices, "classes": classes, "claims": [claim], "node": b.node()}
+        common, full = both(case, store, inventory)
+        assert common is not None, i
+        assert_same(common, full, f"question {i}")
 
 
 @pytest.mark.parametrize("claim, why", [
