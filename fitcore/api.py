@@ -144,13 +144,13 @@ def _compile(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
 def _compile_static(node: model.Node, inventory: model.Inventory,
                     claims: Sequence[model.Claim], node_devices: cache.NodeDevices
                     ) -> compiled.Problem | str:
-    empty = model.Inventory(inventory.slices, inventory.classes, _EMPTY)
     try:
         # Claims of the common form skip reference.prepare (the same problem, made
         # from the node's kept bitsets); the rest, and every error, take the full path.
-        common = compiled.Problem.common(node, empty, claims, node_devices)
+        common = compiled.Problem.common(node, inventory, claims, node_devices)
         if common is not None:
             return common
+        empty = model.Inventory(inventory.slices, inventory.classes, _EMPTY)
         return compiled.Problem(reference.prepare(node, empty, claims))
     except reference.ClaimError:
         return _BAKED  # maybe not an error in this state: prepare with it, every time

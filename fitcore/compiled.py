@@ -31,7 +31,7 @@ from __future__ import annotations
 import array
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, TypeVar
 
@@ -196,8 +196,9 @@ class NodeArrays:
                                              int]] = {}
         self._serials = itertools.count()
         self.shared_bits = sum(1 << d for d in self.shared)
-        self.slot_sets: dict[object, tuple[list[int], array.array[int], list[int], list[int],
-                                           list[list[tuple[str, int, int]]]]] = {}
+        #: (dev_cap_start, take_off, take_vals, cap_total, cap_slots, empty state) by
+        #: what the shared devices' slots depend on (Problem._shared_slots).
+        self.slot_sets: dict[object, list[Any]] = {}
         self._attribute_ids: dict[str, tuple[array.array[int], int]] = {}
         self._empty_state: array.array[int] | None = None
         self._slots: dict[object, tuple[list[tuple[str, int]], list[int], list[list[int]]]] = {}
@@ -345,7 +346,8 @@ class Problem:
     def __init__(self, p: reference.Prepared, *, baked: bool = False) -> None:
         self._prepared: reference.Prepared | None = p
         # What `prepared` is made from when `common` compiled the problem.
-        self._unprepared: tuple[model.Node, model.Inventory,
+        self._unprepared: tuple[model.Node, tuple[model.ResourceSlice, ...],
+                                Mapping[str, model.DeviceClass],
                                 list[list[list[reference.Alternative]]]] | None = None
         self.claims = p.claims
         self.baked = baked
@@ -419,7 +421,8 @@ class Problem:
         """The prepared question (made on first use for a problem compiled by `common`)."""
         if self._prepared is None:
             assert self._unprepared is not None
-            node, inventory, alternatives = self._unprepared
+            node, slices, classes, alternatives = self._unprepared
+            inventory = model.Inventory(slices, classes, _EMPTY)
             entry = cache.for_slices(inventory.slices)
             self._prepared = reference.Prepared(node, inventory, self.claims,
                                                 entry.pools_for(node), entry.selector,
@@ -435,8 +438,9 @@ class Problem:
         the node, at most a claim's cap of devices), made without `reference.prepare`:
         candidacy from the node's kept selector and capacity bitsets (NodeArrays), device
         classes and lists in the compiled core (`_alloc.device_classes`). None for any
-        other claims (the full path then answers, errors included). `inventory` must hold
-        the empty allocated state; `nd` is the node's `cache.NodeDevices`.
+        other claims (the full path then answers, errors included). The problem is for
+        an empty allocated state, whatever `inventory` holds; `nd` is the node's
+        `cache.NodeDevices`.
         """
         assert _alloc is not None  # only fitcore.api calls this, with the core built
         node_arrays = NodeArrays.of(nd)
@@ -503,7 +507,8 @@ class Problem:
             claim_req_start.append(len(req_alt_start) - 1)
         n_alt = len(alts)
         self._prepared = None
-        self._unprepared = (node, inventory, alternatives)
+        # Not the inventory: a kept problem must not hold a caller's allocated state.
+        self._unprepared = (node, inventory.slices, inventory.classes, alternatives)
         self.claims = claims
         self.baked = False
         self.devices = nd.devices
@@ -532,8 +537,11 @@ class Problem:
         self.n_classes = len(cls_multi)
         self.n_counters = len(node_arrays.ctr_total)
         self.n_cap = len(cap_total)
-        self.empty_state = self._empty_state(cap_total) if cap_total else \
-            node_arrays.empty_state()
+        if not cap_total:
+            self.empty_state = node_arrays.empty_state()
+        elif self.empty_state is None:  # not kept with the slots yet
+            self.empty_state = node_arrays.slot_sets[(n_alt, tuple(slot_key))][5] = \
+                self._empty_state(cap_total)
         # In the order of FIELDS.
         self.packed, self.header = _alloc.pack(
             [claim_req_start, req_alt_start, alt_claim, _q(n_alt), alt_count,
@@ -563,10 +571,10 @@ class Problem:
         if found is None:
             found = _keep(node.slot_sets, (n_alt, key), self._make_shared_slots())
         self.cap_slots = found[4]
-        return found[:4]
+        self.empty_state = found[5]
+        return found[0], found[1], found[2], found[3]
 
-    def _make_shared_slots(self) -> tuple[list[int], array.array[int], list[int], list[int],
-                                          list[list[tuple[str, int, int]]]]:
+    def _make_shared_slots(self) -> list[Any]:
         node, n_dev, n_alt = self.node, self.node.n_dev, len(self.alts)
         take_off = array.array("q", [-1]) * (n_alt * n_dev)
         cap_start = [0] * (n_dev + 1)
@@ -584,8 +592,9 @@ class Problem:
             for (a, _), vals in zip(takes, scaled, strict=True):
                 take_off[a * n_dev + d] = len(take_vals)
                 take_vals.extend(vals)
-        return (list(itertools.accumulate(cap_start)), take_off, take_vals, cap_total,
-                self.cap_slots)
+        # The empty state follows (made by `common` once the problem's sizes are known).
+        return [list(itertools.accumulate(cap_start)), take_off, take_vals, cap_total,
+                self.cap_slots, None]
 
     def _one_constraint(self, claims: Sequence[model.Claim], constraint: model.Constraint
                         ) -> tuple[list[int], list[int], list[int], array.array[int], int]:
