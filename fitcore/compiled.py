@@ -76,6 +76,9 @@ def _q(n: int = 0) -> array.array[int]:
 _KEPT_PER_NODE = 256
 
 
+#: Per node, at most this many results of dedicated devices kept (then all are dropped).
+_RESULTS_PER_NODE = 4096
+
 _NONE: array.array[int] = array.array("q")
 
 
@@ -201,6 +204,7 @@ class NodeArrays:
         self.slot_sets: dict[object, list[Any]] = {}
         self._attribute_ids: dict[str, tuple[array.array[int], int]] = {}
         self._empty_state: array.array[int] | None = None
+        self._dedicated_results: dict[tuple[str, int], model.DeviceResult] = {}
         self._slots: dict[object, tuple[list[tuple[str, int]], list[int], list[list[int]]]] = {}
         #: A node without shared devices: no capacity slots.
         self.no_slot_starts = _q(self.n_dev + 1)
@@ -305,6 +309,17 @@ class NodeArrays:
             scaled = [[_scaled(take[name].value, scale) for name, scale in names]
                       for take in takes]
             found = _keep(self._slots, key, (names, totals, scaled))
+        return found
+
+    def dedicated_result(self, request: str, d: int) -> model.DeviceResult:
+        """The result of dedicated device d for `request`, made once per node (a new
+        template allocates no new result objects)."""
+        key = (request, d)
+        found = self._dedicated_results.get(key)
+        if found is None:
+            if len(self._dedicated_results) >= _RESULTS_PER_NODE:
+                self._dedicated_results.clear()
+            found = self._dedicated_results[key] = model.DeviceResult(request, self.ids[d])
         return found
 
     def empty_state(self) -> array.array[int]:
@@ -887,8 +902,10 @@ class Problem:
         a, d = divmod(pair, self.n_dev)
         _, alt = self.alts[a]
         _, device, ident = self.devices[d]
-        multi = device.allow_multiple_allocations
-        result = self._results[pair] = model.DeviceResult(
-            alt.result_name, ident, shared=multi,
-            consumed_capacity=self.takes[(a, d)] if multi else {})
+        if device.allow_multiple_allocations:
+            result = model.DeviceResult(alt.result_name, ident, shared=True,
+                                        consumed_capacity=self.takes[(a, d)])
+        else:
+            result = self.node.dedicated_result(alt.result_name, d)
+        self._results[pair] = result
         return result
