@@ -13,6 +13,13 @@ A question has three parts that change at different rates, and each is flattened
   left. A new pod from a known template, or a node whose allocations changed, costs only
   this part and the search.
 
+A never-seen claim content of the common form (every alternative ExactCount, no
+adminAccess; `Problem.common`) is compiled without `reference.prepare`: the node keeps,
+as device bitsets, what each selector list selects and each capacity request can serve
+(`NodeArrays`), and the compiled core builds the device classes, class lists and the
+packed buffer (`_alloc.device_classes`, `_alloc.pack`). It gives the same arrays as the
+full path, whose Python code stays the reference (tests/fitcore/test_common_problems.py).
+
 What the arrays encode field by field is in `_alloc.pxd`. Counters are scaled integers
 (each counter's quantities share one exact scale); attribute values are interned to
 integers (type-tagged, so "1" != 1).
