@@ -4,7 +4,7 @@
 
 from cpython cimport array
 from libc.stdlib cimport calloc, free
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from fitcore._alloc cimport Problem, State, i64
 
@@ -446,10 +446,14 @@ def device_classes(i64 n_alt, const i64[::1] base, const i64[::1] dev_multi,
 
 def pack(fields, head):
     """compiled.Problem._pack in one pass: the int64 sequences `fields` in one buffer,
-    and the header: the ints of `head`, then where each field starts."""
+    and the header: the ints of `head`, then where each field starts. A field given as
+    an int n stands for n zeros."""
     cdef Py_ssize_t total = 0, at = 0, i = 0, n
     for f in fields:
-        total += len(f)
+        n = f if type(f) is int else len(f)
+        if n < 0:
+            raise ValueError("pack: a negative number of zeros")
+        total += n
     cdef array.array packed = array.clone(_I64, total, zero=False)
     cdef array.array header = array.clone(_I64, len(head) + len(fields), zero=False)
     cdef i64* out = <i64*> packed.data.as_longlongs
@@ -461,7 +465,11 @@ def pack(fields, head):
     for f in fields:
         h[i] = at
         i += 1
-        if type(f) is array.array and (<array.array> f).ob_descr.typecode == c'q':
+        if type(f) is int:
+            n = f
+            memset(out + at, 0, n * sizeof(i64))
+            at += n
+        elif type(f) is array.array and (<array.array> f).ob_descr.typecode == c'q':
             n = len(f)
             if n:
                 view = f

@@ -564,10 +564,10 @@ class Problem:
         elif self.empty_state is None:  # not kept with the slots yet
             self.empty_state = node_arrays.slot_sets[(n_alt, tuple(slot_key))][5] = \
                 self._empty_state(cap_total)
-        # In the order of FIELDS.
+        # In the order of FIELDS; an int stands for that many zeros (alt_mode, alt_dev_start).
         self.packed, self.header = _alloc.pack(
-            [claim_req_start, req_alt_start, alt_claim, _q(n_alt), alt_count,
-             alt_cls_start, alt_cls, _q(n_alt + 1), (), (), dev_cls,
+            [claim_req_start, req_alt_start, alt_claim, n_alt, alt_count,
+             alt_cls_start, alt_cls, n_alt + 1, (), (), dev_cls,
              node_arrays.dev_pool, node_arrays.dev_multi, node_arrays.dev_ctr_start,
              node_arrays.ctr_id, node_arrays.ctr_amt, dev_cap_start, take_off, take_vals,
              cls_start, cls_members, cls_multi, con_claim_start, con_match, con_cover,
