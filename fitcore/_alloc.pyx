@@ -354,7 +354,7 @@ def search(Compiled problem not None, const i64[::1] state, i64 budget):
         free(block)
 
 
-cdef inline bint _bit(const unsigned char[::1] bits, i64 at) noexcept nogil:
+cdef inline bint _bit(const unsigned char* bits, i64 at) noexcept nogil:
     return (bits[at >> 3] >> (at & 7)) & 1
 
 
@@ -390,6 +390,7 @@ def device_classes(i64 n_alt, const i64[::1] base, const i64[::1] dev_multi,
     cdef i64* fill = <i64*> calloc(n_dev + 1, sizeof(i64))
     cdef i64 d, j, r, a, c, k, n_cls = 0, n = 0
     cdef bint same
+    cdef const unsigned char* bits = &member[0] if member.shape[0] else NULL
     if rep == NULL or fill == NULL:
         free(rep)
         free(fill)
@@ -405,7 +406,7 @@ def device_classes(i64 n_alt, const i64[::1] base, const i64[::1] dev_multi,
                             continue
                         same = True
                         for a in range(n_alt):
-                            if _bit(member, a * nb * 8 + r) != _bit(member, a * nb * 8 + d):
+                            if _bit(bits, a * nb * 8 + r) != _bit(bits, a * nb * 8 + d):
                                 same = False
                                 break
                         if same:
@@ -431,7 +432,7 @@ def device_classes(i64 n_alt, const i64[::1] base, const i64[::1] dev_multi,
                 fill[cls[d]] += 1
             for a in range(n_alt):
                 for k in range(n_cls):
-                    if _bit(member, a * nb * 8 + rep[k]):
+                    if _bit(bits, a * nb * 8 + rep[k]):
                         a_cls[n] = k
                         n += 1
                 a_start[a + 1] = n
