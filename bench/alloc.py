@@ -136,8 +136,14 @@ def fitcore_times(inventory: model.Inventory, allocated_json: list[dict[str, Any
       whose allocations changed (the state is applied to the kept compiled problem);
     - "new_template": claims of a content never asked on this node (each call adds a
       toleration of a taint nobody has, which changes nothing but the content), so the
-      problem is prepared and compiled; only slice-level work (pools, CEL results per
-      device) is reused.
+      problem is compiled anew: alternatives, candidacy, device classes, lists, packed
+      buffer. Reused: pools, CEL results per device and, for claims of the common form,
+      the same results grouped per node as bitsets (compiled.NodeArrays: the devices a
+      selector list selects, those a capacity request can serve). Those bitsets are
+      keyed by the selector expressions and the requested amounts, not by tolerations,
+      which are applied on every compile; so this column measures selectors warm, as
+      before, and a template with a selector list never seen on the node pays one
+      evaluation per device of it, once per node.
     Claims are parsed outside the timer, as the oracle decodes its JSON outside its timer.
     """
     node = kube.node(b.node())

@@ -2,9 +2,13 @@
 # interchangeable devices, with exact pruning. Return codes: 1 found, 0 none, -1 budget.
 # (All requests under a claim constraint never get here: see fitcore/compiled.py.)
 
+from cpython cimport array
 from libc.stdlib cimport calloc, free
+from libc.string cimport memcpy, memset
 
 from fitcore._alloc cimport Problem, State, i64
+
+cdef array.array _I64 = array.array("q")
 
 cdef enum:
     MAX_PER_CLAIM = 32  # resource.k8s.io/v1 AllocationResultsMaxSize
@@ -348,3 +352,132 @@ def search(Compiled problem not None, const i64[::1] state, i64 budget):
                                  for i in range(s.res_len)]
     finally:
         free(block)
+
+
+cdef inline bint _bit(const unsigned char* bits, i64 at) noexcept nogil:
+    return (bits[at >> 3] >> (at & 7)) & 1
+
+
+def device_classes(i64 n_alt, const i64[::1] base, const i64[::1] dev_multi,
+                   const unsigned char[::1] member, i64 n_con, const i64[::1] con_val):
+    """Classes of interchangeable devices and each alternative's class list, as
+    compiled.Problem._classes and _lists compute them (the reference for this routine).
+
+    `base[d]`: equal for devices of one pool with equal counter consumption; `member`:
+    per alternative, `(n_dev + 7) // 8` bytes of candidacy bits (little-endian, bit d is
+    device d); `con_val`: [n_con * n_dev] interned constrained values. A shared device is
+    a class of its own; classes are numbered by their first device. Returns (dev_cls,
+    cls_start, cls_members, cls_multi, alt_cls_start, alt_cls), int64 arrays.
+    """
+    cdef i64 n_dev = base.shape[0]
+    cdef i64 nb = (n_dev + 7) >> 3
+    if dev_multi.shape[0] != n_dev or con_val.shape[0] != n_con * n_dev or \
+            member.shape[0] != n_alt * nb:
+        raise ValueError("device_classes: inconsistent array sizes")
+    cdef array.array dev_cls = array.clone(_I64, n_dev, zero=True)
+    cdef array.array cls_start = array.clone(_I64, n_dev + 1, zero=True)
+    cdef array.array cls_members = array.clone(_I64, n_dev, zero=True)
+    cdef array.array cls_multi = array.clone(_I64, n_dev, zero=True)
+    cdef array.array alt_cls_start = array.clone(_I64, n_alt + 1, zero=True)
+    cdef array.array alt_cls = array.clone(_I64, n_alt * n_dev, zero=True)
+    cdef i64* cls = <i64*> dev_cls.data.as_longlongs
+    cdef i64* start = <i64*> cls_start.data.as_longlongs
+    cdef i64* members = <i64*> cls_members.data.as_longlongs
+    cdef i64* multi = <i64*> cls_multi.data.as_longlongs
+    cdef i64* a_start = <i64*> alt_cls_start.data.as_longlongs
+    cdef i64* a_cls = <i64*> alt_cls.data.as_longlongs
+    cdef i64* rep = <i64*> calloc(n_dev + 1, sizeof(i64))
+    cdef i64* fill = <i64*> calloc(n_dev + 1, sizeof(i64))
+    cdef i64 d, j, r, a, c, k, n_cls = 0, n = 0
+    cdef bint same
+    cdef const unsigned char* bits = &member[0] if member.shape[0] else NULL
+    if rep == NULL or fill == NULL:
+        free(rep)
+        free(fill)
+        raise MemoryError()
+    try:
+        with nogil:
+            for d in range(n_dev):
+                k = -1
+                if not dev_multi[d]:
+                    for j in range(n_cls):
+                        r = rep[j]
+                        if multi[j] or base[r] != base[d]:
+                            continue
+                        same = True
+                        for a in range(n_alt):
+                            if _bit(bits, a * nb * 8 + r) != _bit(bits, a * nb * 8 + d):
+                                same = False
+                                break
+                        if same:
+                            for c in range(n_con):
+                                if con_val[c * n_dev + r] != con_val[c * n_dev + d]:
+                                    same = False
+                                    break
+                        if same:
+                            k = j
+                            break
+                if k < 0:
+                    k = n_cls
+                    rep[k] = d
+                    multi[k] = 1 if dev_multi[d] else 0
+                    n_cls += 1
+                cls[d] = k
+                start[k + 1] += 1
+            for k in range(n_cls):
+                start[k + 1] += start[k]
+                fill[k] = start[k]
+            for d in range(n_dev):
+                members[fill[cls[d]]] = d
+                fill[cls[d]] += 1
+            for a in range(n_alt):
+                for k in range(n_cls):
+                    if _bit(bits, a * nb * 8 + rep[k]):
+                        a_cls[n] = k
+                        n += 1
+                a_start[a + 1] = n
+    finally:
+        free(rep)
+        free(fill)
+    array.resize(cls_start, n_cls + 1)
+    array.resize(cls_multi, n_cls)
+    array.resize(alt_cls, n)
+    return dev_cls, cls_start, cls_members, cls_multi, alt_cls_start, alt_cls
+
+
+def pack(fields, head):
+    """compiled.Problem._pack in one pass: the int64 sequences `fields` in one buffer,
+    and the header: the ints of `head`, then where each field starts. A field given as
+    an int n stands for n zeros."""
+    cdef Py_ssize_t total = 0, at = 0, i = 0, n
+    for f in fields:
+        n = f if type(f) is int else len(f)
+        if n < 0:
+            raise ValueError("pack: a negative number of zeros")
+        total += n
+    cdef array.array packed = array.clone(_I64, total, zero=False)
+    cdef array.array header = array.clone(_I64, len(head) + len(fields), zero=False)
+    cdef i64* out = <i64*> packed.data.as_longlongs
+    cdef i64* h = <i64*> header.data.as_longlongs
+    cdef const i64[::1] view
+    for x in head:
+        h[i] = x
+        i += 1
+    for f in fields:
+        h[i] = at
+        i += 1
+        if type(f) is int:
+            n = f
+            memset(out + at, 0, n * sizeof(i64))
+            at += n
+        elif type(f) is array.array and (<array.array> f).ob_descr.typecode == c'q':
+            n = len(f)
+            if n:
+                view = f
+                memcpy(out + at, &view[0], n * sizeof(i64))
+            at += n
+        else:
+            for x in f:
+                out[at] = x
+                at += 1
+    return packed, header

@@ -118,7 +118,7 @@ def _compile(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
     kept = node_devices.problems.get(content)
     if kept is None:
         # The classes are kept with the problem: the key holds their id.
-        kept = (inventory.classes, _compile_static(node, inventory, claims))
+        kept = (inventory.classes, _compile_static(node, inventory, claims, node_devices))
         node_devices.keep_problem(content, kept)
     static = kept[1]
     if static == _REFERENCE:
@@ -142,9 +142,15 @@ def _compile(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
 
 
 def _compile_static(node: model.Node, inventory: model.Inventory,
-                    claims: Sequence[model.Claim]) -> compiled.Problem | str:
-    empty = model.Inventory(inventory.slices, inventory.classes, _EMPTY)
+                    claims: Sequence[model.Claim], node_devices: cache.NodeDevices
+                    ) -> compiled.Problem | str:
     try:
+        # Claims of the common form skip reference.prepare (the same problem, made
+        # from the node's kept bitsets); the rest, and every error, take the full path.
+        common = compiled.Problem.common(node, inventory, claims, node_devices)
+        if common is not None:
+            return common
+        empty = model.Inventory(inventory.slices, inventory.classes, _EMPTY)
         return compiled.Problem(reference.prepare(node, empty, claims))
     except reference.ClaimError:
         return _BAKED  # maybe not an error in this state: prepare with it, every time

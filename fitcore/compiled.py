@@ -13,6 +13,13 @@ A question has three parts that change at different rates, and each is flattened
   left. A new pod from a known template, or a node whose allocations changed, costs only
   this part and the search.
 
+A never-seen claim content of the common form (every alternative ExactCount, no
+adminAccess; `Problem.common`) is compiled without `reference.prepare`: the node keeps,
+as device bitsets, what each selector list selects and each capacity request can serve
+(`NodeArrays`), and the compiled core builds the device classes, class lists and the
+packed buffer (`_alloc.device_classes`, `_alloc.pack`). It gives the same arrays as the
+full path, whose Python code stays the reference (tests/fitcore/test_common_problems.py).
+
 What the arrays encode field by field is in `_alloc.pxd`. Counters are scaled integers
 (each counter's quantities share one exact scale); attribute values are interned to
 integers (type-tagged, so "1" != 1).
@@ -31,12 +38,21 @@ from __future__ import annotations
 import array
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from typing import Any, TypeVar
 
 from fitcore import cache, model, reference, semantics, values
 
+_alloc: Any
+try:
+    from fitcore import _alloc
+except ImportError:  # fitcore.api says how to build it, or runs the reference alone
+    _alloc = None
+
 _LIMIT = 2**62
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 class Unsupported(Exception):
@@ -60,6 +76,24 @@ def _scaled(amount: Fraction, scale: int) -> int:
 
 def _q(n: int = 0) -> array.array[int]:
     return array.array("q", [0] * n)
+
+
+#: Per node, at most this many kept results of each kind (expressions, selector lists,
+#: capacity requests, attributes) for `Problem.common`; the oldest goes first.
+_KEPT_PER_NODE = 256
+
+
+#: Per node, at most this many results of dedicated devices kept (then all are dropped).
+_RESULTS_PER_NODE = 4096
+
+_NONE: array.array[int] = array.array("q")
+
+
+def _keep(kept: dict[_K, _V], key: _K, value: _V) -> _V:
+    if len(kept) >= _KEPT_PER_NODE:
+        del kept[next(iter(kept))]
+    kept[key] = value
+    return value
 
 
 def content_key(claims: Sequence[model.Claim]) -> tuple[object, ...]:
@@ -150,6 +184,38 @@ class NodeArrays:
         self.ctr_amt = array.array("q", ctr_amt)
         self._devices = nd.devices
         self._attribute_keys: dict[str, list[tuple[str, object] | None]] = {}
+        # What `Problem.common` reads of the node, made once: per device a base class
+        # (pool and counter consumption; each shared device its own), the devices with
+        # taints and those with capacity or allowMultipleAllocations (the only ones a
+        # toleration or a capacity request can tell apart), and bounded kept results
+        # (`_KEPT_PER_NODE`) of selectors and capacity requests as device bitsets.
+        bases: dict[tuple[int, tuple[tuple[int, int], ...]], int] = {}
+        self.base = array.array("q", [
+            self.n_dev + d if m else bases.setdefault((self.dev_pool[d], self.uses[d]),
+                                                      len(bases))
+            for d, m in enumerate(self.multi)])
+        self.every = (1 << self.n_dev) - 1
+        self.tainted = [d for d, (_, device, _) in enumerate(nd.devices) if device.taints]
+        self.sized = [d for d, (_, device, _) in enumerate(nd.devices)
+                      if device.capacity or device.allow_multiple_allocations]
+        self._unsized = self.every & ~sum(1 << d for d in self.sized)
+        self._selector = nd.selector
+        self._expressions: dict[str, tuple[int, int]] = {}
+        self._selections: dict[tuple[str, ...], tuple[int, int]] = {}
+        self._capacities: dict[object, tuple[int, dict[int, dict[str, values.Quantity]],
+                                             int]] = {}
+        self._serials = itertools.count()
+        self.shared_bits = sum(1 << d for d in self.shared)
+        #: (dev_cap_start, take_off, take_vals, cap_total, cap_slots, empty state) by
+        #: what the shared devices' slots depend on (Problem._shared_slots).
+        self.slot_sets: dict[object, list[Any]] = {}
+        self._attribute_ids: dict[str, tuple[array.array[int], int]] = {}
+        self._empty_state: array.array[int] | None = None
+        self._dedicated_results: dict[tuple[str, int], model.DeviceResult] = {}
+        self._slots: dict[object, tuple[list[tuple[str, int]], list[int], list[list[int]]]] = {}
+        #: A node without shared devices: no capacity slots.
+        self.no_slot_starts = _q(self.n_dev + 1)
+        self.no_slots: list[list[tuple[str, int, int]]] = [[] for _ in range(self.n_dev)]
 
     def attribute_keys(self, attribute: str) -> list[tuple[str, object] | None]:
         """Per device, the comparable key of its value of `attribute` (None: it has none)."""
@@ -161,12 +227,130 @@ class NodeArrays:
                 found.append(None if value is None else semantics.attribute_key(value))
         return found
 
+    def attribute_ids(self, attribute: str) -> tuple[array.array[int], int]:
+        """Per device, its value of `attribute` interned in device order (-1: none),
+        and how many values there are: what Problem._constraints gives one constraint."""
+        found = self._attribute_ids.get(attribute)
+        if found is None:
+            interned: dict[tuple[str, object], int] = {}
+            ids = array.array("q", [-1 if k is None else interned.setdefault(k, len(interned))
+                                    for k in self.attribute_keys(attribute)])
+            found = _keep(self._attribute_ids, attribute, (ids, len(interned)))
+        return found
+
+    def selection(self, expressions: tuple[str, ...]) -> tuple[int, int]:
+        """Bitsets of the devices (bit d: device d) that `expressions`, evaluated in order
+        as semantics.device_selectable does, select, and of those on which one fails at
+        runtime before any is false."""
+        found = self._selections.get(expressions)
+        if found is None:
+            selected, failing = self.every, 0
+            for expression in expressions:
+                true, fails = self._expression(expression)
+                failing |= selected & fails
+                selected &= true
+            found = _keep(self._selections, expressions, (selected, failing))
+        return found
+
+    def _expression(self, expression: str) -> tuple[int, int]:
+        found = self._expressions.get(expression)
+        if found is None:
+            true = fails = 0
+            for d, (pool, device, _) in enumerate(self._devices):
+                try:
+                    if self._selector.matches((expression,), pool.driver, device, ""):
+                        true |= 1 << d
+                except semantics.SelectionError:
+                    fails |= 1 << d
+            found = _keep(self._expressions, expression, (true, fails))
+        return found
+
+    def blocked(self, exact: model.ExactRequest) -> int:
+        """Bitset of the devices whose taints `exact` does not tolerate."""
+        out = 0
+        for d in self.tainted:
+            if not semantics.taint_allows(self._devices[d][1], exact):
+                out |= 1 << d
+        return out
+
+    def capacity(self, exact: model.ExactRequest
+                 ) -> tuple[int, dict[int, dict[str, values.Quantity]], int]:
+        """Bitset of the devices that can serve `exact`'s capacity request (a dedicated
+        device holding all of it), what each shared one of them would take, and a
+        number naming this outcome on this node (never reused)."""
+        requests = exact.capacity_requests
+        key = tuple(sorted(requests.items())) if requests else ()
+        found = self._capacities.get(key)
+        if found is None:
+            fits = 0 if requests else self._unsized
+            takes: dict[int, dict[str, values.Quantity]] = {}
+            for d in self.sized:
+                device = self._devices[d][1]
+                take = semantics.capacity_take(exact, device)
+                if take is None:
+                    continue
+                if device.allow_multiple_allocations:
+                    takes[d] = take
+                elif not semantics.capacity_fits(device, take):
+                    continue
+                fits |= 1 << d
+            found = _keep(self._capacities, key, (fits, takes, next(self._serials)))
+        return found
+
+    def shared_slots(self, d: int, takes: list[dict[str, values.Quantity]]
+                     ) -> tuple[list[tuple[str, int]], list[int], list[list[int]]]:
+        """Shared device d's capacity slots, for alternatives that take `takes` of it:
+        (per slot its capacity name and scale, its total, per take its scaled amounts),
+        as Problem._capacity_slots computes them for an empty state."""
+        key = (d, tuple(tuple(take.items()) for take in takes))
+        found = self._slots.get(key)
+        if found is None:
+            device = self._devices[d][1]
+            names: list[tuple[str, int]] = []
+            totals: list[int] = []
+            for name in sorted(device.capacity):
+                total = device.capacity[name].value.value
+                scale = _scale([total, *[take[name].value for take in takes]])
+                names.append((name, scale))
+                totals.append(_scaled(total, scale))
+            scaled = [[_scaled(take[name].value, scale) for name, scale in names]
+                      for take in takes]
+            found = _keep(self._slots, key, (names, totals, scaled))
+        return found
+
+    def dedicated_result(self, request: str, d: int) -> model.DeviceResult:
+        """The result of dedicated device d for `request`, made once per node (a new
+        template allocates no new result objects)."""
+        key = (request, d)
+        found = self._dedicated_results.get(key)
+        if found is None:
+            if len(self._dedicated_results) >= _RESULTS_PER_NODE:
+                self._dedicated_results.clear()
+            found = self._dedicated_results[key] = model.DeviceResult(request, self.ids[d])
+        return found
+
+    def empty_state(self) -> array.array[int]:
+        """The empty-cluster state of a problem without capacity slots."""
+        if self._empty_state is None:
+            state = array.array("q", [0] * (2 * self.n_dev))
+            state.extend(self.ctr_total)
+            pool_bad = _q(self.n_pools)
+            for cid, total in enumerate(self.ctr_total):
+                if total < 0:
+                    pool_bad[self.ctr_pool[cid]] = 1
+            state.extend(pool_bad)
+            self._empty_state = state
+        return self._empty_state
+
     @classmethod
     def of(cls, nd: cache.NodeDevices) -> NodeArrays:
         if nd.arrays is None:
             nd.arrays = cls(nd)
         assert isinstance(nd.arrays, NodeArrays)
         return nd.arrays
+
+
+_EMPTY = model.AllocatedState()
 
 
 class Problem:
@@ -178,8 +362,16 @@ class Problem:
     otherwise candidacy already excludes what the prepared state holds in use.
     """
 
+    #: Per device: (capacity name, slot, scale) of its capacity slots.
+    cap_slots: list[list[tuple[str, int, int]]]
+
     def __init__(self, p: reference.Prepared, *, baked: bool = False) -> None:
-        self.prepared = p
+        self._prepared: reference.Prepared | None = p
+        # What `prepared` is made from when `common` compiled the problem.
+        self._unprepared: tuple[model.Node, tuple[model.ResourceSlice, ...],
+                                Mapping[str, model.DeviceClass],
+                                list[list[list[reference.Alternative]]]] | None = None
+        self.claims = p.claims
         self.baked = baked
         nd = cache.for_slices(p.inventory.slices).devices_for(p.node)
         self.devices = nd.devices
@@ -245,6 +437,202 @@ class Problem:
         self._state_of: model.AllocatedState | None = None
         self._state: array.array[int] | None = None
         self._results: list[model.DeviceResult | None] = [None] * (n_alt * n_dev)
+
+    @property
+    def prepared(self) -> reference.Prepared:
+        """The prepared question (made on first use for a problem compiled by `common`)."""
+        if self._prepared is None:
+            assert self._unprepared is not None
+            node, slices, classes, alternatives = self._unprepared
+            inventory = model.Inventory(slices, classes, _EMPTY)
+            entry = cache.for_slices(inventory.slices)
+            self._prepared = reference.Prepared(node, inventory, self.claims,
+                                                entry.pools_for(node), entry.selector,
+                                                alternatives)
+        return self._prepared
+
+    @classmethod
+    def common(cls, node: model.Node, inventory: model.Inventory,
+               claims: Sequence[model.Claim], nd: cache.NodeDevices) -> Problem | None:
+        """The problem `Problem(reference.prepare(node, inventory, claims))` compiles —
+        the same arrays — for claims of the common form (every alternative ExactCount
+        without adminAccess, of a class that exists, no selector failing on a device of
+        the node, at most a claim's cap of devices), made without `reference.prepare`:
+        candidacy from the node's kept selector and capacity bitsets (NodeArrays), device
+        classes and lists in the compiled core (`_alloc.device_classes`). None for any
+        other claims (the full path then answers, errors included). The problem is for
+        an empty allocated state, whatever `inventory` holds; `nd` is the node's
+        `cache.NodeDevices`.
+        """
+        assert _alloc is not None  # only fitcore.api calls this, with the core built
+        node_arrays = NodeArrays.of(nd)
+        n_dev = node_arrays.n_dev
+        n_bytes = (n_dev + 7) // 8
+        classes = inventory.classes
+        self = cls.__new__(cls)
+        alts: list[tuple[int, reference.Alternative]] = []
+        takes: dict[tuple[int, int], dict[str, values.Quantity]] = {}
+        self.alts, self.takes = alts, takes
+        alternatives: list[list[list[reference.Alternative]]] = []
+        req_alt_start = [0]
+        claim_req_start = [0]
+        alt_claim: list[int] = []
+        alt_count: list[int] = []
+        bits: list[bytes] = []
+        tainted = node_arrays.tainted
+        slot_key: list[tuple[int, int, int]] = []  # what the shared devices' slots depend on
+        for ci, claim in enumerate(claims):
+            per_request = []
+            minimum = 0
+            for request in claim.requests:
+                options = []
+                least = -1
+                for exact in request.alternatives:
+                    if exact.allocation_mode != "ExactCount" or exact.admin_access:
+                        return None
+                    device_class = classes.get(exact.device_class)
+                    if device_class is None:
+                        return None
+                    ok, failing = node_arrays.selection(device_class.selectors
+                                                        + exact.selectors)
+                    if failing:
+                        return None
+                    if tainted:
+                        ok &= ~node_arrays.blocked(exact)
+                    fits, shared, token = node_arrays.capacity(exact)
+                    ok &= fits
+                    if shared:
+                        slot_key.append((len(alts), token, ok & node_arrays.shared_bits))
+                    a = len(alts)
+                    for d, take in shared.items():
+                        if ok >> d & 1:
+                            takes[(a, d)] = take
+                    name = request.result_name(exact)
+                    alt = reference.Alternative(
+                        request, exact, device_class, name,
+                        exact.name if request.exactly is None else None,
+                        f"ResourceClaim {claim.key} request {name}")
+                    alts.append((ci, alt))
+                    options.append(alt)
+                    bits.append(ok.to_bytes(n_bytes, "little"))
+                    alt_claim.append(ci)
+                    alt_count.append(min(exact.count, model.MAX_DEVICES_PER_CLAIM + 1))
+                    least = exact.count if least < 0 else min(least, exact.count)
+                if least < 0:
+                    return None
+                minimum += least
+                per_request.append(options)
+                req_alt_start.append(len(alts))
+            if minimum > model.MAX_DEVICES_PER_CLAIM:
+                return None
+            alternatives.append(per_request)
+            claim_req_start.append(len(req_alt_start) - 1)
+        n_alt = len(alts)
+        self._prepared = None
+        # Not the inventory: a kept problem must not hold a caller's allocated state.
+        self._unprepared = (node, inventory.slices, inventory.classes, alternatives)
+        self.claims = claims
+        self.baked = False
+        self.devices = nd.devices
+        self.node = node_arrays
+        self.all_shared = set()
+        self.n_dev = n_dev
+        constraints = [k for claim in claims for k in claim.constraints]
+        con_claim_start: list[int]
+        con_match: list[int]
+        con_cover: list[int]
+        if not constraints:
+            con_claim_start, con_match, con_cover, con_val, n_values = \
+                [0] * (len(claims) + 1), [], [], _NONE, 1
+        elif len(constraints) == 1:
+            con_claim_start, con_match, con_cover, con_val, n_values = \
+                self._one_constraint(claims, constraints[0])
+        else:
+            con_claim_start, con_match, con_cover, con_list, n_values = \
+                self._constraints(claims, [None] * n_alt)
+            con_val = array.array("q", con_list)
+        self.n_values = n_values
+        dev_cap_start, take_off, take_vals, cap_total = self._shared_slots(tuple(slot_key))
+        dev_cls, cls_start, cls_members, cls_multi, alt_cls_start, alt_cls = \
+            _alloc.device_classes(n_alt, node_arrays.base, node_arrays.dev_multi,
+                                  b"".join(bits), len(con_match), con_val)
+        self.n_classes = len(cls_multi)
+        self.n_counters = len(node_arrays.ctr_total)
+        self.n_cap = len(cap_total)
+        if not cap_total:
+            self.empty_state = node_arrays.empty_state()
+        elif self.empty_state is None:  # not kept with the slots yet
+            self.empty_state = node_arrays.slot_sets[(n_alt, tuple(slot_key))][5] = \
+                self._empty_state(cap_total)
+        # In the order of FIELDS; an int stands for that many zeros (alt_mode, alt_dev_start).
+        self.packed, self.header = _alloc.pack(
+            [claim_req_start, req_alt_start, alt_claim, n_alt, alt_count,
+             alt_cls_start, alt_cls, n_alt + 1, (), (), dev_cls,
+             node_arrays.dev_pool, node_arrays.dev_multi, node_arrays.dev_ctr_start,
+             node_arrays.ctr_id, node_arrays.ctr_amt, dev_cap_start, take_off, take_vals,
+             cls_start, cls_members, cls_multi, con_claim_start, con_match, con_cover,
+             con_val],
+            [len(claim_req_start) - 1, len(req_alt_start) - 1, n_alt, n_dev, n_values,
+             self.n_classes, self.n_counters, self.n_cap, node_arrays.n_pools])
+        self.native = None
+        self._state_of = None
+        self._state = None
+        self._results = [None] * (n_alt * n_dev)
+        return self
+
+    def _shared_slots(self, key: tuple[tuple[int, int, int], ...]
+                      ) -> tuple[Sequence[int], array.array[int], list[int], list[int]]:
+        """`_capacity_slots` of an empty state, kept per node by `key`: per alternative
+        that may take a shared device, its capacity outcome (NodeArrays.capacity) and
+        which shared devices it may take. The arrays are shared, never changed."""
+        node, n_dev, n_alt = self.node, self.node.n_dev, len(self.alts)
+        if not key:
+            self.cap_slots = node.no_slots
+            return node.no_slot_starts, array.array("q", [-1]) * (n_alt * n_dev), [], []
+        found = node.slot_sets.get((n_alt, key))
+        if found is None:
+            found = _keep(node.slot_sets, (n_alt, key), self._make_shared_slots())
+        self.cap_slots = found[4]
+        self.empty_state = found[5]
+        return found[0], found[1], found[2], found[3]
+
+    def _make_shared_slots(self) -> list[Any]:
+        node, n_dev, n_alt = self.node, self.node.n_dev, len(self.alts)
+        take_off = array.array("q", [-1]) * (n_alt * n_dev)
+        cap_start = [0] * (n_dev + 1)
+        cap_total: list[int] = []
+        self.cap_slots = [[] for _ in range(n_dev)]
+        take_vals: list[int] = []
+        for d in node.shared:
+            takes = [(a, self.takes[(a, d)]) for a in range(n_alt) if (a, d) in self.takes]
+            names, totals, scaled = node.shared_slots(d, [take for _, take in takes])
+            first = len(cap_total)
+            self.cap_slots[d] = [(name, first + i, scale) for i, (name, scale) in
+                                 enumerate(names)]
+            cap_total.extend(totals)
+            cap_start[d + 1] = len(names)
+            for (a, _), vals in zip(takes, scaled, strict=True):
+                take_off[a * n_dev + d] = len(take_vals)
+                take_vals.extend(vals)
+        # The empty state follows (made by `common` once the problem's sizes are known).
+        return [list(itertools.accumulate(cap_start)), take_off, take_vals, cap_total,
+                self.cap_slots, None]
+
+    def _one_constraint(self, claims: Sequence[model.Claim], constraint: model.Constraint
+                        ) -> tuple[list[int], list[int], list[int], array.array[int], int]:
+        """`_constraints` for claims with one constraint over all: the node's interned
+        values of its attribute serve as they are."""
+        con_claim_start = [0]
+        con_cover: list[int] = []
+        for ci, claim in enumerate(claims):
+            if claim.constraints:
+                con_cover = [1 if alt_ci == ci and constraint.covers(
+                    alt.request.name, alt.subrequest) else 0 for alt_ci, alt in self.alts]
+            con_claim_start.append(1 if claim.constraints or con_claim_start[-1] else 0)
+        attribute = constraint.match_attribute or constraint.distinct_attribute or ""
+        ids, n_values = self.node.attribute_ids(attribute)
+        return (con_claim_start, [1 if constraint.match_attribute is not None else 0],
+                con_cover, ids, max(n_values, 1))
 
     def _alternatives(self, p: reference.Prepared) -> tuple[list[int], list[int]]:
         """Every alternative of every request of every claim, in order (`self.alts`:
@@ -346,7 +734,7 @@ class Problem:
         cap_count = [0] * n_dev
         cap_total: list[int] = []
         #: Per device: (capacity name, slot, scale) of its capacity slots.
-        self.cap_slots: list[list[tuple[str, int, int]]] = [[] for _ in range(n_dev)]
+        self.cap_slots = [[] for _ in range(n_dev)]
         take_off = array.array("q", [-1] * (n_alt * n_dev))
         take_vals: list[int] = []
         for d in node.shared:
@@ -509,9 +897,9 @@ class Problem:
         order, as results grouped per claim."""
         made = self._results
         out = [made[pair] or self._result(pair) for pair in pairs]
-        if len(self.prepared.claims) == 1:
+        if len(self.claims) == 1:
             return (tuple(out),)
-        per_claim: list[list[model.DeviceResult]] = [[] for _ in self.prepared.claims]
+        per_claim: list[list[model.DeviceResult]] = [[] for _ in self.claims]
         for pair, result in zip(pairs, out, strict=True):
             per_claim[self.alts[pair // self.n_dev][0]].append(result)
         return tuple(tuple(r) for r in per_claim)
@@ -521,8 +909,10 @@ class Problem:
         a, d = divmod(pair, self.n_dev)
         _, alt = self.alts[a]
         _, device, ident = self.devices[d]
-        multi = device.allow_multiple_allocations
-        result = self._results[pair] = model.DeviceResult(
-            alt.result_name, ident, shared=multi,
-            consumed_capacity=self.takes[(a, d)] if multi else {})
+        if device.allow_multiple_allocations:
+            result = model.DeviceResult(alt.result_name, ident, shared=True,
+                                        consumed_capacity=self.takes[(a, d)])
+        else:
+            result = self.node.dedicated_result(alt.result_name, d)
+        self._results[pair] = result
         return result
