@@ -807,15 +807,9 @@ class Problem:
         return alt_cls_start, alt_cls, alt_dev_start, alt_dev
 
     def _empty_state(self, cap_total: list[int]) -> array.array[int]:
-        """The state of an empty cluster, laid out as STATE_FIELDS."""
-        node, n_dev = self.node, self.node.n_dev
-        state = array.array("q", [0] * (2 * n_dev))
-        state.extend(node.ctr_total)
-        pool_bad = _q(node.n_pools)
-        for cid, total in enumerate(node.ctr_total):
-            if total < 0:
-                pool_bad[node.ctr_pool[cid]] = 1
-        state.extend(pool_bad)
+        """The state of an empty cluster, laid out as STATE_FIELDS: the node's, then the
+        capacity slots'."""
+        state = array.array("q", self.node.empty_state())
         state.extend(cap_total)
         return state
 
