@@ -213,6 +213,6 @@ async def test_the_installed_serve_becomes_ready(installed: Installed, e2e: harn
     proc = await e2e.start_process("fitgate-serve-installed", argv, env=env,
                                    cwd=installed.outside,
                                    ready_url=f"http://127.0.0.1:{port}/readyz", timeout=90)
-    assert proc.alive, proc.log_tail()
+    assert proc.alive(), proc.log_tail()
     assert "Traceback" not in proc.log_text(), proc.log_tail()
     assert await proc.stop() == 0, proc.log_tail()
