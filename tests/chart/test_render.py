@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 
 import pytest
 import yaml
@@ -318,7 +319,8 @@ def test_values_and_schema_list_the_same_keys_and_every_object_is_closed() -> No
     value_keys = {k for k in _keys(values)
                   if not k.startswith(("resources.", "podSecurityContext.",
                                        "securityContext."))}
-    assert value_keys == _schema_keys(schema)
+    # `global` is Helm's own key (values shared across an umbrella release), not ours.
+    assert value_keys == _schema_keys(schema) - {"global"}
 
     def closed(node: object, path: str) -> None:
         if isinstance(node, dict):
@@ -384,3 +386,32 @@ def test_notes_give_the_next_steps(helm: Helm) -> None:
     assert f"kubectl -n {NAMESPACE} create token fitgate" in local
     custom = helm.notes({"admissionCheck": {"create": False}})
     assert "spec.controllerName: fitgate.io/topology-fit yourself" in custom
+
+
+def test_renders_as_a_dependency_of_an_umbrella_chart(helm: Helm, tmp_path) -> None:
+    """Helm passes `global` to every subchart; a schema that refused it would make any
+    umbrella chart that depends on fitgate fail to render."""
+    umbrella = tmp_path / "platform"
+    (umbrella / "charts").mkdir(parents=True)
+    shutil.copytree(CHART, umbrella / "charts" / "fitgate")
+    (umbrella / "Chart.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v2", "name": "platform", "version": "1.0.0",
+        "dependencies": [{"name": "fitgate", "version": _chart_version()}]}))
+    (umbrella / "values.yaml").write_text(yaml.safe_dump({
+        "global": {"imageRegistry": "registry.example.com", "labels": {"team": "ml"}},
+        "fitgate": {"replicaCount": 3}}))
+    out = helm.run("template", "platform", str(umbrella), "--namespace", NAMESPACE)
+    objects = [d for d in yaml.safe_load_all(out) if d]
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    assert one(objects, "Service")["metadata"]["namespace"] == NAMESPACE
+    # The subchart's own schema still applies inside the umbrella.
+    (umbrella / "values.yaml").write_text(yaml.safe_dump({
+        "global": {}, "fitgate": {"replicaCount": "three"}}))
+    with pytest.raises(HelmError) as err:
+        helm.run("template", "platform", str(umbrella), "--namespace", NAMESPACE)
+    assert "replicaCount" in str(err.value)
+
+
+def _chart_version() -> str:
+    return str(yaml.safe_load((CHART / "Chart.yaml").read_text())["version"])
