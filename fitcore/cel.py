@@ -68,8 +68,9 @@ known gaps below (pinned by the ``test_gap_*`` tests):
   type (``[quantity("1")].isSorted()``).
 - The list-type attributes of KEP-5491 (alpha, off by default in 1.36) and their
   ``includes`` function are not modelled.
-- ``find``/``findAll`` use Python's ``re`` (RE2 in Kubernetes): patterns outside the
-  common subset may be accepted or rejected differently. ``matches`` is RE2.
+- ``find``/``findAll`` use RE2 (the ``google-re2`` binding), as Kubernetes does through
+  Go's regexp: linear-time matching, the same syntax, Go's rule for empty matches in
+  ``findAll``. ``matches`` is cel-cpp's own RE2.
 - Not provided (unused by DRA selectors in practice): the IP, CIDR, URL, image,
   authz, format-validation and sets libraries, two-variable comprehensions,
   quantity ``mul``/``div``/``divInt``, and the lists library's ``indexOf`` and
@@ -87,6 +88,7 @@ from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from typing import Any, Final, Literal
 
+import re2
 from cel_expr_python import cel as _cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -309,12 +311,20 @@ def _quantity_as_float(message: Any) -> float:
         return math.inf if value > 0 else -math.inf
 
 
+# RE2, as Kubernetes' CEL library uses (Go's regexp): matching time is linear in the
+# input, so no pattern a tenant writes into a selector can run for hours, as a
+# backtracking engine does on ``"aaaa…!".find("^(a+)+$")``.
+_RE2_OPTIONS: Final = re2.Options()
+_RE2_OPTIONS.log_errors = False  # the error is raised to the caller, not printed
+
+
 @functools.lru_cache(maxsize=256)
-def _regex(pattern: str) -> re.Pattern[str]:
+def _regex(pattern: str) -> re2._Regexp:
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise _EvalError(f"invalid regular expression {pattern!r}: {exc}") from None
+        return re2.compile(pattern, options=_RE2_OPTIONS)
+    except re2.error as exc:
+        detail = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise _EvalError(f"invalid regular expression {pattern!r}: {detail}") from None
 
 
 def _find(text: str, pattern: str) -> str:
@@ -323,10 +333,22 @@ def _find(text: str, pattern: str) -> str:
 
 
 def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
+    """Successive non-overlapping matches, as Go's ``FindAllString``: an empty match
+    right where the previous match ended is skipped (``"baaa".findAll("a*")`` is
+    ``["", "aaa"]``, where Python's ``finditer`` adds a third, empty match)."""
     if limit == 0:
         return []
-    found = [m.group(0) for m in _regex(pattern).finditer(text)]
-    return found if limit < 0 else found[:limit]
+    found: list[str] = []
+    previous_end = -1
+    for match in _regex(pattern).finditer(text):
+        start, end = match.span()
+        if start == end == previous_end:
+            continue
+        found.append(match.group(0))
+        previous_end = end
+        if len(found) == limit:
+            break
+    return found
 
 
 # The lists library orders like CEL: numbers across int/uint/double, and no ordering

@@ -289,6 +289,11 @@ STRINGS_AND_MACROS = [
     case('"a1b22c333".findAll("[0-9]+") == ["1", "22", "333"]', True, "findAll"),
     case('"a1b22c333".findAll("[0-9]+", 2) == ["1", "22"]', True, "findAll-limit"),
     case('"a1b22c333".findAll("[0-9]+", 0) == []', True, "findAll-zero"),
+    # Go's FindAllString: an empty match abutting the previous match is skipped.
+    case('"baaa".findAll("a*") == ["", "aaa"]', True, "findAll-empty-after-match"),
+    case('"abc".findAll("") == ["", "", "", ""]', True, "findAll-empty-pattern"),
+    case('"ab".findAll("a|") == ["a", ""]', True, "findAll-empty-alternative"),
+    case('"x".find("\\\\pL") == "x"', True, "find-unicode-class"),
     case("[1, 2, 3].isSorted()", True, "isSorted"),
     case('["b", "a"].isSorted()', False, "isSorted-false"),
     case("[1, 2, 3].sum() == 6", True, "sum"),
@@ -458,3 +463,20 @@ def test_gap_presence_of_unknown_domain(expression):
 def test_gap_device_alone_is_not_a_value():
     with pytest.raises(cel.CelError, match="undeclared reference to 'device'"):
         cel.compile_selector("cel.bind(d, device, d.driver == 'x')")
+
+
+def test_regex_is_linear_time_re2():
+    """A nested quantifier that makes a backtracking engine run for hours (Python's
+    ``re`` on 40 a's and a "!") answers at once with RE2, as in Kubernetes: the test's
+    timeout would end it otherwise."""
+    assert matches('"' + "a" * 40 + '!".find("^(a+)+$") == ""') is True
+    assert matches('"' + "a" * 40 + '!".findAll("(a|aa)+$").size() == 0') is True
+
+
+@pytest.mark.parametrize("pattern", ["(?=x)", "(a)\\\\1", "(?<!x)y"],
+                         ids=["lookahead", "backreference", "lookbehind"])
+def test_regex_outside_re2_syntax_is_an_error(pattern):
+    """Go's regexp (RE2 syntax) refuses lookaround and backreferences; so does fitcore,
+    with the pattern in the message, instead of running them with another engine."""
+    with pytest.raises(cel.CelError, match="invalid regular expression"):
+        matches(f'"xy".find("{pattern}") == ""')
