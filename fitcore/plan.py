@@ -8,7 +8,11 @@ domains, new nodes land together in fresh domains of at most `nodesPerDomain` no
 pod set with a required topology can only use new nodes of one fresh domain.
 
 Search: a first trial offers the shape's limit (its `maxNodes` minus the existing nodes of
-that shape, and never more than the gang has pods). The new nodes the placement used bound
+that shape, and never more than the gang has pods). A gang of more pods than
+`MAX_NEW_NODES` first learns how many of each pod set's pods one new node holds alone:
+that bounds the nodes that can matter, and a gang that would need more than
+`MAX_NEW_NODES` nodes of the shape (Kubernetes' largest supported cluster) is refused at
+once (`shape-too-many-nodes`) instead of being planned node by node. The new nodes the placement used bound
 the answer; the count shrinks to them while placement still succeeds on exactly that many,
 and a trial with one node less confirms it (bisection below otherwise: greedy placement
 is nearly, not strictly, monotone in the nodes offered). The plan's placement is the one
@@ -207,13 +211,73 @@ def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes
                       stats=stats(), details=details, rejected_details=tuple(rejected_why))
 
 
+#: The most new nodes of one shape a plan asks for: Kubernetes' tested limit of nodes in
+#: one cluster. A gang that needs more is refused at once, whatever the shape's maxNodes.
+MAX_NEW_NODES = 5000
+#: Pods one node runs when its shape does not say (the kubelet's default maxPods).
+DEFAULT_MAX_PODS = 110
+
+
+def _max_pods(shape: shapes.NodeShape) -> int:
+    return _pod_limit(shape.allocatable)
+
+
+def _per_node(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape,
+              memo: gang.Memo, engine: api.Engine, budget: int, first: int,
+              first_domain: int) -> dict[str, int]:
+    """Per pod set, how many of its pods one new, empty node of the shape holds alone (at
+    most the node's pod limit): the unit that bounds how many new nodes can matter."""
+    one = _new_nodes(snapshot, shape, 1, first, first_domain)
+    snap = snapshot.extended(one.entries[:1])
+    only_there = {gang.HOSTNAME_LABEL: shape.node_name(first)}
+    cap = _max_pods(shape)
+    out: dict[str, int] = {}
+    for ps in gang_.pod_sets:
+        count = min(ps.count, cap)
+        if count == 0:
+            out[ps.name] = 0
+            continue
+        probe = dataclasses.replace(ps, count=count, min_count=None, topology=None,
+                                    node_selector={**ps.node_selector, **only_there})
+        result = gang.place(dataclasses.replace(gang_, pod_sets=(probe,)), snap, memo=memo,
+                            engine=engine, budget=budget)
+        out[ps.name] = count if result.fits else min(count, result.hostable.get(ps.name, 0))
+    return out
+
+
 def _limit(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape) -> int:
-    pods = sum(ps.count for ps in gang_.pod_sets)
-    if shape.max_nodes is None:
-        return pods
-    have = sum(len(snapshot.group_nodes[g]) for g, labels in enumerate(snapshot.label_groups)
-               if all(labels.get(k) == v for k, v in shape.node_labels.items()))
-    return max(0, min(pods, shape.max_nodes - have))
+    """The most new nodes of the shape worth offering: no more than pods, nor than the
+    shape's maxNodes allows (existing nodes of the shape count)."""
+    limit = sum(ps.count for ps in gang_.pod_sets)
+    if shape.max_nodes is not None:
+        have = sum(len(snapshot.group_nodes[g])
+                   for g, labels in enumerate(snapshot.label_groups)
+                   if all(labels.get(k) == v for k, v in shape.node_labels.items()))
+        limit = min(limit, shape.max_nodes - have)
+    return max(0, limit)
+
+
+def _bounds(gang_: gang.Gang, snapshot: gang.Snapshot, per_node: Mapping[str, int]
+            ) -> tuple[int, int]:
+    """(the most new nodes that can matter, the fewest the gang could need), from what one
+    new node holds of each pod set alone. The most: every pod set on nodes of its own. The
+    fewest counts every pod the existing nodes could run (their pod limits) as placed
+    there, so it never overstates."""
+    most = sum(-(-ps.count // per_node[ps.name]) for ps in gang_.pod_sets
+               if per_node.get(ps.name))
+    existing_pods = sum(_node_pods(e.node) for e in snapshot.entries)
+    fewest = max((-(-max(0, ps.count - existing_pods) // per_node[ps.name])
+                  for ps in gang_.pod_sets if per_node.get(ps.name)), default=0)
+    return most, fewest
+
+
+def _node_pods(node: model.Node) -> int:
+    return _pod_limit(node.allocatable)
+
+
+def _pod_limit(allocatable: Mapping[str, values.Quantity]) -> int:
+    pods = allocatable.get("pods")
+    return DEFAULT_MAX_PODS if pods is None else max(0, int(pods.value))
 
 
 class _NewNodes:
@@ -280,6 +344,21 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
     """The plan with the fewest nodes of `shape`, or None and why not. New nodes are
     numbered from `first`, fresh domains from `first_domain`."""
     limit = _limit(gang_, snapshot, shape)
+    if limit > MAX_NEW_NODES:
+        # A gang this large: bound the nodes by what one node holds before making any, and
+        # refuse at once what no cluster could run.
+        per_node = _per_node(gang_, snapshot, shape, memo, engine, budget, first,
+                             first_domain)
+        most, fewest = _bounds(gang_, snapshot, per_node)
+        if fewest > MAX_NEW_NODES:
+            held = ", ".join(f"{n} of pod set {name}" for name, n in sorted(per_node.items())
+                             if n)
+            return _Found(None, f"needs at least {fewest} new nodes (one node holds {held}); "
+                          f"fitgate plans at most {MAX_NEW_NODES} new nodes of a shape, the "
+                          "most nodes Kubernetes supports in one cluster",
+                          {k: min(v, 1) for k, v in per_node.items()},
+                          code=codes.SHAPE_TOO_MANY_NODES)
+        limit = min(limit, most or 1, MAX_NEW_NODES)
     if limit <= 0:
         # Still learn whether a node of this shape could host the pods: then the shape's
         # limit is a capacity problem, not a configuration one.

@@ -64,6 +64,8 @@ SHAPE_AT_LIMIT = "shape-at-limit"
 SHAPE_DOES_NOT_FIT = "shape-does-not-fit"
 #: A shape's undecided search.
 SHAPE_UNDECIDED = "shape-undecided"
+#: The gang would need more new nodes of a shape than any cluster can have.
+SHAPE_TOO_MANY_NODES = "shape-too-many-nodes"
 #: A shape asked for by name that the inventory does not hold (fitcore.inventory).
 SHAPE_UNKNOWN = "shape-unknown"
 
@@ -85,6 +87,7 @@ CATEGORY: dict[str, Category] = {
     NODE_POLICY: "configuration", NODE_HELD: "coordination", SHAPE_UNKNOWN: "configuration",
     NO_HOST: "configuration", SHAPE_LIMITS: "capacity", SHAPE_AT_LIMIT: "capacity",
     SHAPE_DOES_NOT_FIT: "configuration", SHAPE_UNDECIDED: "capacity",
+    SHAPE_TOO_MANY_NODES: "configuration",
     SHAPE_MISMATCH: "coordination", MISFIT: "coordination",
 }
 
