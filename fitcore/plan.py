@@ -12,15 +12,15 @@ that shape, and never more than the gang has pods). A gang of more pods than
 `MAX_NEW_NODES` first learns how many of each pod set's pods one new node holds alone:
 that bounds the nodes that can matter, and a gang that would need more than
 `MAX_NEW_NODES` nodes of the shape (Kubernetes' largest supported cluster) is refused at
-once (`shape-too-many-nodes`) instead of being planned node by node. The new nodes the placement used bound
-the answer; the count shrinks to them while placement still succeeds on exactly that many,
-and a trial with one node less confirms it (bisection below otherwise: greedy placement
-is nearly, not strictly, monotone in the nodes offered). The plan's placement is the one
-found on exactly the planned nodes. Every trial reuses one `gang.Memo`, and the
-hypothetical nodes of a shape form one node class, so a trial costs a pass over the node
-classes, not new allocations. Plans are ranked by price, then by node count, then by
-shape name; the first is the plan, the others are the alternatives. When no single shape
-will do, a mixed plan adds shapes pod set by pod set (`_combined`).
+once (`shape-too-many-nodes`) instead of being planned node by node. The new nodes the
+placement used bound the answer; the count shrinks to them while placement still succeeds
+on exactly that many, and a trial with one node less confirms it (bisection below
+otherwise: greedy placement is nearly, not strictly, monotone in the nodes offered). The
+plan's placement is the one found on exactly the planned nodes. Every trial reuses one
+`gang.Memo`, and the hypothetical nodes of a shape form one node class, so a trial costs a
+pass over the node classes, not new allocations. Plans are ranked by price, then by node
+count, then by shape name; the first is the plan, the others are the alternatives. When no
+single shape will do, a mixed plan adds shapes pod set by pod set (`_combined`).
 
 `verify` runs after the autoscaler reports the nodes provisioned: it places the gang on the
 real inventory, new nodes last as in the plan, and compares each new node with what its
