@@ -185,12 +185,17 @@ class _EvalError(Exception):
 
 
 def _quantity_message(quantity: values.Quantity) -> Any:
-    return _QuantityMessage(exact=str(quantity.value))
+    return _fraction_message(quantity.value)
 
 
+# A Quantity message's `exact` is its value in lowest terms, numerator and denominator in
+# hexadecimal: canonical (so CEL's `==` is semantic equality), and linear to write and
+# read whatever the size. Decimal would refuse values past 4,300 digits (Python's limit
+# on int/str conversion), and Kubernetes accepts quantities such as "1e10000".
 @functools.lru_cache(maxsize=8192)
 def _exact(text: str) -> Fraction:
-    return Fraction(text)
+    numerator, _, denominator = text.partition("/")
+    return Fraction(int(numerator, 16), int(denominator, 16))
 
 
 def _as_fraction(message: Any) -> Fraction:
@@ -200,7 +205,7 @@ def _as_fraction(message: Any) -> Fraction:
 
 
 def _fraction_message(value: Fraction) -> Any:
-    return _QuantityMessage(exact=str(value))
+    return _QuantityMessage(exact=f"{value.numerator:x}/{value.denominator:x}")
 
 
 def _semver_message(version: values.Version) -> Any:

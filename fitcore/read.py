@@ -91,6 +91,21 @@ def _mapping(loader: Any, node: yaml.MappingNode, deep: bool = False) -> dict[An
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
+def _int(loader: Any, node: yaml.ScalarNode) -> Any:
+    """YAML's int, refusing one of more digits than Python converts (4,300 by default): no
+    Kubernetes field holds one (int64 has 19), and the conversion would raise a bare
+    ValueError naming no line."""
+    try:
+        return loader.construct_yaml_int(node)
+    except ValueError as exc:
+        digits = sum(c.isdigit() for c in str(node.value))
+        raise LimitError(f"line {node.start_mark.line + 1}: an integer of {digits:,} digits; "
+                         "no Kubernetes field holds one that large") from exc
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _int)
+
+
 def _check_depth(text: str) -> None:
     depth = 0
     for event in yaml.parse(text, Loader=_LOADER):
@@ -152,7 +167,7 @@ def load_json(text: str) -> list[Any]:
     if len(text) > MAX_BYTES:
         raise LimitError(f"larger than {MAX_BYTES // (1024 * 1024)} MiB")
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates)
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_int=_json_int)
     except RecursionError as exc:
         raise LimitError("nested too deep") from exc
     docs = value if isinstance(value, list) else [value]
@@ -160,6 +175,14 @@ def load_json(text: str) -> list[Any]:
         _count(d)
         _depth(d)
     return docs
+
+
+def _json_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError as exc:  # more digits than Python converts (see `_int`)
+        raise LimitError(f"an integer of {len(text.lstrip('-')):,} digits; no Kubernetes "
+                         "field holds one that large") from exc
 
 
 def _depth(doc: Any) -> None:

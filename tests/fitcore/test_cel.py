@@ -480,3 +480,23 @@ def test_regex_outside_re2_syntax_is_an_error(pattern):
     with the pattern in the message, instead of running them with another engine."""
     with pytest.raises(cel.CelError, match="invalid regular expression"):
         matches(f'"xy".find("{pattern}") == ""')
+
+
+@pytest.mark.parametrize(("expression", "expected"), [
+    ('quantity("1e10000").compareTo(quantity("1")) > 0', True),
+    ('quantity("1e10000") == quantity("10e9999")', True),
+    ('quantity("-1e10000").isLessThan(quantity("1e-9"))', True),
+    ('quantity("1e10000").add(quantity("1")).compareTo(quantity("1e10000")) == 1', True),
+    ('device.capacity["gpu.example.com"].memory.isLessThan(quantity("1e10000"))', True),
+], ids=["compare", "equal", "negative", "add", "capacity"])
+def test_quantities_beyond_python_int_string_limit(expression, expected):
+    """Kubernetes accepts quantities such as "1e10000"; Python refuses to write an int of
+    more than 4,300 decimal digits. The CEL values hold them exactly all the same."""
+    assert matches(expression) is expected
+
+
+def test_a_device_capacity_beyond_python_int_string_limit():
+    huge = values.Quantity.parse("1e10000")
+    device = cel.device_input("gpu.example.com", {}, {"memory": huge}, False)
+    assert matches('device.capacity["gpu.example.com"].memory.compareTo(quantity("1")) == 1',
+                   device) is True

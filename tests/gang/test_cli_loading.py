@@ -70,3 +70,28 @@ def test_every_bad_object_is_reported_with_its_file(tmp_path: pathlib.Path,
     assert code == cli.EXIT_BAD_INPUT
     assert f"{inventory}: Node node-00000: status.allocatable['cpu']" in err
     assert f"{inventory}: ResourceSlice node-00000-gpu: spec.devices[0].name" in err
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_an_integer_of_thousands_of_digits_is_refused_by_line(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], suffix: str) -> None:
+    """Python refuses to convert an integer of more than 4,300 digits with a bare
+    ValueError; the readers answer bad input naming the file and, for YAML, the line."""
+    text = (EXAMPLES / "workload.yaml").read_text()
+    assert "    count: 6\n" in text
+    docs = list(yaml.safe_load_all(text))
+    big = "9" * 5000
+    path = tmp_path / f"workload{suffix}"
+    if suffix == ".yaml":
+        path.write_text(text.replace("    count: 6\n", f"    count: {big}\n"))
+    else:
+        path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+                        .replace('"count": 6', f'"count": {big}'))
+    code, _, err = run(capsys, "fit", "--inventory", str(EXAMPLES / "inventory"),
+                       "--workload", str(path))
+    assert code != 0
+    assert "Traceback" not in err
+    assert f"{path}: refused:" in err and "an integer of 5,000 digits" in err, err
+    if suffix == ".yaml":
+        line = text[:text.index("    count: 6")].count("\n") + 1
+        assert f"line {line}:" in err, err
