@@ -115,6 +115,9 @@ class DeviceCapacity:
 class CounterConsumption:
     counter_set: str
     counters: Mapping[str, values.Quantity]
+    #: DRADeviceCompatibilityGroups (alpha, off by default in 1.37): a slice with a device
+    #: that declares groups is ignored (`fitcore.pools`).
+    compatibility_groups: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
