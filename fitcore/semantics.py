@@ -188,6 +188,62 @@ def capacity_take(alternative: model.ExactRequest, device: model.Device
     return take
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def capacity_unrepresentable(alternative: model.ExactRequest, device: model.Device,
+                             *, milli: bool = False) -> str | None:
+    """Why the allocator cannot round `alternative`'s capacity request on `device`, or
+    None. Upstream (1.37) then aborts the allocation with an error, as soon as its search
+    reaches the device: the claim is broken as written.
+
+    Only a request at or above a `validRange` with a step is rounded, and only after the
+    device was found to have every requested capacity. On the integer path the request
+    must not exceed int64, nor the request rounded up to the next step (whole numbers, as
+    `values.Quantity.round_up_to_step`). With `milli` (1.37: DRAFractionalCapacityRange,
+    beta, on) a range whose min, max and step are whole milli-units (step at least 1m)
+    rounds in milli-units instead: then the request must be a whole number of milli-units
+    within int64, and so must its rounded value.
+    """
+    requested = alternative.capacity_requests
+    if not requested or any(name not in device.capacity for name in requested):
+        return None
+    for name in sorted(requested):
+        q = requested[name]
+        policy = device.capacity[name].request_policy
+        rng = policy.valid_range if policy is not None else None
+        if rng is None or rng.step is None or q < rng.min:
+            continue
+        if milli and _milli_range(rng):
+            exact = q.value * 1000
+            if exact.denominator != 1 or abs(exact) > _INT64_MAX:
+                return (f"capacity {name!r}: request {q} cannot be represented in "
+                        f"milli-units (int64)")
+            request, lo = int(exact), int(rng.min.value * 1000)
+            step = int(rng.step.value * 1000)
+            what = "milli-units (int64)"
+        else:
+            if q.value > _INT64_MAX:
+                return f"capacity {name!r}: request {q} cannot be represented (exceeds int64)"
+            request, lo, step = q.ceil_int(), rng.min.ceil_int(), rng.step.ceil_int()
+            what = "int64"
+        steps = -(-(request - lo) // step)
+        if lo >= 0 and steps > (_INT64_MAX - lo) // step:
+            return (f"capacity {name!r}: request {q} rounded up to the next step of the "
+                    f"device's validRange cannot be represented in {what}")
+    return None
+
+
+def _milli_range(rng: model.ValidRange) -> bool:
+    for bound in (rng.min, rng.max, rng.step):
+        if bound is None:
+            continue
+        milli = bound.value * 1000
+        if milli.denominator != 1 or abs(milli) > _INT64_MAX:
+            return False
+    return rng.step is not None and rng.step.value * 1000 >= 1
+
+
 def capacity_fits(device: model.Device, take: Mapping[str, values.Quantity],
                   *used: Mapping[str, values.Quantity] | None) -> bool:
     """Whether `take` still fits next to what is already used (allocated, allocating)."""
