@@ -131,7 +131,7 @@ def _exact_key(e: model.ExactRequest) -> tuple[object, ...]:
     tolerations = tuple([(t.key, t.operator, t.value, t.effect) for t in e.tolerations]
                         ) if e.tolerations else ()
     return (e.name, e.device_class, e.selectors, e.allocation_mode, e.count, e.admin_access,
-            tolerations, capacity)
+            tolerations, capacity, e.derived_attributes)
 
 
 class NodeArrays:
@@ -498,7 +498,8 @@ class Problem:
                 options = []
                 least = -1
                 for exact in request.alternatives:
-                    if exact.allocation_mode != "ExactCount" or exact.admin_access:
+                    if exact.allocation_mode != "ExactCount" or exact.admin_access or \
+                            exact.derived_attributes:
                         return None
                     device_class = classes.get(exact.device_class)
                     if device_class is None:

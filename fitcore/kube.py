@@ -504,10 +504,15 @@ def _exact(r: fields.Reader, obj: Mapping[str, Any], path: str, name: str,
             q = r.quantity(raw, qpath)
             if q is not None:
                 capacity_requests[key] = q
+    # An alpha field (DRADerivedAttributes, off by default in 1.37): the API server drops
+    # it on create while the gate is off, so a claim holds it only from a time the gate
+    # was on; the default allocator then answers an error. Only its presence is read.
+    derived = r.items(obj, "derivedAttributes", path, limit=32)
     return model.ExactRequest(name=name, device_class=device_class, selectors=selectors,
                               allocation_mode=mode, count=count if mode == "ExactCount" else 0,
                               admin_access=bool(admin), tolerations=tuple(tolerations),
-                              capacity_requests=capacity_requests)
+                              capacity_requests=capacity_requests,
+                              derived_attributes=bool(derived))
 
 
 def allocated_devices(obj: Mapping[str, Any], source: str | None = None

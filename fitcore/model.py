@@ -209,6 +209,9 @@ class ExactRequest:
     admin_access: bool = False
     tolerations: tuple[DeviceToleration, ...] = ()
     capacity_requests: Mapping[str, values.Quantity] | None = None
+    #: The request sets derivedAttributes (DRADerivedAttributes, alpha, off by default in
+    #: 1.37): the default allocator cannot handle it, an error (`fitcore.reference`).
+    derived_attributes: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -83,6 +83,11 @@ def prepare(node: model.Node, inventory: model.Inventory, claims: Sequence[model
             for request in claim.requests:
                 alts = []
                 for exact in request.alternatives:
+                    if exact.derived_attributes:
+                        raise ClaimError(f"ResourceClaim {claim.key}: request "
+                                         f"{request.result_name(exact)}: derivedAttributes "
+                                         "cannot be handled: DRADerivedAttributes is an alpha "
+                                         "feature, off by default")
                     device_class = inventory.classes.get(exact.device_class)
                     if device_class is None:
                         raise ClaimError(f"ResourceClaim {claim.key}: request "
@@ -387,7 +392,7 @@ def _capacity_take(kube: versions.KubeVersion, alt: Alternative, device: model.D
                                                  milli=kube.fractional_capacity_range)
     if problem is not None:
         raise ClaimError(f"{alt.label}: device {device.name}: {problem}")
-    return semantics.capacity_take(alt.exact, device)
+    return semantics.capacity_take(alt.exact, device, milli=kube.fractional_capacity_range)
 
 
 def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim],

@@ -90,3 +90,29 @@ def test_the_rounding_paths(request_text: str, milli: bool, unrepresentable: boo
         "d0", capacity=_capacity(value=str(INT64_MAX), policy=policy))])).devices[0]
     found = semantics.capacity_unrepresentable(exact, device, milli=milli)
     assert (found is not None) == unrepresentable, found
+
+
+FRACTIONAL = {"value": "1", "requestPolicy": {
+    "default": "200m", "validRange": {"min": "200m", "max": "1", "step": "100m"}}}
+
+
+@pytest.mark.parametrize("kube_version, takes, second_fits", [
+    (versions.V1_36, "1", False),  # whole numbers: 250m and 200m both round up to 1
+    (versions.V1_37, "300m", True),  # milli-units (DRAFractionalCapacityRange): 300m
+])
+def test_fractional_range_rounds_in_milli_units_in_1_37(
+        engine: str, kube_version: versions.KubeVersion, takes: str, second_fits: bool) -> None:
+    """Upstream table: consumable-capacity-fractional-range-gate-enabled-round-up."""
+    fit = _fit([b.device("d0", capacity={"mem": FRACTIONAL}, multi=True)], "250m", engine,
+               kube_version)
+    assert fit.fits, fit
+    assert fit.allocations[0][0].consumed_capacity == {"mem": values.Quantity.parse(takes)}
+    # A share of 200m is already taken: 300m more fits within 1, a whole 1 does not.
+    inventory = kube.inventory([b.rslice("s", [b.device("d0", capacity={"mem": FRACTIONAL},
+                                                        multi=True)])],
+                               [b.gpu_class()], [b.allocated("held", (b.GPU, "n1", "d0"),
+                                                             shares={"mem": "200m"})])
+    claim = b.claim("c", b.req("r", capacity={"mem": "250m"}))
+    fit = api.allocate(kube.node(b.node()), inventory, [kube.resource_claim(claim)],
+                       engine=engine, kube=kube_version)  # type: ignore[arg-type]
+    assert fit.fits == second_fits, fit
