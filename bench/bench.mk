@@ -2,11 +2,17 @@
 
 ## Build the upstream-allocator oracle (Go, cached under $(FITGATE_CACHE)/oracle), for
 ## Kubernetes 1.36 (k8s.io/dynamic-resource-allocation v0.36) and 1.37 (v0.37).
+## Also the harness that runs upstream's own allocator test table against fitcore
+## (bench/oracle/harness, cached likewise).
 oracle:
 	FITGATE_ORACLE_KUBE=1.36 bash bench/oracle/build.sh
 	FITGATE_ORACLE_KUBE=1.37 bash bench/oracle/build.sh
+	FITGATE_ORACLE_KUBE=1.36 bash bench/oracle/harness/build.sh
+	FITGATE_ORACLE_KUBE=1.37 bash bench/oracle/harness/build.sh
 
-## The oracle's own tests: hand-written DRA cases with known answers.
+## The oracle's own tests: hand-written DRA cases with known answers; fitcore against the
+## oracle (differential, gang soundness, version differences) and against upstream's own
+## test table (test_table.py prints exact / same verdict / different counts per version).
 oracle-test: setup oracle
 	$(PY) -m pytest bench/oracle -q
 

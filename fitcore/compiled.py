@@ -59,6 +59,16 @@ class Unsupported(Exception):
     """The compiled core cannot take this input; the reference engine answers instead."""
 
 
+def _representable(exact: model.ExactRequest, nd: cache.NodeDevices) -> None:
+    """Raise Unsupported when `exact`'s capacity request cannot be rounded on one of the
+    node's devices (`semantics.capacity_unrepresentable`): the reference engine answers
+    then, with the error upstream gives when its search reaches such a device."""
+    if exact.capacity_requests and any(
+            semantics.capacity_unrepresentable(exact, device) is not None
+            for _, device, _ in nd.devices):
+        raise Unsupported("a capacity request that cannot be rounded in 64-bit integers")
+
+
 def _scale(amounts: Sequence[Fraction]) -> int:
     scale = 1
     for a in amounts:
@@ -121,7 +131,7 @@ def _exact_key(e: model.ExactRequest) -> tuple[object, ...]:
     tolerations = tuple([(t.key, t.operator, t.value, t.effect) for t in e.tolerations]
                         ) if e.tolerations else ()
     return (e.name, e.device_class, e.selectors, e.allocation_mode, e.count, e.admin_access,
-            tolerations, capacity)
+            tolerations, capacity, e.derived_attributes)
 
 
 class NodeArrays:
@@ -488,7 +498,8 @@ class Problem:
                 options = []
                 least = -1
                 for exact in request.alternatives:
-                    if exact.allocation_mode != "ExactCount" or exact.admin_access:
+                    if exact.allocation_mode != "ExactCount" or exact.admin_access or \
+                            exact.derived_attributes:
                         return None
                     device_class = classes.get(exact.device_class)
                     if device_class is None:
@@ -499,6 +510,7 @@ class Problem:
                         return None
                     if tainted:
                         ok &= ~node_arrays.blocked(exact)
+                    _representable(exact, nd)
                     fits, shared, token = node_arrays.capacity(exact)
                     ok &= fits
                     if shared:
@@ -681,6 +693,7 @@ class Problem:
                 all_lists.append(ids)
                 continue
             all_lists.append(None)
+            _representable(alt.exact, nd)
             for d, take in nd.candidates(alt.exact, alt.device_class, alt.label):
                 _, device, ident = self.devices[d]
                 if baked:

@@ -226,8 +226,8 @@ def _attribute(r: fields.Reader, raw: Any, path: str) -> model.AttributeValue | 
     kinds = [k for k in ("int", "bool", "string", "version") if raw.get(k) is not None]
     unknown = [k for k in raw if k not in ("int", "bool", "string", "version")]
     if unknown:
-        r.c.add(path, f"unsupported attribute type {unknown[0]!r} (list types are alpha and off "
-                      "by default in Kubernetes 1.36)")
+        r.c.add(path, f"unsupported attribute type {unknown[0]!r} (list types are alpha, off by "
+                      "default in Kubernetes 1.36 and 1.37, whose API servers then refuse them)")
         return None
     if len(kinds) != 1:
         r.c.add(path, "exactly one of int, bool, string, version must be set")
@@ -287,8 +287,18 @@ def _device(r: fields.Reader, obj: Mapping[str, Any], path: str, per_device: boo
     for cpath, cc in r.items(obj, "consumesCounters", path, limit=2):
         counters = r.quantities(cc, "counters", cpath, negative=True, wrapped=True,
                                 required=True)
+        groups = r.get(cc, "compatibilityGroups", cpath, list, default=[])
+        if len(groups) > 2:
+            r.c.add(f"{cpath}.compatibilityGroups",
+                    f"must have at most 2 entries, has {len(groups)}")
+        for i, group in enumerate(groups):
+            r.name(group, f"{cpath}.compatibilityGroups[{i}]", fields.DNS_LABEL,
+                   "compatibility group name (DNS label)", 63)
+        if len(set(map(str, groups))) != len(groups):
+            r.c.add(f"{cpath}.compatibilityGroups", "must not repeat a group")
         consumes.append(model.CounterConsumption(
-            r.get(cc, "counterSet", cpath, str, required=True, default=""), counters))
+            r.get(cc, "counterSet", cpath, str, required=True, default=""), counters,
+            tuple(str(g) for g in groups)))
     taints = []
     for tpath, t in r.items(obj, "taints", path, limit=16):
         effect = r.get(t, "effect", tpath, str, required=True, default="NoSchedule")
@@ -494,10 +504,15 @@ def _exact(r: fields.Reader, obj: Mapping[str, Any], path: str, name: str,
             q = r.quantity(raw, qpath)
             if q is not None:
                 capacity_requests[key] = q
+    # An alpha field (DRADerivedAttributes, off by default in 1.37): the API server drops
+    # it on create while the gate is off, so a claim holds it only from a time the gate
+    # was on; the default allocator then answers an error. Only its presence is read.
+    derived = r.items(obj, "derivedAttributes", path, limit=32)
     return model.ExactRequest(name=name, device_class=device_class, selectors=selectors,
                               allocation_mode=mode, count=count if mode == "ExactCount" else 0,
                               admin_access=bool(admin), tolerations=tuple(tolerations),
-                              capacity_requests=capacity_requests)
+                              capacity_requests=capacity_requests,
+                              derived_attributes=bool(derived))
 
 
 def allocated_devices(obj: Mapping[str, Any], source: str | None = None

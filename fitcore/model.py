@@ -115,6 +115,9 @@ class DeviceCapacity:
 class CounterConsumption:
     counter_set: str
     counters: Mapping[str, values.Quantity]
+    #: DRADeviceCompatibilityGroups (alpha, off by default in 1.37): a slice with a device
+    #: that declares groups is ignored (`fitcore.pools`).
+    compatibility_groups: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -206,6 +209,9 @@ class ExactRequest:
     admin_access: bool = False
     tolerations: tuple[DeviceToleration, ...] = ()
     capacity_requests: Mapping[str, values.Quantity] | None = None
+    #: The request sets derivedAttributes (DRADerivedAttributes, alpha, off by default in
+    #: 1.37): the default allocator cannot handle it, an error (`fitcore.reference`).
+    derived_attributes: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -14,6 +14,11 @@ Rules (resource.k8s.io/v1, Kubernetes 1.36, partitionable devices on):
   consumes a counter set or counter the pool does not define.
 - Pools are ordered by (driver, pool name); pools whose devices carry binding conditions
   come last. Within a pool, slices are ordered by name.
+- A slice with a device that declares `compatibilityGroups` on a counter consumption is
+  ignored (it still makes an older generation obsolete): the default allocator of 1.37
+  (DRADeviceCompatibilityGroups alpha, off) cannot check co-allocation against the
+  groups, so such a pool is incomplete. 1.36 has no such field; its API server stores
+  none, so fitcore ignores such slices for 1.36 too.
 """
 
 from __future__ import annotations
@@ -57,6 +62,12 @@ def slice_relevant(node: model.Node, s: model.ResourceSlice) -> bool:
     return False
 
 
+def uses_compatibility_groups(s: model.ResourceSlice) -> bool:
+    """Whether a device of the slice declares compatibility groups (then the slice is
+    ignored: see the module docstring)."""
+    return any(use.compatibility_groups for d in s.devices for use in d.consumes_counters)
+
+
 def device_on_node(node: model.Node, s: model.ResourceSlice, d: model.Device) -> bool:
     """Per-device node selection (only meaningful with perDeviceNodeSelection)."""
     if not s.per_device_node_selection:
@@ -68,7 +79,7 @@ def gather(node: model.Node, slices: Sequence[model.ResourceSlice]) -> list[Pool
     """The pools `node` sees, in the allocator's order."""
     relevant: dict[tuple[str, str], list[model.ResourceSlice]] = {}
     for s in slices:
-        if not slice_relevant(node, s):
+        if not slice_relevant(node, s) or uses_compatibility_groups(s):
             continue
         key = (s.driver, s.pool)
         have = relevant.get(key)
@@ -91,7 +102,7 @@ def gather(node: model.Node, slices: Sequence[model.ResourceSlice]) -> list[Pool
             if s.generation > generation:
                 obsolete = True
                 break
-            if s.generation == generation:
+            if s.generation == generation and not uses_compatibility_groups(s):
                 same_generation.append(s)
         if obsolete:
             continue

@@ -83,6 +83,11 @@ def prepare(node: model.Node, inventory: model.Inventory, claims: Sequence[model
             for request in claim.requests:
                 alts = []
                 for exact in request.alternatives:
+                    if exact.derived_attributes:
+                        raise ClaimError(f"ResourceClaim {claim.key}: request "
+                                         f"{request.result_name(exact)}: derivedAttributes "
+                                         "cannot be handled: DRADerivedAttributes is an alpha "
+                                         "feature, off by default")
                     device_class = inventory.classes.get(exact.device_class)
                     if device_class is None:
                         raise ClaimError(f"ResourceClaim {claim.key}: request "
@@ -370,23 +375,24 @@ class _Search:
 
 def _capacity_take(kube: versions.KubeVersion, alt: Alternative, device: model.Device
                    ) -> dict[str, values.Quantity] | None:
-    """`semantics.capacity_take`, after the checks upstream makes first: a capacity
-    request that is negative or beyond int64 is an error in 1.37 (the claim cannot be
-    allocated anywhere); 1.36 takes a negative one as it is. Beyond int64 is an error on
-    both (fitcore follows 1.37 there; docs/semantics.md)."""
-    for name, q in (alt.exact.capacity_requests or {}).items():
-        if name not in device.capacity:
-            continue
+    """`semantics.capacity_take`, after the checks upstream makes first. A device that
+    lacks a requested capacity is skipped before anything else. A negative capacity
+    request is an error in 1.37 (the claim cannot be allocated anywhere); 1.36 takes it
+    as it is. A request that cannot be rounded (`semantics.capacity_unrepresentable`:
+    beyond int64, or rounded past it) is an error on both: fitcore follows 1.37 there,
+    where 1.36 computes with a wrapped-around value (docs/semantics.md)."""
+    requests = alt.exact.capacity_requests or {}
+    if any(name not in device.capacity for name in requests):
+        return None
+    for name, q in requests.items():
         if q.value < 0 and kube.capacity_errors_abort:
             raise ClaimError(f"{alt.label}: device {device.name}: capacity {name!r}: capacity "
                              "value is negative")
-        if q.value > _INT64_MAX:
-            raise ClaimError(f"{alt.label}: device {device.name}: capacity {name!r}: request "
-                             f"{q} cannot be represented (exceeds int64)")
-    return semantics.capacity_take(alt.exact, device)
-
-
-_INT64_MAX = 2**63 - 1
+    problem = semantics.capacity_unrepresentable(alt.exact, device,
+                                                 milli=kube.fractional_capacity_range)
+    if problem is not None:
+        raise ClaimError(f"{alt.label}: device {device.name}: {problem}")
+    return semantics.capacity_take(alt.exact, device, milli=kube.fractional_capacity_range)
 
 
 def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim],

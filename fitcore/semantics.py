@@ -137,8 +137,8 @@ def taint_allows(device: model.Device, alternative: model.ExactRequest) -> bool:
 # --------------------------------------------------------------- consumable capacity
 
 
-def _consumed(requested: values.Quantity | None, capacity: model.DeviceCapacity
-              ) -> values.Quantity:
+def _consumed(requested: values.Quantity | None, capacity: model.DeviceCapacity,
+              milli: bool = False) -> values.Quantity:
     policy = capacity.request_policy
     if requested is None:
         if policy is not None and policy.default is not None:
@@ -150,13 +150,21 @@ def _consumed(requested: values.Quantity | None, capacity: model.DeviceCapacity
     if rng is not None:
         if rng.step is None:
             return rng.min if requested < rng.min else requested
+        if milli and _milli_range(rng) and requested >= rng.min:
+            request, lo = requested.value * 1000, int(rng.min.value * 1000)
+            step = int(rng.step.value * 1000)
+            if request.denominator != 1:
+                return requested  # unrepresentable: capacity_unrepresentable says so first
+            rounded = lo + step * -(-(int(request) - lo) // step)
+            return values.Quantity.parse(f"{rounded}m")
         return requested.round_up_to_step(rng.min, rng.step)
     if policy.valid_values:
         return requested.round_up_to_one_of(policy.valid_values) or requested
     return requested
 
 
-def _violates(amount: values.Quantity, policy: model.RequestPolicy | None) -> bool:
+def _violates(amount: values.Quantity, policy: model.RequestPolicy | None,
+              milli: bool = False) -> bool:
     if policy is None:
         return False
     if policy.default is not None and amount == policy.default:
@@ -165,27 +173,92 @@ def _violates(amount: values.Quantity, policy: model.RequestPolicy | None) -> bo
         rng = policy.valid_range
         if rng.max is not None and amount > rng.max:
             return True
+        if rng.step is not None and milli and _milli_range(rng):
+            exact = amount.value * 1000
+            return exact.denominator != 1 or \
+                abs(int(exact) - int(rng.min.value * 1000)) % int(rng.step.value * 1000) != 0
         return rng.step is not None and not amount.on_step(rng.min, rng.step)
     if policy.valid_values:
         return amount not in policy.valid_values
     return False
 
 
-def capacity_take(alternative: model.ExactRequest, device: model.Device
-                  ) -> dict[str, values.Quantity] | None:
+def capacity_take(alternative: model.ExactRequest, device: model.Device, *,
+                  milli: bool = False) -> dict[str, values.Quantity] | None:
     """What one allocation of `device` for `alternative` consumes of each capacity, or
     None when the request cannot be served by this device at all (it names a capacity the
-    device lacks, or the rounded amount breaks the device's request policy)."""
+    device lacks, or the rounded amount breaks the device's request policy).
+
+    Requests are rounded to a `validRange` with a step in whole numbers (each of request,
+    min and step rounded up first), or, with `milli` (1.37: DRAFractionalCapacityRange,
+    beta, on), in milli-units when min, max and step are whole milli-units (step at least
+    1m): then 250m in steps of 100m from 200m takes 300m, not 1."""
     requested = alternative.capacity_requests or {}
     if any(name not in device.capacity for name in requested):
         return None
     take: dict[str, values.Quantity] = {}
     for name, cap in device.capacity.items():
-        amount = _consumed(requested.get(name), cap)
-        if _violates(amount, cap.request_policy):
+        amount = _consumed(requested.get(name), cap, milli)
+        if _violates(amount, cap.request_policy, milli):
             return None
         take[name] = amount
     return take
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def capacity_unrepresentable(alternative: model.ExactRequest, device: model.Device,
+                             *, milli: bool = False) -> str | None:
+    """Why the allocator cannot round `alternative`'s capacity request on `device`, or
+    None. Upstream (1.37) then aborts the allocation with an error, as soon as its search
+    reaches the device: the claim is broken as written.
+
+    Only a request at or above a `validRange` with a step is rounded, and only after the
+    device was found to have every requested capacity. On the integer path the request
+    must not exceed int64, nor the request rounded up to the next step (whole numbers, as
+    `values.Quantity.round_up_to_step`). With `milli` (1.37: DRAFractionalCapacityRange,
+    beta, on) a range whose min, max and step are whole milli-units (step at least 1m)
+    rounds in milli-units instead: then the request must be a whole number of milli-units
+    within int64, and so must its rounded value.
+    """
+    requested = alternative.capacity_requests
+    if not requested or any(name not in device.capacity for name in requested):
+        return None
+    for name in sorted(requested):
+        q = requested[name]
+        policy = device.capacity[name].request_policy
+        rng = policy.valid_range if policy is not None else None
+        if rng is None or rng.step is None or q < rng.min:
+            continue
+        if milli and _milli_range(rng):
+            exact = q.value * 1000
+            if exact.denominator != 1 or abs(exact) > _INT64_MAX:
+                return (f"capacity {name!r}: request {q} cannot be represented in "
+                        f"milli-units (int64)")
+            request, lo = int(exact), int(rng.min.value * 1000)
+            step = int(rng.step.value * 1000)
+            what = "milli-units (int64)"
+        else:
+            if q.value > _INT64_MAX:
+                return f"capacity {name!r}: request {q} cannot be represented (exceeds int64)"
+            request, lo, step = q.ceil_int(), rng.min.ceil_int(), rng.step.ceil_int()
+            what = "int64"
+        steps = -(-(request - lo) // step)
+        if lo >= 0 and steps > (_INT64_MAX - lo) // step:
+            return (f"capacity {name!r}: request {q} rounded up to the next step of the "
+                    f"device's validRange cannot be represented in {what}")
+    return None
+
+
+def _milli_range(rng: model.ValidRange) -> bool:
+    for bound in (rng.min, rng.max, rng.step):
+        if bound is None:
+            continue
+        milli = bound.value * 1000
+        if milli.denominator != 1 or abs(milli) > _INT64_MAX:
+            return False
+    return rng.step is not None and rng.step.value * 1000 >= 1
 
 
 def capacity_fits(device: model.Device, take: Mapping[str, values.Quantity],

@@ -23,6 +23,9 @@ class KubeVersion:
     #: A negative or unrepresentable capacity request aborts the allocation (1.37); 1.36
     #: takes a negative one as it is.
     capacity_errors_abort: bool
+    #: DRAFractionalCapacityRange (beta, on in 1.37): a validRange of whole milli-units
+    #: rounds in milli-units (`semantics.capacity_unrepresentable`).
+    fractional_capacity_range: bool = False
 
     def __str__(self) -> str:
         return f"1.{self.minor}"
@@ -35,7 +38,7 @@ V1_36 = KubeVersion(36, device_taint_rules=False,
 V1_37 = KubeVersion(37, device_taint_rules=True,
                     taint_rule_without_selector_matches_nothing=True,
                     all_checks_static_capacity=True, shared_without_capacity_is_shared=True,
-                    capacity_errors_abort=True)
+                    capacity_errors_abort=True, fractional_capacity_range=True)
 BY_NAME = {str(v): v for v in (V1_36, V1_37)}
 DEFAULT = V1_36
 
