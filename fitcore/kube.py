@@ -76,7 +76,8 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
     if count is not None and count < 1:
         c.add("spec.pool.resourceSliceCount", f"must be at least 1, got {count}")
     counter_sets = []
-    for cpath, cs in r.items(spec, "sharedCounters", "spec", limit=8):
+    counter_sets_raw = r.items(spec, "sharedCounters", "spec", limit=8)
+    for cpath, cs in counter_sets_raw:
         cs_name = r.name(cs.get("name"), f"{cpath}.name", fields.DNS_LABEL,
                          "counter set name (DNS label)", 63)
         counters = r.quantities(cs, "counters", cpath, negative=True, wrapped=True,
@@ -97,10 +98,23 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
         [d for _, d in devices_raw])
     devices = tuple(cast(list[model.Device], fast)) if all(fast) else tuple(  # all read fast
         f or _device(r, d, p, per_device) for f, (p, d) in zip(fast, devices_raw, strict=True))
+    _unique_names(c, devices_raw, "device")
+    _unique_names(c, counter_sets_raw, "counter set")
     c.raise_if_any()
     return model.ResourceSlice(name=name, driver=driver, pool=pool_name, generation=generation,
                                resource_slice_count=count, devices=devices,
                                shared_counters=tuple(counter_sets), **selection)
+
+
+def _unique_names(c: errors.Collector, items: list[tuple[str, Any]], what: str) -> None:
+    """Names are unique within a slice's list, as the API server requires."""
+    seen: set[str] = set()
+    for path, item in items:
+        item_name = item.get("name") if isinstance(item, Mapping) else None
+        if isinstance(item_name, str):
+            if item_name in seen:
+                c.add(f"{path}.name", f"duplicate {what} name {item_name!r}")
+            seen.add(item_name)
 
 
 # Reading a device, fast: devices of one model differ in their name and attribute values

@@ -127,3 +127,23 @@ def test_devices_per_slice(count: int, taint: bool, refused: str | None) -> None
         assert isinstance(got, model.ResourceSlice) and len(got.devices) == count
     else:
         assert got == [f"ResourceSlice s: spec.devices: {refused}"]
+
+
+def test_device_names_are_unique_within_a_slice() -> None:
+    # The API server refuses a slice that names a device twice; so does fitcore, by field.
+    got = read([{"name": "gpu-0"}, {"name": "gpu-1"}, {"name": "gpu-0"}])
+    assert got == ["ResourceSlice s: spec.devices[2].name: duplicate device name 'gpu-0'"]
+
+
+def test_counter_set_names_are_unique_within_a_slice() -> None:
+    counters = {"memory": {"value": "80Gi"}}
+    obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+           "metadata": {"name": "s"},
+           "spec": {"driver": "gpu.example.com", "nodeName": "n1",
+                    "pool": {"name": "p", "resourceSliceCount": 1},
+                    "sharedCounters": [{"name": "a", "counters": counters},
+                                       {"name": "a", "counters": counters}]}}
+    with pytest.raises(errors.InputError) as refused:
+        kube.resource_slice(obj)
+    assert [str(e) for e in refused.value.errors] == [
+        "ResourceSlice s: spec.sharedCounters[1].name: duplicate counter set name 'a'"]
