@@ -538,9 +538,14 @@ async def test_nodes_that_break_their_shapes_promise_are_a_coordination_retry(
         assert event["note"].startswith("coordination: the new nodes of ProvisioningRequest")
         assert "attribute resource.kubernetes.io/pcieRoot is 'pci1', shape promised 'pci0'" \
             in event["note"]
-        shape = await e2e.kube.get(FITGATE, "NodeShape", GROUP.name)
-        assert shape is not None
-        last = shape["status"]["verification"]["lastMismatch"]
+        # The Event and the NodeShape's status are written one after the other: wait for
+        # the status rather than read it the moment the Event is seen.
+
+        async def recorded() -> dict[str, Any] | None:
+            shape = await e2e.kube.get(FITGATE, "NodeShape", GROUP.name)
+            verification = ((shape or {}).get("status") or {}).get("verification") or {}
+            return verification.get("lastMismatch")
+        last = await e2e.wait_for(recorded, 30, "the NodeShape's status records the mismatch")
         assert last["workload"].startswith(f"{e2e.namespace}/")
         assert last["details"]
 
