@@ -612,7 +612,10 @@ class Selector:
         """True if the selector accepts `device`; CelError(kind="runtime") if it fails."""
         added: frozenset[str] = frozenset()
         while True:
-            result = self._program.eval(device._activation(added))
+            try:
+                result = self._program.eval(device._activation(added))
+            except RuntimeError as exc:  # e.g. cel-cpp's comprehension iteration budget
+                raise CelError(self.expression, _runtime_failure(str(exc)), "runtime") from None
             kind = result.type()
             if kind == _cel.Type.BOOL:
                 return bool(result.value())
@@ -627,6 +630,19 @@ class Selector:
 
     def __repr__(self) -> str:
         return f"Selector({self.expression!r})"
+
+
+_ITERATION_BUDGET: Final = "Iteration budget exceeded"
+
+
+def _runtime_failure(status: str) -> str:
+    """The message for an evaluation the C++ runtime aborted instead of returning an error."""
+    text = _readable(status)
+    if _ITERATION_BUDGET in text:
+        return ("evaluation exceeds the CEL runtime's comprehension iteration budget "
+                "(about 10,000 iterations in one evaluation; Kubernetes has no such budget, "
+                "only the compile-time cost limit)")
+    return "evaluation failed: " + text
 
 
 def _missing_domain(status: str, device: DeviceInput, added: frozenset[str]) -> str | None:
