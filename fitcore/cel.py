@@ -93,7 +93,7 @@ from cel_expr_python import cel as _cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from fitcore import values
+from fitcore import celcost, values
 
 __all__ = [
     "MAX_EXPRESSION_LENGTH",
@@ -108,7 +108,7 @@ MAX_EXPRESSION_LENGTH: Final = 10 * 1024
 """Kubernetes' ``CELSelectorExpressionMaxLength``, in bytes."""
 
 MAX_COST: Final = 1_000_000
-"""Kubernetes' ``CELSelectorExpressionMaxCost``; not enforced (see the module docstring)."""
+"""Kubernetes' ``CELSelectorExpressionMaxCost``, enforced on the estimated cost (`fitcore.celcost`)."""
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _COMPILED_CACHE_SIZE: Final = 4096
@@ -474,6 +474,7 @@ _DRIVER = "device.driver"
 _ATTRIBUTES = "device.attributes"
 _CAPACITY = "device.capacity"
 _ALLOW_MULTIPLE = "device.allowMultipleAllocations"
+_QUALIFIED: Final = frozenset({_DRIVER, _ATTRIBUTES, _CAPACITY, _ALLOW_MULTIPLE})
 
 
 @functools.cache
@@ -677,6 +678,14 @@ def _compile(expression: str) -> Selector | CelError:
     if result != _cel.Type.BOOL and result != _cel.Type.DYN:
         return CelError(expression, f"must evaluate to bool, not {_type_label(result)}",
                         "compile")
+    try:
+        cost = celcost.estimate_max_cost(program.serialize(), _QUALIFIED)
+    except ValueError as exc:  # not expected: the binding always returns a CheckedExpr
+        return CelError(expression, f"cost estimation failed: {exc}", "compile")
+    if cost > MAX_COST:
+        return CelError(expression, f"too complex, exceeds cost limit: estimated worst-case "
+                        f"cost {cost} exceeds the limit of {MAX_COST} (Kubernetes' "
+                        "CELSelectorExpressionMaxCost)", "compile")
     return Selector(expression, program)
 
 
