@@ -41,6 +41,12 @@ Checked against the ``expectCost`` figures of ``k8s.io/dynamic-resource-allocati
   format libraries and two-variable comprehensions do not compile here at all.
 - The cost of ``format`` follows the current cel-go rule (the format string's size);
   cel-go releases have changed it.
+- ``join``, ``isSorted``, ``sum``, ``min`` and ``max`` over a list of strings: Kubernetes'
+  library knows an element's size only from a declared path, so over a list literal
+  (``["a", "b"].join("-")``) its estimate is unbounded and the API server refuses the
+  selector (newer cel-go releases add their own estimators for these). We use the element
+  sizes we track (literals, ``+``), so we accept such selectors with a bounded estimate:
+  more lenient, never stricter, and still bounded for every value we can size.
 - The quantity/semver constructors cost 1, as in Kubernetes (its library prices them by
   their argument only for a receiver-style call, which DRA does not declare).
 """
@@ -592,8 +598,7 @@ class _Coster:
             if element is not None:
                 per_item = _fixed(1)
                 if _kind(element) in ("string", "bytes"):
-                    item_size = _declared_size(None if target.path is None
-                                               else [*target.path, "@items"])
+                    item_size = self.item_size(target)
                     per_item = _add(per_item, _factor(item_size or _UNKNOWN, _STRING_TRAVERSAL))
                 return _mul(target.size_or_unknown(), per_item), None
             return _factor(target.size_or_unknown(), _STRING_TRAVERSAL), None
@@ -617,11 +622,7 @@ class _Coster:
             joined = _fixed(0)
             element = self.element_type(target)
             if element is not None:
-                item_size = _declared_size(None if target.path is None
-                                           else [*target.path, "@items"])
-                if item_size is None and _is_scalar(element):
-                    item_size = _fixed(1)
-                joined = _mul(count, item_size or _UNKNOWN)
+                joined = _mul(count, self.item_size(target) or _UNKNOWN)
             if args:
                 separators = (max(count[0] - 1, 0), max(count[1] - 1, 0))
                 joined = _add(joined, _mul(args[0].size_or_unknown(), separators))
@@ -639,6 +640,15 @@ class _Coster:
                     and left.message_type in ("kubernetes.Quantity", "kubernetes.Semver")):
                 return _fixed(1), None
         return None
+
+    def item_size(self, list_node: _Node) -> Range | None:
+        """A list's element size: declared, or (unlike Kubernetes) tracked from literals."""
+        declared = _declared_size(None if list_node.path is None
+                                  else [*list_node.path, "@items"])
+        if declared is not None:
+            return declared
+        entry = self.entry(list_node.expr)
+        return entry.val if entry is not None and entry.container == "list" else None
 
     def element_type(self, list_node: _Node) -> Any:
         t = list_node.type
