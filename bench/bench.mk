@@ -41,9 +41,13 @@ bench-compare: setup oracle
 bench-serve: setup
 	$(PY) -m bench.serve
 
+## What the compile-time cost estimate of a CEL selector adds to compiling it.
+bench-celcost: setup
+	$(PY) -m bench.celcost
+
 bench: bench-alloc bench-gang bench-compare
 
-.PHONY: bench-alloc bench-gang bench-compare bench-serve bench
+.PHONY: bench-alloc bench-gang bench-compare bench-serve bench-celcost bench
 
 ## Webhook latency over TLS on loopback at fixed request rates, 5,000-node inventory
 ## (not part of `make test`; about 2 minutes).
