@@ -14,7 +14,7 @@ The model, as we implement it (costs are ``(min, max)`` ranges; only ``max`` is 
 with the limit; all arithmetic saturates at 2^64 - 1):
 
 - literal 0; identifier 1; field selection 1 more when the operand is a map or a message;
-  ``has()`` 1 plus its operand. ``device.x`` is one declared name here but an identifier
+  ``has()`` its operand only (Kubernetes turns cel-go's presence-test cost off). ``device.x`` is one declared name here but an identifier
   and a selection in Kubernetes, so it costs 2.
 - list literal 10 plus its elements, map literal 30, message literal 40.
 - a call costs its target and arguments plus the function's own cost: 1 for most
@@ -420,8 +420,8 @@ class _Coster:
 
     def select(self, e: Any) -> Range:
         sel = e.select_expr
-        if sel.test_only:
-            return _add(_fixed(1), self.cost(sel.operand))
+        if sel.test_only:  # Kubernetes' environment gives presence tests no cost
+            return self.cost(sel.operand)
         total = self.cost(sel.operand)
         if _kind(self.type_of(sel.operand)) in ("map", "struct", "typeparam"):
             total = _add(total, _fixed(1))

@@ -54,10 +54,12 @@ type Case struct {
 	// filters nodes as kube-scheduler does, until it has found as many feasible nodes as
 	// its adaptive percentageOfNodesToScore asks for, then takes the first of them.
 	Filter string `json:"filter"`
+	// Expression, mode "cost": a device selector to compile.
+	Expression string `json:"expression"`
 }
 
 var caseKeys = sets.New("id", "mode", "node", "nodes", "slices", "classes", "allocated",
-	"claims", "pods", "features", "repeat", "timeout_ms", "full", "filter")
+	"claims", "pods", "features", "repeat", "timeout_ms", "full", "filter", "expression")
 
 // Pod is one member of a gang in mode "gang".
 type Pod struct {
@@ -112,6 +114,14 @@ type GangAnswer struct {
 	Calls       int             `json:"calls"`
 	Invocations *int64          `json:"invocations"`
 	Allocator   string          `json:"allocator,omitempty"`
+}
+
+// CostAnswer answers mode "cost": the worst-case cost the API server estimates for a
+// device selector (CompilationResult.MaxCost), or the compile error.
+type CostAnswer struct {
+	ID      json.RawMessage `json:"id"`
+	Error   *string         `json:"error"`
+	MaxCost uint64          `json:"max_cost"`
 }
 
 // InfoAnswer answers mode "info": what this binary was built from.
@@ -194,6 +204,15 @@ func answer(line []byte) (ans any) {
 		return runGang(&c, features, timeout)
 	case "info":
 		return info(c.ID)
+	case "cost":
+		result := cel.GetCompiler(cel.Features{
+			EnableConsumableCapacity: features.ConsumableCapacity,
+			EnableListTypeAttributes: features.ListTypeAttributes,
+		}).CompileCELExpression(c.Expression, cel.Options{})
+		if result.Error != nil {
+			return CostAnswer{ID: id, Error: errText(result.Error)}
+		}
+		return CostAnswer{ID: id, MaxCost: result.MaxCost}
 	default:
 		return NodeAnswer{ID: id, Error: errText(fmt.Errorf("invalid input: unknown mode %q", c.Mode))}
 	}
