@@ -59,6 +59,7 @@ from typing import Any, Literal
 
 import structlog
 
+import fitcore
 from admission import fitting, gating, metrics, policy, release
 from admission.kube import client, kinds, store
 from admission.webhook import decider, models
@@ -229,7 +230,7 @@ class Hooks:
             return self._answer(request, "cached", verdict, label, queue, scope)
         try:
             pending = self._submit(key, body, scope)
-        except fitting.Unreadable as exc:
+        except fitcore.InputError as exc:
             metrics.WEBHOOK_VALIDATIONS.labels("unreadable").inc()
             if kind in ("Job", "Workload"):
                 return models.allow(request, warnings=_short([
