@@ -357,10 +357,12 @@ async def _fit_now(api: client.Client, report: Report, wl: client.Obj, namespace
     report.problems.extend(engine.problems)
     per_pod_set: dict[str, list[str]] = {ps.name: [] for ps in gang_.pod_sets}
     other: list[str] = []
+    # Each reason goes under the pod set its details name (codes, not wording).
+    by_message = {d.message: d for d in result.details}
     for r in (*verdict.messages, *(result.reasons if not verdict.messages else ())):
-        named = next((n for n in per_pod_set if f"pod set {n}:" in r or r.endswith(
-            f"pod of {n}")), None)
-        if named is None:
+        detail = by_message.get(r)
+        named = detail.pod_set if detail is not None else None
+        if named is None or named not in per_pod_set:
             other.append(r)
             continue
         lead = f"pod set {named}: "  # said once, in the heading

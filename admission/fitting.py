@@ -180,9 +180,16 @@ def decide(engine: Engine, gang_: fitcore.Gang, scope: policy.Scope) -> Verdict:
 
 
 def reasons(result: fitcore.PlanResult) -> tuple[str, ...]:
-    """fitcore's reasons, the ones naming a claim and what a node offers first."""
-    specific = [r for r in result.reasons if "ResourceClaim" in r or "offers" in r]
+    """fitcore's reasons, the specific ones first: what the closest kind of node lacks
+    for a pod and its claims, and claims shared across pods (chosen by reason code, never
+    by wording; reasons without details keep their order)."""
+    specific = [d.message for d in result.details if d.code in SPECIFIC]
     return (*specific, *(r for r in result.reasons if r not in specific))
+
+
+#: Reason codes `reasons` puts first.
+SPECIFIC = fitcore.reasons.NODE_KINDS | {fitcore.reasons.SHARED_CLAIM_ONE_NODE,
+                                         fitcore.reasons.SHARED_CLAIM_NODES}
 
 
 if TYPE_CHECKING:  # StoreEngine implements Engine (checked by mypy)

@@ -175,7 +175,8 @@ def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes
             undecided = undecided or found.code == codes.SHAPE_UNDECIDED
             rejected.append((shape.name, found.why))
             rejected_why.append(codes.reason(found.code, found.why, object=f"NodeShape "
-                                               f"{shape.name}", shape=shape.name))
+                                               f"{shape.name}", shape=shape.name,
+                                             pod_set=found.pod_set))
     if not plans and len(node_shapes) > 1 and len(gang_.pod_sets) > 1 and not undecided:
         mixed = _combined(gang_, snapshot, sorted(node_shapes, key=lambda s: s.name), memo,
                           existing, engine, budget)
@@ -203,8 +204,10 @@ def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes
             + ", ".join(sorted(k for k, n in hostable.items() if n == 0))
             if category == "configuration" else
             "every pod fits somewhere, but not the whole gang within the shapes' limits")
+    unhosted = sorted(k for k, n in hostable.items() if n == 0)
     first = codes.reason(codes.NO_HOST if category == "configuration"
-                           else codes.SHAPE_LIMITS, lead, object=gang_.label)
+                           else codes.SHAPE_LIMITS, lead, object=gang_.label,
+                         pod_set=unhosted[0] if len(unhosted) == 1 else None)
     details = (first, *base.details, *shape_reasons)
     return PlanResult("unsatisfiable", category,
                       reasons=tuple(r.message for r in details), rejected=tuple(rejected),
@@ -336,6 +339,7 @@ class _Found:
     nodes: int = 0
     domains: int = 0
     code: str = ""  # `why` for programs
+    pod_set: str | None = None  # the one pod set `why` is about, if one
 
 
 def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape,
@@ -390,8 +394,10 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
                 ps.topology == shape.domain_label for ps in gang_.pod_sets):
             text.append(f"new {shape.name} nodes come in {shape.domain_label} domains of at "
                         f"most {shape.nodes_per_domain} nodes")
+        named = {d.pod_set for d in about}
         return _Found(None, f"even {limit} new nodes do not make the gang fit: "
-                      + "; ".join(text), hostable, code=codes.SHAPE_DOES_NOT_FIT)
+                      + "; ".join(text), hostable, code=codes.SHAPE_DOES_NOT_FIT,
+                      pod_set=named.pop() if len(named) == 1 else None)
     # The plan is what placement finds on exactly the planned nodes (it is what verify
     # will run on the real ones): the nodes a placement used bound the answer, so shrink
     # to them while that still fits, then make sure one node less does not.

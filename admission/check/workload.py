@@ -799,8 +799,8 @@ class WorkloadReconciler:
         """Record on each planned NodeShape's status what its new nodes got wrong."""
         meta = _meta(wl)
         for shape_name in sorted({s.shape for s in planned.shapes}):
-            mine = [m for m in result.mismatches
-                    if f"shape {shape_name}:" in m or f"(shape {shape_name})" in m]
+            mine = [d.message for d in result.details
+                    if d.code == fitcore.reasons.SHAPE_MISMATCH and d.shape == shape_name]
             if not mine:
                 continue
             metrics.VERIFICATION_MISMATCHES.labels(shape=shape_name).inc(len(mine))

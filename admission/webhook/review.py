@@ -295,7 +295,7 @@ class Hooks:
         """The pending decision of a question not in the cache: the one already queued or
         running for it, or a new one in the worker; None when `max_pending` distinct
         decisions are already queued or running. Reads the gang on the loop first (raises
-        Unreadable, with the fields, for the review to report)."""
+        fitcore.InputError, with the fields, for the review to report)."""
         pending = self._inflight.get(key)
         if pending is not None:
             return pending
