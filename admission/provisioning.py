@@ -34,11 +34,11 @@ deletes them itself (see `admission.check.workload`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from fractions import Fraction
 from typing import Any, Literal
 
 import fitcore
@@ -103,33 +103,26 @@ def attempt_of(entry: Mapping[str, Any]) -> int:
 
 
 def plan_to_json(p: fitcore.Plan) -> str:
-    """The plan without its device results and without the names of the nodes that
-    existed (thousands): verification counts as new the nodes created after the request
+    """The plan as the check stores it: fitcore's one codec (`Plan.to_json`) in its
+    compact form, without device results and without the names of the nodes that existed
+    (thousands): verification counts as new the nodes created after the request
     (`existing_nodes`)."""
-    return json.dumps({
-        "shapes": [{"shape": s.shape, "count": s.count, "domain": s.domain}
-                   for s in p.shapes],
-        "price": str(p.price),
-        "placements": [{"podSet": pl.pod_set, "index": pl.index, "node": pl.node}
-                       for pl in p.placements],
-        "domains": dict(p.domains),
-    }, separators=(",", ":"), sort_keys=True)
+    return json.dumps(p.to_json(devices=False, existing=False), separators=(",", ":"),
+                      sort_keys=True)
 
 
 def plan_from_json(text: str, existing_nodes: Iterable[str] = ()) -> fitcore.Plan:
+    """A plan `plan_to_json` wrote (by `Plan.from_json`), with the nodes that existed."""
     try:
         raw = json.loads(text)
-        shape_counts = tuple(fitcore.ShapeCount(str(s["shape"]), int(s["count"]),
-                                             s.get("domain")) for s in raw["shapes"])
-        placements = tuple(fitcore.Placement(str(p["podSet"]), int(p["index"]), str(p["node"]))
-                           for p in raw.get("placements", []))
-        price = Fraction(str(raw.get("price", "0")))
-        domains = {str(k): str(v) for k, v in (raw.get("domains") or {}).items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        if not isinstance(raw, Mapping):
+            raise TypeError("a plan is an object")
+        p = fitcore.Plan.from_json(raw)
+    except (ValueError, TypeError) as exc:  # fitcore.InputError is a ValueError
         raise PlanFormatError(f"not a fitgate plan: {exc}") from exc
-    if not shape_counts or any(s.count < 1 for s in shape_counts):
+    if not p.shapes or any(s.count < 1 for s in p.shapes):
         raise PlanFormatError("a plan asks for at least one node of each of its shapes")
-    return fitcore.Plan(shape_counts, price, placements, frozenset(existing_nodes), domains)
+    return dataclasses.replace(p, existing_nodes=frozenset(existing_nodes))
 
 
 def plans_to_json(plans: Sequence[fitcore.Plan]) -> str:

@@ -63,18 +63,25 @@ class Plan:
     def nodes(self) -> int:
         return sum(s.count for s in self.shapes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, devices: bool = True, existing: bool = True) -> dict[str, Any]:
         """A JSON-ready dict that `from_json` turns back into an equal plan (devices are
         written as the nodes name them), so a controller can store a plan on an object
-        and verify it after a restart."""
-        return {
+        and verify it after a restart. The one codec of a Plan.
+
+        `devices=False` leaves out the placements' device results and `existing=False`
+        the names of the nodes that existed (thousands): the compact form the admission
+        check stores in an annotation (its verification counts as new the nodes created
+        after the request, and places the devices again)."""
+        out: dict[str, Any] = {
             "shapes": [{"shape": g.shape, "count": g.count, "domain": g.domain}
                        for g in self.shapes],
             "price": str(self.price),
-            "placements": [_placement_json(p) for p in self.placements],
-            "existingNodes": sorted(self.existing_nodes),
+            "placements": [_placement_json(p, devices) for p in self.placements],
             "domains": dict(self.domains),
         }
+        if existing:
+            out["existingNodes"] = sorted(self.existing_nodes)
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Plan:
@@ -85,7 +92,7 @@ class Plan:
                 tuple(ShapeCount(str(g["shape"]), int(g["count"]),
                                  None if g.get("domain") is None else str(g["domain"]))
                       for g in d["shapes"]),
-                Fraction(str(d["price"])),
+                Fraction(str(d.get("price", "0"))),
                 tuple(_placement_from_json(p) for p in d.get("placements", ())),
                 frozenset(str(n) for n in d.get("existingNodes", ())),
                 {str(k): str(v) for k, v in dict(d.get("domains", {})).items()})
@@ -96,7 +103,9 @@ class Plan:
         return plan_
 
 
-def _placement_json(p: gang.Placement) -> dict[str, Any]:
+def _placement_json(p: gang.Placement, devices: bool = True) -> dict[str, Any]:
+    if not devices:
+        return {"podSet": p.pod_set, "index": p.index, "node": p.node}
     return {"podSet": p.pod_set, "index": p.index, "node": p.node,
             "claims": [{"name": name, "devices": [
                 {"request": r.request, "driver": r.id.driver, "pool": r.id.pool,
@@ -114,7 +123,7 @@ def _placement_from_json(d: Mapping[str, Any]) -> gang.Placement:
             {str(k): values.Quantity.parse(v)
              for k, v in dict(r.get("consumedCapacity", {})).items()})
             for r in c["devices"]))
-        for c in d["claims"])
+        for c in d.get("claims", ()))
     return gang.Placement(str(d["podSet"]), int(d["index"]), str(d["node"]), claims)
 
 
