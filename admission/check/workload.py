@@ -1043,7 +1043,5 @@ def component(ctx: serve.Context) -> serve.Component:
         kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE, kinds.POD)})
     return serve.Component(controllers=[
         WorkloadReconciler(ctx.api, stores, ctx.inventory, clock=ctx.clock,
-                           settings=settings, idle=fitting.StoreEngine(
-                               {k: ctx.informers.store(k) for k in fitting.IDLE_KINDS},
-                               idle=True, kube_version=ctx.config.kube_version)),
+                           settings=settings, idle=ctx.idle_engine()),
         release.ReleaseController(ctx.api, ctx.informers.store(kinds.POD))])
