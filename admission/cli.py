@@ -33,8 +33,8 @@ from typing import Any
 
 import yaml
 
+import fitcore
 from admission import config, failpoint
-from fitcore import errors, gang, inventory, plan, read, workload
 
 EXIT_BAD_INPUT = 2
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -60,9 +60,9 @@ def _files(path: pathlib.Path) -> Iterator[pathlib.Path]:
         raise UsageError(f"{path}: no such file or directory")
 
 
-def read_documents(paths: Sequence[str]) -> list[workload.Document]:
+def read_documents(paths: Sequence[str]) -> list[fitcore.Document]:
     """Every object in the given files and directories, with the file it came from."""
-    out: list[workload.Document] = []
+    out: list[fitcore.Document] = []
     for raw in paths:
         for path in _files(pathlib.Path(raw)):
             try:
@@ -71,7 +71,7 @@ def read_documents(paths: Sequence[str]) -> list[workload.Document]:
                 del text
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"{path}: cannot read: {exc}") from exc
-            except read.LimitError as exc:
+            except fitcore.LimitError as exc:
                 raise UsageError(f"{path}: refused: {exc}") from exc
             except yaml.YAMLError as exc:
                 raise UsageError(f"{path}: not valid YAML or JSON: {exc}") from exc
@@ -81,7 +81,7 @@ def read_documents(paths: Sequence[str]) -> list[workload.Document]:
                 if not isinstance(doc, Mapping):
                     raise UsageError(f"{path}: document {i + 1} is a {type(doc).__name__}, "
                                      "not a Kubernetes object")
-                out.extend(read.flatten(doc, str(path)))  # a List's items
+                out.extend(fitcore.flatten(doc, str(path)))  # a List's items
             del docs
     return out
 
@@ -92,12 +92,12 @@ def _parse(text: str, path: pathlib.Path) -> list[Any]:
     head = text.lstrip()[:1]
     if path.suffix == ".json" or head in ("{", "["):
         try:
-            return read.load_json(text)
+            return fitcore.load_json(text)
         except ValueError as exc:
-            if isinstance(exc, read.LimitError):
+            if isinstance(exc, fitcore.LimitError):
                 raise
             # several JSON documents, or YAML after all: the YAML reader says
-    return read.load_yaml(text)
+    return fitcore.load_yaml(text)
 
 
 # ------------------------------------------------------------------------ fit
@@ -108,8 +108,8 @@ _TEMPLATE_KINDS = ("ResourceClaimTemplate",)
 
 def load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
                    workload_path: str, *, lenient: bool = False,
-                   kube_version: str = workload.DEFAULT_KUBE_VERSION,
-                   notes: list[str] | None = None) -> tuple[gang.Gang, inventory.Inventory]:
+                   kube_version: str = fitcore.DEFAULT_KUBE_VERSION,
+                   notes: list[str] | None = None) -> tuple[fitcore.Gang, fitcore.Inventory]:
     """The gang of the --workload file, and an Inventory fed the inventory and shapes.
 
     Every object is read as the API server hands it to the scheduler (fitcore.read:
@@ -132,10 +132,10 @@ def load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
 
 def _load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
                     workload_path: str, lenient: bool, kube_version: str,
-                    notes: list[str] | None) -> tuple[gang.Gang, inventory.Inventory]:
-    inv = inventory.Inventory(kube_version=kube_version)
-    problems: list[errors.FieldError] = []
-    found = workload.Bundle()  # only its skipped counts and warnings: the notes
+                    notes: list[str] | None) -> tuple[fitcore.Gang, fitcore.Inventory]:
+    inv = fitcore.Inventory(kube_version=kube_version)
+    problems: list[fitcore.FieldError] = []
+    found = fitcore.Bundle()  # only its skipped counts and warnings: the notes
     names: collections.Counter[str] = collections.Counter()
     templates: dict[tuple[str, str], Mapping[str, Any]] = {}
     claims: dict[tuple[str, str], Mapping[str, Any]] = {}
@@ -148,7 +148,7 @@ def _load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
         raw, source = docs.pop()
         if _kind(raw) in _GANG_KINDS:
             continue
-        got = read.one(raw, source, lenient=lenient, names=names)
+        got = fitcore.read_one(raw, source, lenient=lenient, names=names)
         problems.extend(got.problems)
         for k, n in got.skipped.items():
             found.skipped[k] = found.skipped.get(k, 0) + n
@@ -161,7 +161,7 @@ def _load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
                     continue
             try:
                 found.warnings.extend(inv.apply("ADDED", obj, read=False))
-            except errors.InputError as exc:
+            except fitcore.InputError as exc:
                 problems.extend(e if e.source else dataclasses.replace(e, source=source)
                                 for e in exc.errors)
     found.warnings.extend(inv.notes())
@@ -171,10 +171,10 @@ def _load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
         listed = ", ".join(f"{o.get('kind')} {_key(o)[0]}/{_key(o)[1]}"
                            for o, _ in gang_docs) or "none"
         if problems:
-            raise errors.InputError(problems)
+            raise fitcore.InputError(problems)
         raise UsageError(f"{workload_path}: must hold exactly one Workload or Job, found "
                          f"{listed}")
-    got = read.one(gang_docs[0][0], gang_docs[0][1], lenient=lenient, names=names)
+    got = fitcore.read_one(gang_docs[0][0], gang_docs[0][1], lenient=lenient, names=names)
     problems.extend(got.problems)
     if notes is not None:
         notes.extend(got.warnings)
@@ -182,11 +182,11 @@ def _load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
     if got.objects:
         obj, source = got.objects[0]
         try:
-            g = workload.gang_of(obj, templates, claims, source)
-        except errors.InputError as exc:
+            g = fitcore.gang_of(obj, templates, claims, source)
+        except fitcore.InputError as exc:
             problems.extend(exc.errors)
     if problems or g is None:
-        raise errors.InputError(problems)
+        raise fitcore.InputError(problems)
     if not inv.nodes() and not inv.shapes():
         raise UsageError(f"{', '.join(inventory_paths)}: holds no Node, and there are no "
                          "NodeShapes: there is nothing to place the gang on")
@@ -204,8 +204,8 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def run_fit(inventory_paths: Sequence[str], shape_paths: Sequence[str], workload_path: str,
-            *, lenient: bool = False, kube_version: str = workload.DEFAULT_KUBE_VERSION,
-            notes: list[str] | None = None) -> tuple[gang.Gang, plan.PlanResult]:
+            *, lenient: bool = False, kube_version: str = fitcore.DEFAULT_KUBE_VERSION,
+            notes: list[str] | None = None) -> tuple[fitcore.Gang, fitcore.PlanResult]:
     """Plan the gang on an Inventory of the files (`load_inventory`). `notes` receives
     what the reader skipped or ignored (for stderr)."""
     g, inv = load_inventory(inventory_paths, shape_paths, workload_path, lenient=lenient,
@@ -215,8 +215,8 @@ def run_fit(inventory_paths: Sequence[str], shape_paths: Sequence[str], workload
 
 def run_verify(before: Sequence[str], after: Sequence[str], shape_paths: Sequence[str],
                workload_path: str, *, lenient: bool = False,
-               kube_version: str = workload.DEFAULT_KUBE_VERSION
-               ) -> tuple[gang.Gang, plan.PlanResult, plan.VerifyResult | None]:
+               kube_version: str = fitcore.DEFAULT_KUBE_VERSION
+               ) -> tuple[fitcore.Gang, fitcore.PlanResult, fitcore.VerifyResult | None]:
     """Plan on the inventory before provisioning, then verify on the one after."""
     g, inv = load_inventory(before, shape_paths, workload_path, lenient=lenient,
                             kube_version=kube_version)
@@ -228,7 +228,7 @@ def run_verify(before: Sequence[str], after: Sequence[str], shape_paths: Sequenc
     return g, planned, inv_after.verify(g_after, planned.plan)
 
 
-def verify_json(planned: plan.PlanResult, verified: plan.VerifyResult | None
+def verify_json(planned: fitcore.PlanResult, verified: fitcore.VerifyResult | None
                 ) -> dict[str, Any]:
     if verified is None:
         return {"verdict": "no-plan", "planVerdict": planned.verdict, "category": None,
@@ -245,7 +245,7 @@ def verify_json(planned: plan.PlanResult, verified: plan.VerifyResult | None
             "details": [d.as_dict() for d in verified.details]}
 
 
-def verify_text(g: gang.Gang, planned: plan.PlanResult, verified: plan.VerifyResult | None
+def verify_text(g: fitcore.Gang, planned: fitcore.PlanResult, verified: fitcore.VerifyResult | None
                 ) -> str:
     if verified is None:
         return (f"{g.label}: nothing to verify: " +
@@ -268,7 +268,7 @@ def verify_text(g: gang.Gang, planned: plan.PlanResult, verified: plan.VerifyRes
     return "\n".join(lines)
 
 
-def _devices(p: gang.Placement) -> dict[str, dict[str, list[str]]]:
+def _devices(p: fitcore.Placement) -> dict[str, dict[str, list[str]]]:
     out: dict[str, dict[str, list[str]]] = {}
     for claim, results in p.devices:
         per_request = out.setdefault(claim, {})
@@ -277,13 +277,13 @@ def _devices(p: gang.Placement) -> dict[str, dict[str, list[str]]]:
     return out
 
 
-def _plan_json(p: plan.Plan) -> dict[str, Any]:
+def _plan_json(p: fitcore.Plan) -> dict[str, Any]:
     return {"shapes": [{"shape": s.shape, "count": s.count, "domain": s.domain}
                        for s in p.shapes],
-            "price": plan.price_str(p.price)}
+            "price": fitcore.price_str(p.price)}
 
 
-def _pod_sets(g: gang.Gang, result: plan.PlanResult) -> list[dict[str, Any]]:
+def _pod_sets(g: fitcore.Gang, result: fitcore.PlanResult) -> list[dict[str, Any]]:
     """Per pod set: how many pods were placed (fewer than count only with minCount) and
     in which topology domain."""
     placements = result.placements or (result.plan.placements if result.plan else ())
@@ -296,7 +296,7 @@ def _pod_sets(g: gang.Gang, result: plan.PlanResult) -> list[dict[str, Any]]:
              "domain": domains.get(ps.name)} for ps in g.pod_sets]
 
 
-def as_json(g: gang.Gang, result: plan.PlanResult) -> dict[str, Any]:
+def as_json(g: fitcore.Gang, result: fitcore.PlanResult) -> dict[str, Any]:
     placements = result.placements or (result.plan.placements if result.plan else ())
     return {
         "verdict": result.verdict,
@@ -316,15 +316,15 @@ def as_json(g: gang.Gang, result: plan.PlanResult) -> dict[str, Any]:
     }
 
 
-def _plan_text(p: plan.Plan) -> str:
+def _plan_text(p: fitcore.Plan) -> str:
     parts = []
     for s in p.shapes:
         where = f" in new domain {s.domain}" if s.domain else ""
         parts.append(f"{s.count} × {s.shape}{where}")
-    return f"{' + '.join(parts)}  (price {plan.price_str(p.price)})"
+    return f"{' + '.join(parts)}  (price {fitcore.price_str(p.price)})"
 
 
-def as_text(g: gang.Gang, result: plan.PlanResult) -> str:
+def as_text(g: fitcore.Gang, result: fitcore.PlanResult) -> str:
     headline = {"fits": "fits on existing nodes", "needs-capacity": "needs new nodes",
                 "unsatisfiable": "cannot fit", "undecided": "undecided"}[result.verdict]
     lines = [f"{g.label}: {headline}"
@@ -376,8 +376,8 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--lenient", action="store_true",
                      help="warn about unknown fields instead of refusing the object (the "
                           "API server's strict field validation refuses them)")
-    fit.add_argument("--kube-version", default=workload.DEFAULT_KUBE_VERSION,
-                     choices=workload.KUBE_VERSIONS,
+    fit.add_argument("--kube-version", default=fitcore.DEFAULT_KUBE_VERSION,
+                     choices=fitcore.KUBE_VERSIONS,
                      help="the Kubernetes minor version whose default-feature scheduler to "
                           "follow (default %(default)s)")
     verify = sub.add_parser("verify", help="plan on an inventory, then check the nodes that "
@@ -393,8 +393,8 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("-o", "--output", choices=("text", "json"), default="text")
     verify.add_argument("--lenient", action="store_true",
                         help="warn about unknown fields instead of refusing the object")
-    verify.add_argument("--kube-version", default=workload.DEFAULT_KUBE_VERSION,
-                        choices=workload.KUBE_VERSIONS,
+    verify.add_argument("--kube-version", default=fitcore.DEFAULT_KUBE_VERSION,
+                        choices=fitcore.KUBE_VERSIONS,
                         help="the Kubernetes minor version to follow (default %(default)s)")
     serve = sub.add_parser("serve", help="run the admission check controller (in a cluster, "
                                           "or locally with a kubeconfig)")
@@ -548,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"fitgate: note: {note}", file=sys.stderr)
             text = (json.dumps(as_json(g, result), indent=2) if args.output == "json"
                     else as_text(g, result))
-    except (UsageError, errors.InputError) as exc:
+    except (UsageError, fitcore.InputError) as exc:
         print(f"fitgate: bad input:\n{exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:

@@ -28,10 +28,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import fitcore
 from admission import fitting, gating, policy, provisioning
 from admission.check import constants as c
 from admission.kube import client, errors, kinds, store
-from fitcore import plan
 
 STAGES = ("no workload yet", "gated", "waiting for quota", "planning", "provisioning",
           "verifying", "admitted", "running", "rejected", "finished")
@@ -324,10 +324,10 @@ def _category(report: Report, explanation: Any, entry: Mapping[str, Any] | None
     return None
 
 
-def _plan_json(p: plan.Plan, source: str | None = None) -> dict[str, Any]:
+def _plan_json(p: fitcore.Plan, source: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"shapes": [{"shape": s.shape, "count": s.count, "domain": s.domain}
                                       for s in p.shapes],
-                           "price": plan.price_str(p.price)}
+                           "price": fitcore.price_str(p.price)}
     if source:
         out["source"] = source
     return out
@@ -340,7 +340,7 @@ async def _fit_now(api: client.Client, report: Report, wl: client.Obj, namespace
     engine = fitting.StoreEngine(stores)
     try:
         gang_ = fitting.gang_of(wl, stores)
-    except fitting.Unreadable as exc:
+    except fitcore.InputError as exc:
         report.problems.append(str(exc))
         return
     policies, bad = policy.parse_all(stores[kinds.FIT_POLICY].list())
@@ -357,10 +357,12 @@ async def _fit_now(api: client.Client, report: Report, wl: client.Obj, namespace
     report.problems.extend(engine.problems)
     per_pod_set: dict[str, list[str]] = {ps.name: [] for ps in gang_.pod_sets}
     other: list[str] = []
+    # Each reason goes under the pod set its details name (codes, not wording).
+    by_message = {d.message: d for d in result.details}
     for r in (*verdict.messages, *(result.reasons if not verdict.messages else ())):
-        named = next((n for n in per_pod_set if f"pod set {n}:" in r or r.endswith(
-            f"pod of {n}")), None)
-        if named is None:
+        detail = by_message.get(r)
+        named = detail.pod_set if detail is not None else None
+        if named is None or named not in per_pod_set:
             other.append(r)
             continue
         lead = f"pod set {named}: "  # said once, in the heading

@@ -14,7 +14,7 @@ Objects that do not parse are left out of the inventory and kept in `problems` (
 service keeps serving everything else).
 
 `gang_of(obj, stores)` reads a Job or Workload as a gang with the ResourceClaimTemplates
-and ResourceClaims of its namespace.
+and ResourceClaims of its namespace, by fitcore's one reader (`fitcore.gang_of`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+import fitcore
 from admission import inventory, policy
 from admission.kube import client, kinds, store
-from fitcore import errors, gang, model, plan, workload
 
-NodeFilter = Callable[[model.Node], bool]
+NodeFilter = Callable[[fitcore.Node], bool]
 
 #: What the engine reads, by kind.
 INVENTORY_KINDS = (kinds.NODE, kinds.RESOURCE_SLICE, kinds.DEVICE_CLASS, kinds.RESOURCE_CLAIM,
@@ -62,19 +62,16 @@ def relevant(kind: kinds.Kind, event: client.WatchEvent, before: client.Obj | No
 
 
 class Engine(Protocol):
-    def plan(self, gang_: gang.Gang, shapes: Collection[str] | None = None,
-             node_filter: NodeFilter | None = None) -> plan.PlanResult:
+    def plan(self, gang_: fitcore.Gang, shapes: Collection[str] | None = None,
+             node_filter: NodeFilter | None = None) -> fitcore.PlanResult:
         """Fit the gang on the nodes `node_filter` allows, or plan new nodes of the named
         shapes (None: every shape)."""
 
 
-class Unreadable(Exception):
-    """A Job or Workload the engine cannot read (the reasons name the fields)."""
-
-
-def gang_of(obj: Mapping[str, Any], stores: Mapping[kinds.Kind, store.Store]) -> gang.Gang:
-    """The gang of a batch/v1 Job or a Kueue Workload; raises Unreadable (with every field
-    problem) for anything else or anything malformed."""
+def gang_of(obj: Mapping[str, Any], stores: Mapping[kinds.Kind, store.Store]) -> fitcore.Gang:
+    """The gang of a batch/v1 Job or a Kueue Workload, by fitcore's one reader, with the
+    ResourceClaimTemplates and ResourceClaims of its namespace; raises fitcore.InputError
+    (with every field problem) for anything else or anything malformed."""
     ns = namespace_of(obj)
     rct = stores.get(kinds.RESOURCE_CLAIM_TEMPLATE)
     rc = stores.get(kinds.RESOURCE_CLAIM)
@@ -89,26 +86,10 @@ def namespace_of(obj: Mapping[str, Any]) -> str:
 
 
 def read_gang(obj: Mapping[str, Any], templates: Iterable[client.Obj],
-              claims: Iterable[client.Obj]) -> gang.Gang:
+              claims: Iterable[client.Obj]) -> fitcore.Gang:
     """`gang_of` with the ResourceClaimTemplates and ResourceClaims of the object's
     namespace given (those it does not name may be left out)."""
-    kind = obj.get("kind")
-    ns = namespace_of(obj)
-    refs = workload.References()
-    refs.templates = {(ns, str(o["metadata"]["name"])): (o, None) for o in templates}
-    refs.claims = {(ns, str(o["metadata"]["name"])): (o, None) for o in claims}
-    try:
-        if kind == "Workload":
-            return workload.workload(obj, refs)
-        if kind == "Job":
-            return workload.job(obj, refs)
-    except errors.InputError as exc:
-        raise Unreadable(str(exc)) from exc
-    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
-        # The readers validate field by field; this is the net under them for shapes of
-        # input nobody foresaw, so a hostile object is refused, never a crash.
-        raise Unreadable(f"{kind or 'object'}: cannot be read: {exc!r}") from exc
-    raise Unreadable(f"kind {kind!r} has no gang reader (Job and Workload have)")
+    return fitcore.gang_of(obj, list(templates), list(claims))
 
 
 def named_claims(obj: Any) -> tuple[set[str], set[str]]:
@@ -144,7 +125,7 @@ class StoreEngine:
     when nodes, devices or shapes do, not with every pod."""
 
     def __init__(self, stores: Mapping[kinds.Kind, store.Store], *, idle: bool = False,
-                 kube_version: str = workload.DEFAULT_KUBE_VERSION) -> None:
+                 kube_version: str = fitcore.DEFAULT_KUBE_VERSION) -> None:
         self.idle = idle
 
         def store_of(kind: kinds.Kind) -> store.Store:
@@ -162,8 +143,8 @@ class StoreEngine:
         self._inventory.sync()
         return [f"{what}: {why}" for what, why in sorted(self._inventory.problems().items())]
 
-    def plan(self, gang_: gang.Gang, shapes: Collection[str] | None = None,
-             node_filter: NodeFilter | None = None) -> plan.PlanResult:
+    def plan(self, gang_: fitcore.Gang, shapes: Collection[str] | None = None,
+             node_filter: NodeFilter | None = None) -> fitcore.PlanResult:
         return self._inventory.plan(gang_, shapes=shapes, node_filter=node_filter)
 
     def close(self) -> None:
@@ -180,10 +161,10 @@ class Verdict:
     refuse: bool  # the gang can never fit as configured
     violation: bool  # ... but would fit without its FitPolicy
     messages: tuple[str, ...] = ()
-    result: plan.PlanResult | None = None
+    result: fitcore.PlanResult | None = None
 
 
-def decide(engine: Engine, gang_: gang.Gang, scope: policy.Scope) -> Verdict:
+def decide(engine: Engine, gang_: fitcore.Gang, scope: policy.Scope) -> Verdict:
     """Whether a gang can never fit as configured (runs in the engine's thread)."""
     result = engine.plan(gang_, shapes=scope.shapes, node_filter=scope.node_filter)
     if result.verdict != "unsatisfiable":
@@ -198,10 +179,17 @@ def decide(engine: Engine, gang_: gang.Gang, scope: policy.Scope) -> Verdict:
     return Verdict(False, False, result=result)
 
 
-def reasons(result: plan.PlanResult) -> tuple[str, ...]:
-    """fitcore's reasons, the ones naming a claim and what a node offers first."""
-    specific = [r for r in result.reasons if "ResourceClaim" in r or "offers" in r]
+def reasons(result: fitcore.PlanResult) -> tuple[str, ...]:
+    """fitcore's reasons, the specific ones first: what the closest kind of node lacks
+    for a pod and its claims, and claims shared across pods (chosen by reason code, never
+    by wording; reasons without details keep their order)."""
+    specific = [d.message for d in result.details if d.code in SPECIFIC]
     return (*specific, *(r for r in result.reasons if r not in specific))
+
+
+#: Reason codes `reasons` puts first.
+SPECIFIC = fitcore.reasons.NODE_KINDS | {fitcore.reasons.SHARED_CLAIM_ONE_NODE,
+                                         fitcore.reasons.SHARED_CLAIM_NODES}
 
 
 if TYPE_CHECKING:  # StoreEngine implements Engine (checked by mypy)

@@ -12,28 +12,21 @@ A Workload's gang is its `spec.podSets`, with, once Kueue has reserved quota, wh
 A Workload without `status.admission` is not yet admitted: its gang has
 `assignments=None` (the pre-quota gate asks about such gangs), and every pod set counts in
 full. ResourceClaimTemplates and ResourceClaims come from stores of the Workload's
-namespace. Parsing is fitcore's (`fitcore.workload.workload`); every problem, fitcore's
-and the assignment's, is reported at once as a `BadInput` naming object and field.
+namespace. Parsing is fitcore's one gang reader (`fitcore.gang_of`, which reads the
+Workload as the API server hands it over: limits stand in for missing requests); every
+problem, fitcore's and the assignment's, is reported at once as one `fitcore.InputError`
+naming object and field.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
+import fitcore
 from admission.kube import client, store
-from fitcore import errors, gang, workload
-
-
-class BadInput(ValueError):
-    """A Workload (or an object it names) that cannot be turned into a gang; the message
-    names every object and field at fault, one per line."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,7 +45,7 @@ class Assignment:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkloadGang:
-    gang: gang.Gang
+    gang: fitcore.Gang
     #: Per pod set name; None while the Workload has no quota reservation.
     assignments: Mapping[str, Assignment] | None
 
@@ -64,11 +57,11 @@ def describe(obj: Mapping[str, Any]) -> str:
 
 def gang_of(obj: client.Obj, *, templates: store.Store, flavors: store.Store,
             claims: store.Store | None = None) -> WorkloadGang:
-    """The gang of a Workload (see the module docstring); raises BadInput."""
+    """The gang of a Workload (see the module docstring); raises fitcore.InputError."""
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     who = describe(obj)
-    problems: list[str] = []
+    problems: list[fitcore.FieldError] = []
     body = copy.deepcopy(obj)
     raw_spec = body.get("spec")
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
@@ -87,24 +80,20 @@ def gang_of(obj: client.Obj, *, templates: store.Store, flavors: store.Store,
             if a is not None:
                 _restrict(who, i, ps, a, problems)
     elif admission is not None:
-        problems.append(f"{who}: status.admission: must be an object")
-    refs = workload.References(
-        templates={(namespace, str(t["metadata"]["name"])): (t, None)
-                   for t in templates.list(namespace)},
-        claims={(namespace, str(c["metadata"]["name"])): (c, None)
-                for c in (claims.list(namespace) if claims is not None else [])})
-    parsed: gang.Gang | None = None
+        problems.append(fitcore.FieldError(who, "status.admission", "must be an object"))
+    parsed: fitcore.Gang | None = None
     try:
-        parsed = workload.workload(body, refs)
-    except errors.InputError as exc:
-        problems.extend(str(e) for e in exc.errors)
+        parsed = fitcore.gang_of(body, templates.list(namespace),
+                                  claims.list(namespace) if claims is not None else ())
+    except fitcore.InputError as exc:
+        problems.extend(exc.errors)
     if problems or parsed is None:
-        raise BadInput(problems)
+        raise fitcore.InputError(problems)
     return WorkloadGang(parsed, assignments)
 
 
 def _assignments(who: str, admission: Mapping[str, Any], pod_sets: list[Any],
-                 flavors: store.Store, problems: list[str]) -> dict[str, Assignment]:
+                 flavors: store.Store, problems: list[fitcore.FieldError]) -> dict[str, Assignment]:
     spec_counts: dict[str, tuple[int | None, int | None]] = {}
     for ps in pod_sets:
         if isinstance(ps, Mapping):
@@ -114,46 +103,52 @@ def _assignments(who: str, admission: Mapping[str, Any], pod_sets: list[Any],
     out: dict[str, Assignment] = {}
     raw = admission.get("podSetAssignments")
     if not isinstance(raw, list):
-        problems.append(f"{who}: status.admission.podSetAssignments: must be a list")
+        problems.append(fitcore.FieldError(who, "status.admission.podSetAssignments",
+                                          "must be a list"))
         return out
     for i, a in enumerate(raw):
         path = f"status.admission.podSetAssignments[{i}]"
         if not isinstance(a, Mapping):
-            problems.append(f"{who}: {path}: must be an object")
+            problems.append(fitcore.FieldError(who, path, "must be an object"))
             continue
         name = str(a.get("name") or "main")
         if name not in spec_counts:
-            problems.append(f"{who}: {path}.name: no pod set {name!r} in spec.podSets")
+            problems.append(fitcore.FieldError(who, f"{path}.name",
+                                              f"no pod set {name!r} in spec.podSets"))
             continue
         spec_count, min_count = spec_counts[name]
         count = a.get("count", spec_count)
         if isinstance(count, bool) or not isinstance(count, int):
-            problems.append(f"{who}: {path}.count: must be an integer, got {count!r}")
+            problems.append(fitcore.FieldError(who, f"{path}.count",
+                                              f"must be an integer, got {count!r}"))
             continue
         low = min_count if isinstance(min_count, int) else spec_count
         if spec_count is not None and not (low or 0) <= count <= spec_count:
-            problems.append(f"{who}: {path}.count: {count} is out of range: pod set {name!r} "
-                            f"has count {spec_count}" + (f" and minCount {min_count}"
-                                                         if min_count is not None else ""))
+            problems.append(fitcore.FieldError(
+                who, f"{path}.count", f"{count} is out of range: pod set {name!r} has count "
+                f"{spec_count}" + (f" and minCount {min_count}" if min_count is not None
+                                   else "")))
             continue
         by_resource = a.get("flavors") or {}
         if not isinstance(by_resource, Mapping):
-            problems.append(f"{who}: {path}.flavors: must be a map of resource to flavor")
+            problems.append(fitcore.FieldError(who, f"{path}.flavors",
+                                              "must be a map of resource to flavor"))
             by_resource = {}
         labels: dict[str, str] = {}
         tolerations: list[Mapping[str, Any]] = []
         for flavor_name in sorted(set(map(str, by_resource.values()))):
             flavor = flavors.get(flavor_name)
             if flavor is None:
-                problems.append(f"{who}: {path}.flavors: ResourceFlavor {flavor_name} not "
-                                "found")
+                problems.append(fitcore.FieldError(who, f"{path}.flavors",
+                                                  f"ResourceFlavor {flavor_name} not found"))
                 continue
             fspec = flavor.get("spec") or {}
             for k, v in (fspec.get("nodeLabels") or {}).items():
                 if k in labels and labels[k] != v:
-                    problems.append(f"{who}: {path}.flavors: ResourceFlavor {flavor_name} "
-                                    f"spec.nodeLabels[{k!r}] is {v!r} but another flavor of "
-                                    f"pod set {name!r} says {labels[k]!r}")
+                    problems.append(fitcore.FieldError(
+                        who, f"{path}.flavors", f"ResourceFlavor {flavor_name} "
+                        f"spec.nodeLabels[{k!r}] is {v!r} but another flavor of "
+                        f"pod set {name!r} says {labels[k]!r}"))
                 labels[str(k)] = str(v)
             for t in fspec.get("tolerations") or []:
                 if t not in tolerations:
@@ -165,7 +160,7 @@ def _assignments(who: str, admission: Mapping[str, Any], pod_sets: list[Any],
 
 
 def _restrict(who: str, index: int, ps: dict[str, Any], a: Assignment,
-              problems: list[str]) -> None:
+              problems: list[fitcore.FieldError]) -> None:
     """Add the flavors' node labels (as nodeSelector) and tolerations to a pod set's
     template, as Kueue does to the pods when the job starts."""
     template = ps.setdefault("template", {})
@@ -177,12 +172,14 @@ def _restrict(who: str, index: int, ps: dict[str, Any], a: Assignment,
     selector = dict(spec.get("nodeSelector") or {})
     for k, v in a.node_labels.items():
         if k in selector and selector[k] != v:
-            problems.append(f"{who}: spec.podSets[{index}].template.spec.nodeSelector[{k!r}] "
-                            f"is {selector[k]!r}, but the assigned flavor's nodeLabels say "
-                            f"{v!r}: no node can satisfy both")
+            problems.append(fitcore.FieldError(
+                who, f"spec.podSets[{index}].template.spec.nodeSelector[{k!r}]",
+                f"is {selector[k]!r}, but the assigned flavor's nodeLabels say {v!r}: no "
+                "node can satisfy both"))
         selector[k] = v
     if selector:
         spec["nodeSelector"] = selector
     if a.tolerations:
         spec["tolerations"] = [*(spec.get("tolerations") or []),
                                *(copy.deepcopy(dict(t)) for t in a.tolerations)]
+

@@ -43,11 +43,11 @@ from typing import Any, Literal
 
 import structlog
 
+import fitcore
 from admission import clock as clock_
 from admission import controller, fitting, gating, policy
 from admission.check import events
 from admission.kube import client, errors, kinds, store
-from fitcore import gang
 
 log = structlog.get_logger("fitgate.gate")
 _MAX_REASONS = 20
@@ -164,7 +164,7 @@ class GateController:
                 "no longer uses fitgate's AdmissionCheck; removed its gate")
         try:
             gang_ = fitting.gang_of(wl, self.stores)
-        except fitting.Unreadable as exc:
+        except fitcore.InputError as exc:
             bound.info("gang unreadable; leaving it to the AdmissionCheck", error=str(exc))
             return await self.sync_ungate(key, job_kind, job_name, wl,
                                           f"fitgate cannot read the gang: {exc}")
@@ -176,7 +176,7 @@ class GateController:
             return await self.sync_ungate(key, job_kind, job_name, wl, None)
         return await self.sync_held(key, job_kind, job_name, wl, verdict, scope)
 
-    def _decide(self, gang_: gang.Gang, scope: policy.Scope) -> fitting.Verdict:
+    def _decide(self, gang_: fitcore.Gang, scope: policy.Scope) -> fitting.Verdict:
         verdict = fitting.decide(self.engine, gang_, scope)
         if verdict.result is not None and verdict.result.verdict == "unsatisfiable" \
                 and not verdict.messages:

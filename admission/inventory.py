@@ -40,18 +40,17 @@ from typing import Any
 
 import prometheus_client
 
+import fitcore
 from admission.kube import client, kinds, store
-from fitcore import errors, gang, model, plan, shapes, workload
-from fitcore import inventory as engine
 
-NodeFilter = Callable[[model.Node], bool]
+NodeFilter = Callable[[fitcore.Node], bool]
 StoreOf = Callable[[kinds.Kind], store.Store]
 Key = tuple[str, str]
 # (The methods `plan` and `shapes` hide those modules' names inside the class.)
-PlanResult = plan.PlanResult
-VerifyResult = plan.VerifyResult
-Plan = plan.Plan
-NodeShape = shapes.NodeShape
+PlanResult = fitcore.PlanResult
+VerifyResult = fitcore.VerifyResult
+Plan = fitcore.Plan
+NodeShape = fitcore.NodeShape
 
 #: The kinds the engine's inventory reads.
 ENGINE_KINDS = (kinds.DEVICE_CLASS, kinds.NODE, kinds.RESOURCE_SLICE, kinds.RESOURCE_CLAIM,
@@ -103,7 +102,7 @@ class ClusterInventory:
 
     def __init__(self, store_of: StoreOf, *, timeout: float = 30.0,
                  kept_problems: int | None = None, background: bool = True,
-                 idle: bool = False, kube_version: str = workload.DEFAULT_KUBE_VERSION
+                 idle: bool = False, kube_version: str = fitcore.DEFAULT_KUBE_VERSION
                  ) -> None:
         """`background`: apply queued events on the decision thread as they come (the
         service); False leaves them queued until the next decision or `sync` (tests and
@@ -115,7 +114,7 @@ class ClusterInventory:
         self.timeout = timeout
         self._background = background
         self.generation = 0  # bumped on every event queued for the engine
-        self._engine = engine.Inventory(kept_problems=kept_problems,
+        self._engine = fitcore.Inventory(kept_problems=kept_problems,
                                         kube_version=kube_version)
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="fitgate-decide")
@@ -128,7 +127,7 @@ class ClusterInventory:
         self._drain_scheduled = False
         self._problems: dict[str, str] = {}
         self._problems_lock = threading.Lock()
-        self._refs = workload.References()
+        self._refs = fitcore.References()
         self._shapes: dict[str, NodeShape] = {}
         self._node_names: set[str] = set()
         for kind in (*IDLE_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE) if idle else WATCHED:
@@ -182,12 +181,12 @@ class ClusterInventory:
             self._shapes.pop(key[1], None)
             return
         try:
-            self._shapes[key[1]] = workload.node_shape(event.object)
-        except errors.InputError:
+            self._shapes[key[1]] = fitcore.node_shape(event.object)
+        except fitcore.InputError:
             self._shapes.pop(key[1], None)  # the engine reports it in problems()
 
     @staticmethod
-    def _ref(into: dict[Key, workload.Document], event: client.WatchEvent, key: Key) -> None:
+    def _ref(into: dict[Key, fitcore.Document], event: client.WatchEvent, key: Key) -> None:
         ref_key = (key[0] or "default", key[1])  # as fitcore.workload keys references
         if event.type == "DELETED":
             into.pop(ref_key, None)
@@ -213,7 +212,7 @@ class ClusterInventory:
             label = _label(kind, key)
             try:
                 self._engine.apply(etype, obj)  # type: ignore[arg-type]
-            except errors.InputError as exc:
+            except fitcore.InputError as exc:
                 with self._problems_lock:
                     self._problems[label] = str(exc)
                 continue
@@ -233,7 +232,7 @@ class ClusterInventory:
 
     # ------------------------------------------------------------ decisions
 
-    def fit(self, gang_: gang.Gang, *, node_filter: NodeFilter | None = None,
+    def fit(self, gang_: fitcore.Gang, *, node_filter: NodeFilter | None = None,
             held: Collection[str] = ()) -> PlanResult:
         """Does the gang fit the existing nodes now (no new nodes considered)? `held`:
         nodes held for other workloads (left out, named apart in the reasons)."""
@@ -241,7 +240,7 @@ class ClusterInventory:
             "fit", lambda: self._engine.fit(gang_, node_filter=node_filter, held=held))
         return result
 
-    def plan(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
+    def plan(self, gang_: fitcore.Gang, *, shapes: Iterable[str] | None = None,
              node_filter: NodeFilter | None = None, held: Collection[str] = ()
              ) -> PlanResult:
         """Fit on existing nodes, or the cheapest new nodes of the allowed NodeShapes
@@ -252,7 +251,7 @@ class ClusterInventory:
                                               held=held))
         return result
 
-    def verify(self, gang_: gang.Gang, plan_: Plan, *,
+    def verify(self, gang_: fitcore.Gang, plan_: Plan, *,
                node_filter: NodeFilter | None = None, held: Collection[str] = ()
                ) -> VerifyResult:
         """After provisioning: does the gang fit the real inventory, and how do the new
@@ -271,17 +270,17 @@ class ClusterInventory:
         return (f"the decision took longer than {self.timeout:g} s (fitgate's "
                 "decision_timeout); it is tried again later")
 
-    async def fit_async(self, gang_: gang.Gang, *, node_filter: NodeFilter | None = None,
+    async def fit_async(self, gang_: fitcore.Gang, *, node_filter: NodeFilter | None = None,
                         held: Collection[str] = ()) -> PlanResult:
         """`fit` on the decision thread; past `timeout` seconds, `undecided`."""
         try:
             result: PlanResult = await self._off_loop(self.fit, gang_,
                                                       node_filter=node_filter, held=held)
         except TimeoutError:
-            return plan.PlanResult("undecided", reasons=(self._too_long(),))
+            return fitcore.PlanResult("undecided", reasons=(self._too_long(),))
         return result
 
-    async def plan_async(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
+    async def plan_async(self, gang_: fitcore.Gang, *, shapes: Iterable[str] | None = None,
                          node_filter: NodeFilter | None = None, held: Collection[str] = ()
                          ) -> PlanResult:
         """`plan` on the decision thread; past `timeout` seconds, `undecided`."""
@@ -289,10 +288,10 @@ class ClusterInventory:
             result: PlanResult = await self._off_loop(self.plan, gang_, shapes=shapes,
                                                       node_filter=node_filter, held=held)
         except TimeoutError:
-            return plan.PlanResult("undecided", reasons=(self._too_long(),))
+            return fitcore.PlanResult("undecided", reasons=(self._too_long(),))
         return result
 
-    async def verify_async(self, gang_: gang.Gang, plan_: Plan, *,
+    async def verify_async(self, gang_: fitcore.Gang, plan_: Plan, *,
                            node_filter: NodeFilter | None = None, held: Collection[str] = ()
                            ) -> VerifyResult:
         """`verify` on the decision thread; past `timeout` seconds, `undecided`."""
@@ -300,7 +299,7 @@ class ClusterInventory:
             result: VerifyResult = await self._off_loop(self.verify, gang_, plan_,
                                                         node_filter=node_filter, held=held)
         except TimeoutError:
-            return plan.VerifyResult("undecided", reasons=(self._too_long(),))
+            return fitcore.VerifyResult("undecided", reasons=(self._too_long(),))
         return result
 
     # ------------------------------------------------------------ reading
@@ -321,7 +320,7 @@ class ClusterInventory:
         with self._problems_lock:
             return dict(self._problems)
 
-    def references(self) -> workload.References:
+    def references(self) -> fitcore.References:
         """ResourceClaimTemplates and ResourceClaims a gang's pod templates may name, for
         `fitcore.workload.workload(obj, refs)` (kept current; do not modify)."""
         return self._refs

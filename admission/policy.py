@@ -36,11 +36,11 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+import fitcore
 from admission.kube import store
-from fitcore import model
 
 Enforcement = Literal["warn", "deny"]
-NodeFilter = Callable[[model.Node], bool]
+NodeFilter = Callable[[fitcore.Node], bool]
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
@@ -302,7 +302,7 @@ class NodeSelection:
     any_node: bool
     allowed: tuple[LabelSelector, ...]
 
-    def __call__(self, node: model.Node) -> bool:
+    def __call__(self, node: fitcore.Node) -> bool:
         if any(s.matches(node.labels) for s in self.barred):
             return False
         return self.any_node or any(s.matches(node.labels) for s in self.allowed)

@@ -34,19 +34,19 @@ deletes them itself (see `admission.check.workload`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from fractions import Fraction
 from typing import Any, Literal
 
+import fitcore
 from admission.check import constants as c
 from admission.check import predicates
 from admission.kube import client, kinds
-from fitcore import gang, plan, shapes
 
-#: fitcore's quantity, as `gang.PodSet.requests` holds it (admission reads fitcore only
+#: fitcore's quantity, as `fitcore.PodSet.requests` holds it (admission reads fitcore only
 #: through its inventory API modules: the type is not imported).
 Quantity = Any
 MAX_NAME = 253
@@ -102,41 +102,34 @@ def attempt_of(entry: Mapping[str, Any]) -> int:
 # ------------------------------------------------------------------ plan as JSON
 
 
-def plan_to_json(p: plan.Plan) -> str:
-    """The plan without its device results and without the names of the nodes that
-    existed (thousands): verification counts as new the nodes created after the request
+def plan_to_json(p: fitcore.Plan) -> str:
+    """The plan as the check stores it: fitcore's one codec (`Plan.to_json`) in its
+    compact form, without device results and without the names of the nodes that existed
+    (thousands): verification counts as new the nodes created after the request
     (`existing_nodes`)."""
-    return json.dumps({
-        "shapes": [{"shape": s.shape, "count": s.count, "domain": s.domain}
-                   for s in p.shapes],
-        "price": str(p.price),
-        "placements": [{"podSet": pl.pod_set, "index": pl.index, "node": pl.node}
-                       for pl in p.placements],
-        "domains": dict(p.domains),
-    }, separators=(",", ":"), sort_keys=True)
+    return json.dumps(p.to_json(devices=False, existing=False), separators=(",", ":"),
+                      sort_keys=True)
 
 
-def plan_from_json(text: str, existing_nodes: Iterable[str] = ()) -> plan.Plan:
+def plan_from_json(text: str, existing_nodes: Iterable[str] = ()) -> fitcore.Plan:
+    """A plan `plan_to_json` wrote (by `Plan.from_json`), with the nodes that existed."""
     try:
         raw = json.loads(text)
-        shape_counts = tuple(plan.ShapeCount(str(s["shape"]), int(s["count"]),
-                                             s.get("domain")) for s in raw["shapes"])
-        placements = tuple(gang.Placement(str(p["podSet"]), int(p["index"]), str(p["node"]))
-                           for p in raw.get("placements", []))
-        price = Fraction(str(raw.get("price", "0")))
-        domains = {str(k): str(v) for k, v in (raw.get("domains") or {}).items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        if not isinstance(raw, Mapping):
+            raise TypeError("a plan is an object")
+        p = fitcore.Plan.from_json(raw)
+    except (ValueError, TypeError) as exc:  # fitcore.InputError is a ValueError
         raise PlanFormatError(f"not a fitgate plan: {exc}") from exc
-    if not shape_counts or any(s.count < 1 for s in shape_counts):
+    if not p.shapes or any(s.count < 1 for s in p.shapes):
         raise PlanFormatError("a plan asks for at least one node of each of its shapes")
-    return plan.Plan(shape_counts, price, placements, frozenset(existing_nodes), domains)
+    return dataclasses.replace(p, existing_nodes=frozenset(existing_nodes))
 
 
-def plans_to_json(plans: Sequence[plan.Plan]) -> str:
+def plans_to_json(plans: Sequence[fitcore.Plan]) -> str:
     return "[" + ",".join(plan_to_json(p) for p in plans) + "]"
 
 
-def plans_from_json(text: str) -> list[plan.Plan]:
+def plans_from_json(text: str) -> list[fitcore.Plan]:
     try:
         raw = json.loads(text)
         if not isinstance(raw, list):
@@ -146,7 +139,7 @@ def plans_from_json(text: str) -> list[plan.Plan]:
     return [plan_from_json(json.dumps(p)) for p in raw]
 
 
-def describe_plan(p: plan.Plan) -> str:
+def describe_plan(p: fitcore.Plan) -> str:
     """`2 × h100-8 + 1 × cpu-64` for messages."""
     totals: dict[str, int] = {}
     for s in p.shapes:
@@ -165,7 +158,7 @@ def shape_of_new_node(node: str, shape_names: Iterable[str]) -> str | None:
     return head if head in set(shape_names) else None
 
 
-def node_shares(g: gang.Gang, p: plan.Plan) -> dict[str, dict[str, Quantity]]:
+def node_shares(g: fitcore.Gang, p: fitcore.Plan) -> dict[str, dict[str, Quantity]]:
     """Per shape of the plan: one node's share of the gang, the per-resource maximum over
     the shape's new nodes of what the plan's pods there request (DRA claims aside)."""
     names = {s.shape for s in p.shapes}
@@ -199,11 +192,11 @@ def owner_labels(workload: client.Obj, check: str, attempt: int) -> dict[str, st
             c.CHECK_LABEL: label_value(check), c.ATTEMPT_LABEL: str(attempt)}
 
 
-def provisioning_class(shape: shapes.NodeShape) -> str:
+def provisioning_class(shape: fitcore.NodeShape) -> str:
     return shape.provisioning_class or c.DEFAULT_PROVISIONING_CLASS
 
 
-def pod_template(*, name: str, namespace: str, request: str, shape: shapes.NodeShape,
+def pod_template(*, name: str, namespace: str, request: str, shape: fitcore.NodeShape,
                  share: Mapping[str, Quantity], labels: Mapping[str, str],
                  avoid: Sequence[str] = ()) -> client.Obj:
     """The placeholder pod of one node of `shape` for `request`, kept off the nodes
@@ -233,7 +226,7 @@ def pod_template(*, name: str, namespace: str, request: str, shape: shapes.NodeS
                          "spec": spec}}
 
 
-def _avoid(chosen: plan.Plan, shape: shapes.NodeShape,
+def _avoid(chosen: fitcore.Plan, shape: fitcore.NodeShape,
            node_labels: Mapping[str, Mapping[str, str]] | None) -> list[str]:
     """The existing nodes a placeholder of `shape` could be booked on."""
     if node_labels is None:
@@ -247,9 +240,9 @@ class ShapeProblem(ValueError):
     """A plan that names a shape fitgate cannot build a request for."""
 
 
-def build(workload: client.Obj, g: gang.Gang, check: str, attempt: int, index: int,
-          chosen: plan.Plan, alternatives: Sequence[plan.Plan],
-          node_shapes: Mapping[str, shapes.NodeShape],
+def build(workload: client.Obj, g: fitcore.Gang, check: str, attempt: int, index: int,
+          chosen: fitcore.Plan, alternatives: Sequence[fitcore.Plan],
+          node_shapes: Mapping[str, fitcore.NodeShape],
           node_labels: Mapping[str, Mapping[str, str]] | None = None
           ) -> tuple[client.Obj, list[client.Obj]]:
     """The ProvisioningRequest for `chosen` (plan `index` of this attempt) and its

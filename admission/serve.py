@@ -42,7 +42,7 @@ import structlog
 from aiohttp import web
 
 from admission import clock as clock_
-from admission import components, config, controller, inventory
+from admission import components, config, controller, fitting, inventory
 from admission import logging as flog
 from admission.kube import cache, client, lease
 
@@ -68,6 +68,19 @@ class Context:
     inventory: inventory.ClusterInventory
     runtime: controller.Runtime
     clock: clock_.Clock
+    _idle: fitting.StoreEngine | None = dataclasses.field(default=None, init=False,
+                                                          repr=False)
+
+    def idle_engine(self) -> fitting.StoreEngine:
+        """The process's one engine over the idle cluster (nodes, devices and shapes, no
+        usage): the gate and the check share it (it decides under its own lock, so the
+        threads that ask take turns). The webhook's decision process keeps its own copy
+        (see `admission.webhook.decider`)."""
+        if self._idle is None:
+            self._idle = fitting.StoreEngine(
+                {k: self.informers.store(k) for k in fitting.IDLE_KINDS}, idle=True,
+                kube_version=self.config.kube_version)
+        return self._idle
 
 
 @dataclasses.dataclass

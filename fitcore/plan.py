@@ -63,18 +63,25 @@ class Plan:
     def nodes(self) -> int:
         return sum(s.count for s in self.shapes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, devices: bool = True, existing: bool = True) -> dict[str, Any]:
         """A JSON-ready dict that `from_json` turns back into an equal plan (devices are
         written as the nodes name them), so a controller can store a plan on an object
-        and verify it after a restart."""
-        return {
+        and verify it after a restart. The one codec of a Plan.
+
+        `devices=False` leaves out the placements' device results and `existing=False`
+        the names of the nodes that existed (thousands): the compact form the admission
+        check stores in an annotation (its verification counts as new the nodes created
+        after the request, and places the devices again)."""
+        out: dict[str, Any] = {
             "shapes": [{"shape": g.shape, "count": g.count, "domain": g.domain}
                        for g in self.shapes],
             "price": str(self.price),
-            "placements": [_placement_json(p) for p in self.placements],
-            "existingNodes": sorted(self.existing_nodes),
+            "placements": [_placement_json(p, devices) for p in self.placements],
             "domains": dict(self.domains),
         }
+        if existing:
+            out["existingNodes"] = sorted(self.existing_nodes)
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Plan:
@@ -85,7 +92,7 @@ class Plan:
                 tuple(ShapeCount(str(g["shape"]), int(g["count"]),
                                  None if g.get("domain") is None else str(g["domain"]))
                       for g in d["shapes"]),
-                Fraction(str(d["price"])),
+                Fraction(str(d.get("price", "0"))),
                 tuple(_placement_from_json(p) for p in d.get("placements", ())),
                 frozenset(str(n) for n in d.get("existingNodes", ())),
                 {str(k): str(v) for k, v in dict(d.get("domains", {})).items()})
@@ -96,7 +103,9 @@ class Plan:
         return plan_
 
 
-def _placement_json(p: gang.Placement) -> dict[str, Any]:
+def _placement_json(p: gang.Placement, devices: bool = True) -> dict[str, Any]:
+    if not devices:
+        return {"podSet": p.pod_set, "index": p.index, "node": p.node}
     return {"podSet": p.pod_set, "index": p.index, "node": p.node,
             "claims": [{"name": name, "devices": [
                 {"request": r.request, "driver": r.id.driver, "pool": r.id.pool,
@@ -114,7 +123,7 @@ def _placement_from_json(d: Mapping[str, Any]) -> gang.Placement:
             {str(k): values.Quantity.parse(v)
              for k, v in dict(r.get("consumedCapacity", {})).items()})
             for r in c["devices"]))
-        for c in d["claims"])
+        for c in d.get("claims", ()))
     return gang.Placement(str(d["podSet"]), int(d["index"]), str(d["node"]), claims)
 
 
@@ -175,7 +184,8 @@ def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes
             undecided = undecided or found.code == codes.SHAPE_UNDECIDED
             rejected.append((shape.name, found.why))
             rejected_why.append(codes.reason(found.code, found.why, object=f"NodeShape "
-                                               f"{shape.name}", shape=shape.name))
+                                               f"{shape.name}", shape=shape.name,
+                                             pod_set=found.pod_set))
     if not plans and len(node_shapes) > 1 and len(gang_.pod_sets) > 1 and not undecided:
         mixed = _combined(gang_, snapshot, sorted(node_shapes, key=lambda s: s.name), memo,
                           existing, engine, budget)
@@ -203,8 +213,10 @@ def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes
             + ", ".join(sorted(k for k, n in hostable.items() if n == 0))
             if category == "configuration" else
             "every pod fits somewhere, but not the whole gang within the shapes' limits")
+    unhosted = sorted(k for k, n in hostable.items() if n == 0)
     first = codes.reason(codes.NO_HOST if category == "configuration"
-                           else codes.SHAPE_LIMITS, lead, object=gang_.label)
+                           else codes.SHAPE_LIMITS, lead, object=gang_.label,
+                         pod_set=unhosted[0] if len(unhosted) == 1 else None)
     details = (first, *base.details, *shape_reasons)
     return PlanResult("unsatisfiable", category,
                       reasons=tuple(r.message for r in details), rejected=tuple(rejected),
@@ -336,6 +348,7 @@ class _Found:
     nodes: int = 0
     domains: int = 0
     code: str = ""  # `why` for programs
+    pod_set: str | None = None  # the one pod set `why` is about, if one
 
 
 def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape,
@@ -390,8 +403,10 @@ def _smallest(gang_: gang.Gang, snapshot: gang.Snapshot, shape: shapes.NodeShape
                 ps.topology == shape.domain_label for ps in gang_.pod_sets):
             text.append(f"new {shape.name} nodes come in {shape.domain_label} domains of at "
                         f"most {shape.nodes_per_domain} nodes")
+        named = {d.pod_set for d in about}
         return _Found(None, f"even {limit} new nodes do not make the gang fit: "
-                      + "; ".join(text), hostable, code=codes.SHAPE_DOES_NOT_FIT)
+                      + "; ".join(text), hostable, code=codes.SHAPE_DOES_NOT_FIT,
+                      pod_set=named.pop() if len(named) == 1 else None)
     # The plan is what placement finds on exactly the planned nodes (it is what verify
     # will run on the real ones): the nodes a placement used bound the answer, so shrink
     # to them while that still fits, then make sure one node less does not.

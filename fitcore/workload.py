@@ -12,7 +12,7 @@ As in `kube`, every problem is collected with its object and field path, and one
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -479,24 +479,53 @@ def node_shape(obj: Mapping[str, Any], source: str | None = None) -> shapes.Node
 # -------------------------------------------------------------- the service's entry
 
 
-def gang_of(obj: Mapping[str, Any], claim_templates: Mapping[Key, Mapping[str, Any]],
-            claims: Mapping[Key, Mapping[str, Any]] | None = None,
+def gang_of(obj: Mapping[str, Any],
+            claim_templates: Mapping[Key, Mapping[str, Any]] | Iterable[Mapping[str, Any]] = (),
+            claims: Mapping[Key, Mapping[str, Any]] | Iterable[Mapping[str, Any]] | None = None,
             source: str | None = None) -> gang.Gang:
-    """The gang of one Kueue Workload or batch/v1 Job dict (what the admission service
-    hands to `fitcore.inventory.Inventory`), with the ResourceClaimTemplates and shared
-    ResourceClaims its pods name, each by (namespace, name). Raises errors.InputError
-    naming the object and field for anything wrong, including a missing template.
+    """The one gang reader: a Kueue Workload or batch/v1 Job dict as a gang, for the CLI,
+    the webhook, the gate, `explain` and the check alike (`fitcore.gang_of`).
+
+    `claim_templates`, `claims`: the ResourceClaimTemplates and shared ResourceClaims its
+    pods may name, either keyed by (namespace, name) or as a plain collection of objects
+    (keyed by their metadata). Raises errors.InputError naming the object and field for
+    anything wrong, including a missing template, an unsupported kind, and input of a
+    shape nobody foresaw (never another exception).
 
     The objects are read as the API server hands them to the scheduler (`read.normalize`:
     v1beta1/v1beta2 claims and templates converted to v1, limits standing in for missing
     requests); strict field checks are the caller's (`read.one`)."""
+    try:
+        return _gang_of(obj, _keyed(claim_templates), _keyed(claims or ()), source)
+    except errors.InputError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+        # The readers validate field by field; this is the net under them for shapes of
+        # input nobody foresaw, so a hostile object is refused, never a crash.
+        kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        raise errors.InputError([errors.FieldError(
+            kube.describe(obj, str(kind or "object")) if isinstance(obj, Mapping)
+            else "object", "", f"cannot be read: {exc!r}", source)]) from exc
+
+
+def _keyed(objs: Mapping[Key, Mapping[str, Any]] | Iterable[Mapping[str, Any]]
+           ) -> Mapping[Key, Mapping[str, Any]]:
+    if isinstance(objs, Mapping):
+        return objs
+    return {_key(o): o for o in objs if isinstance(o, Mapping)}
+
+
+def _gang_of(obj: Mapping[str, Any], claim_templates: Mapping[Key, Mapping[str, Any]],
+             claims: Mapping[Key, Mapping[str, Any]], source: str | None) -> gang.Gang:
     def normalized(o: Mapping[str, Any]) -> Mapping[str, Any]:
         return read.normalize(o) if isinstance(o, Mapping) else o
 
     refs = References(templates={k: (normalized(v), source) for k, v in claim_templates.items()},
-                      claims={k: (normalized(v), source) for k, v in (claims or {}).items()})
+                      claims={k: (normalized(v), source) for k, v in claims.items()})
+    if not isinstance(obj, Mapping):
+        raise errors.InputError([errors.FieldError("object", "", "must be an object", source)])
     obj = normalized(obj)
-    kind = obj.get("kind") if isinstance(obj, Mapping) else None
+    kind = obj.get("kind")
     if kind == "Workload":
         return workload(obj, refs, source)
     if kind == "Job":

@@ -38,9 +38,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import fitcore
 from admission import gangs
 from admission.check import constants as c
-from fitcore import gang
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,7 +74,7 @@ def _taken(workload: Mapping[str, Any], pod_set: Mapping[str, Any], check: str,
     return out
 
 
-def _pin(pod_set: gang.PodSet, placements: Sequence[gang.Placement],
+def _pin(pod_set: fitcore.PodSet, placements: Sequence[fitcore.Placement],
          domains: Mapping[str, str]) -> dict[str, str]:
     nodes = {p.node for p in placements if p.pod_set == pod_set.name}
     if len(nodes) == 1:
@@ -86,7 +86,7 @@ def _pin(pod_set: gang.PodSet, placements: Sequence[gang.Placement],
 
 
 def build(workload: Mapping[str, Any], check: str, wg: gangs.WorkloadGang,
-          placements: Sequence[gang.Placement], domains: Mapping[str, str],
+          placements: Sequence[fitcore.Placement], domains: Mapping[str, str],
           annotations: Mapping[str, str] | None = None) -> Updates:
     """podSetUpdates for every pod set of the Workload (see the module docstring)."""
     uid = str(workload["metadata"].get("uid", ""))

@@ -49,6 +49,7 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
+import fitcore
 from admission import clock as clock_
 from admission import (
     controller,
@@ -65,16 +66,14 @@ from admission.check import constants as c
 from admission.check import events, podsetupdates, predicates
 from admission.check.predicates import Verdict
 from admission.kube import client, errors, kinds, store
-from fitcore import errors as fit_errors
-from fitcore import gang, plan, shapes, workload
 
 log = structlog.get_logger(__name__)
 
 
 # (Type names for the Protocol below.)
-PlanResult = plan.PlanResult
-Plan = plan.Plan
-VerifyResult = plan.VerifyResult
+PlanResult = fitcore.PlanResult
+Plan = fitcore.Plan
+VerifyResult = fitcore.VerifyResult
 _Decided = TypeVar("_Decided", PlanResult, VerifyResult)
 
 
@@ -82,14 +81,14 @@ class Inventory(Protocol):
     """The fitcore inventory the process keeps current (`admission.inventory`): decisions
     run off the event loop, bounded in time (past it, `undecided`)."""
 
-    async def plan_async(self, gang_: gang.Gang, *, shapes: Iterable[str] | None = None,
+    async def plan_async(self, gang_: fitcore.Gang, *, shapes: Iterable[str] | None = None,
                          node_filter: Any = None, held: Collection[str] = ()
                          ) -> PlanResult: ...
 
-    async def verify_async(self, gang_: gang.Gang, plan_: Plan, *, node_filter: Any = None,
+    async def verify_async(self, gang_: fitcore.Gang, plan_: Plan, *, node_filter: Any = None,
                            held: Collection[str] = ()) -> VerifyResult: ...
 
-    async def fit_async(self, gang_: gang.Gang, *, node_filter: Any = None,
+    async def fit_async(self, gang_: fitcore.Gang, *, node_filter: Any = None,
                         held: Collection[str] = ()) -> PlanResult: ...
 
 
@@ -421,10 +420,10 @@ class WorkloadReconciler:
                         ) -> float | None:
         try:
             wg = self.gang_of(wl)
-        except gangs.BadInput as exc:
+        except fitcore.InputError as exc:
             return await self.sync_status(wl, entry, self.retry(
                 entry, "configuration", "the workload cannot be read: "
-                + "; ".join(exc.problems)))
+                + "; ".join(str(e) for e in exc.errors)))
         started = time.perf_counter()
         scope = self.scope_of(wl)
         decided = await self.around_promises(wl, lambda held: self.inventory.plan_async(
@@ -463,7 +462,7 @@ class WorkloadReconciler:
             entry, "capacity", "does not fit now, and the node shapes' limits allow no plan: "
             + "; ".join(result.reasons)))
 
-    async def never_fits(self, gang_: gang.Gang, scope: policy.Scope | None) -> bool:
+    async def never_fits(self, gang_: fitcore.Gang, scope: policy.Scope | None) -> bool:
         """Whether the gang fits no node and no shape even with nothing running: only then
         is it Rejected (which deactivates the Workload). On the real usage, a pod that no
         node can host *now* (its nodes busy, or promised to gangs still binding) also
@@ -485,14 +484,14 @@ class WorkloadReconciler:
         return Verdict(c.RETRY, predicates.message(category, f"{text} (retry in {wait}s)"),
                        category, requeue_after=wait)
 
-    def node_shapes(self) -> tuple[dict[str, shapes.NodeShape], list[str]]:
+    def node_shapes(self) -> tuple[dict[str, fitcore.NodeShape], list[str]]:
         """Parsed NodeShapes, and the problems of those that do not parse."""
-        out: dict[str, shapes.NodeShape] = {}
+        out: dict[str, fitcore.NodeShape] = {}
         problems: list[str] = []
         for obj in self.stores.node_shapes.list():
             try:
-                s = workload.node_shape(obj)
-            except fit_errors.InputError as exc:
+                s = fitcore.node_shape(obj)
+            except fitcore.InputError as exc:
                 problems.append(str(exc))
                 continue
             out[s.name] = s
@@ -500,7 +499,7 @@ class WorkloadReconciler:
 
     async def sync_new_request(self, wl: client.Obj, entry: Mapping[str, Any],
                                wg: gangs.WorkloadGang, attempt: int, index: int,
-                               chosen: plan.Plan, alternatives: list[plan.Plan],
+                               chosen: fitcore.Plan, alternatives: list[fitcore.Plan],
                                why: Sequence[str] = (), previous: str = "") -> float | None:
         """Create the request for plan `index` (and its templates), then say Pending."""
         check = str(entry["name"])
@@ -575,10 +574,10 @@ class WorkloadReconciler:
             if alternatives:
                 try:
                     wg = self.gang_of(wl)
-                except gangs.BadInput as exc:
+                except fitcore.InputError as exc:
                     return await self.sync_status(wl, entry, self.retry(
                         entry, "configuration", "the workload cannot be read: "
-                        + "; ".join(exc.problems)))
+                        + "; ".join(str(e) for e in exc.errors)))
                 wait = await self.sync_new_request(
                     wl, entry, wg, attempt, provisioning.plan_index(request) + 1,
                     alternatives[0], alternatives[1:], previous=said + "; next plan")
@@ -640,7 +639,7 @@ class WorkloadReconciler:
         own path reports that)."""
         try:
             wg = self.gang_of(wl)
-        except gangs.BadInput:
+        except fitcore.InputError:
             return False, None
         # Only nodes that were there before the request: nodes the autoscaler has added
         # for it (before it says Provisioned) are the request's, verified on that path.
@@ -675,7 +674,7 @@ class WorkloadReconciler:
                 out.add(str(_meta(n)["name"]))
         return out
 
-    def readiness(self, request: Mapping[str, Any], planned: plan.Plan) -> NodeReadiness:
+    def readiness(self, request: Mapping[str, Any], planned: fitcore.Plan) -> NodeReadiness:
         """The plan's new nodes that are Ready with a ResourceSlice per driver their
         shape publishes."""
         node_shapes, _ = self.node_shapes()
@@ -713,7 +712,7 @@ class WorkloadReconciler:
         return NodeReadiness(ready, planned.nodes, new_nodes, waiting)
 
     async def sync_verify(self, wl: client.Obj, entry: Mapping[str, Any],
-                          request: client.Obj, planned: plan.Plan,
+                          request: client.Obj, planned: fitcore.Plan,
                           cond: Mapping[str, Any] | None) -> float | None:
         name = _meta(request)["name"]
         ready = self.readiness(request, planned)
@@ -728,10 +727,10 @@ class WorkloadReconciler:
                              max(1.0, self.settings.node_wait_seconds - waited)))
         try:
             wg = self.gang_of(wl)
-        except gangs.BadInput as exc:
+        except fitcore.InputError as exc:
             return await self.sync_status(wl, entry, self.retry(
                 entry, "configuration", "the workload cannot be read: "
-                + "; ".join(exc.problems)))
+                + "; ".join(str(e) for e in exc.errors)))
         started = time.perf_counter()
         scope = self.scope_of(wl)
         verified = await self.around_promises(wl, lambda held: self.inventory.verify_async(
@@ -780,7 +779,7 @@ class WorkloadReconciler:
         await self.delete_request(request, "misfit")
         return wait
 
-    def _count_unused(self, request: Mapping[str, Any], planned: plan.Plan, used: set[str],
+    def _count_unused(self, request: Mapping[str, Any], planned: fitcore.Plan, used: set[str],
                       ready: NodeReadiness | None = None) -> None:
         cond = predicates.condition(request, c.PROVISIONED)
         if cond is None or cond.get("status") != "True":
@@ -795,13 +794,13 @@ class WorkloadReconciler:
             if idle and seconds:
                 metrics.UNUSED_NODE_SECONDS.labels(shape=shape_name).inc(seconds * len(idle))
 
-    async def sync_shape_mismatches(self, wl: client.Obj, request: str, planned: plan.Plan,
-                                    result: plan.VerifyResult, ready: NodeReadiness) -> None:
+    async def sync_shape_mismatches(self, wl: client.Obj, request: str, planned: fitcore.Plan,
+                                    result: fitcore.VerifyResult, ready: NodeReadiness) -> None:
         """Record on each planned NodeShape's status what its new nodes got wrong."""
         meta = _meta(wl)
         for shape_name in sorted({s.shape for s in planned.shapes}):
-            mine = [m for m in result.mismatches
-                    if f"shape {shape_name}:" in m or f"(shape {shape_name})" in m]
+            mine = [d.message for d in result.details
+                    if d.code == fitcore.reasons.SHAPE_MISMATCH and d.shape == shape_name]
             if not mine:
                 continue
             metrics.VERIFICATION_MISMATCHES.labels(shape=shape_name).inc(len(mine))
@@ -825,7 +824,7 @@ class WorkloadReconciler:
     # ------------------------------------------------------------------- ready
 
     async def sync_ready(self, wl: client.Obj, entry: Mapping[str, Any],
-                         wg: gangs.WorkloadGang, placements: Sequence[gang.Placement],
+                         wg: gangs.WorkloadGang, placements: Sequence[fitcore.Placement],
                          domains: Mapping[str, str], text: str,
                          annotations: Mapping[str, str] | None = None) -> float | None:
         updates = podsetupdates.build(wl, str(entry["name"]), wg, placements, domains,
@@ -849,7 +848,7 @@ class WorkloadReconciler:
             metrics.QUOTA_TO_READY.observe(max(0.0, (self.clock.now() - since).total_seconds()))
         return wait
 
-    async def sync_placements(self, wl: client.Obj, placements: Sequence[gang.Placement]
+    async def sync_placements(self, wl: client.Obj, placements: Sequence[fitcore.Placement]
                               ) -> None:
         """The gang's placements in fitcore's order, for the release controller: a
         ConfigMap named after the Workload's uid, owned by the Workload."""
@@ -999,7 +998,7 @@ def _seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
-def _where(placements: Sequence[gang.Placement]) -> str:
+def _where(placements: Sequence[fitcore.Placement]) -> str:
     nodes = sorted({p.node for p in placements})
     shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
     return f"{len(placements)} pods on {len(nodes)} nodes ({shown})"
@@ -1044,7 +1043,5 @@ def component(ctx: serve.Context) -> serve.Component:
         kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE, kinds.POD)})
     return serve.Component(controllers=[
         WorkloadReconciler(ctx.api, stores, ctx.inventory, clock=ctx.clock,
-                           settings=settings, idle=fitting.StoreEngine(
-                               {k: ctx.informers.store(k) for k in fitting.IDLE_KINDS},
-                               idle=True, kube_version=ctx.config.kube_version)),
+                           settings=settings, idle=ctx.idle_engine()),
         release.ReleaseController(ctx.api, ctx.informers.store(kinds.POD))])

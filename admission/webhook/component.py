@@ -7,11 +7,12 @@
 - The gate controller and the FitPolicy status controller (`Valid`) run on the leader
   (`controller.Controller`).
 
-Each decides on the idle cluster (could the gang ever fit as configured?) with an
-inventory of its own: the gate a `fitting.StoreEngine` in a worker thread; the webhook,
-by default (`webhook_decisions: process`), a child process (`decider.ProcessDecider`),
-so neither the engine's GIL time nor its garbage collections stall the loop that answers
-admission requests, and a gate decision never makes a review wait.
+Each decides on the idle cluster (could the gang ever fit as configured?): the gate in
+a worker thread on the process's one idle engine (`serve.Context.idle_engine`, shared
+with the check); the webhook, by default (`webhook_decisions: process`), in a child
+process with its own copy (`decider.ProcessDecider`), so neither the engine's GIL time
+nor its garbage collections stall the loop that answers admission requests, and a gate
+decision never makes a review wait (`webhook_decisions: thread` uses the shared engine).
 """
 
 from __future__ import annotations
@@ -65,15 +66,14 @@ def component(ctx: serve.Context) -> serve.Component:
     stores: dict[kinds.Kind, store.Store] = {k: ctx.informers.store(k) for k in KINDS}
     version = ctx.config.kube_version
     gate_controller = gate.GateController(
-        ctx.api, stores, fitting.StoreEngine(stores, idle=True, kube_version=version),
-        clock=ctx.clock)
+        ctx.api, stores, ctx.idle_engine(), clock=ctx.clock)
     servers: list[serve.Server] = []
     if ctx.config.cert_dir:
         deciding: fitting.Engine | decider.ProcessDecider = (
             decider.ProcessDecider(stores, kube_version=version,
                                    timeout=ctx.config.decision_timeout)
             if ctx.config.webhook_decisions == "process"
-            else fitting.StoreEngine(stores, idle=True, kube_version=version))
+            else ctx.idle_engine())
         hooks = review.Hooks(stores, deciding, ready=lambda: bool(ctx.informers.ready),
                              config=review.Config(
                                  decision_budget_seconds=ctx.config.webhook_decision_budget))

@@ -48,10 +48,9 @@ from typing import Any, Protocol
 
 import structlog
 
+import fitcore
 from admission import fitting, policy
 from admission.kube import client, kinds, store
-from fitcore import errors, gang, plan, workload
-from fitcore import inventory as engine_inventory
 
 log = structlog.get_logger("fitgate.webhook")
 
@@ -61,7 +60,7 @@ NICE = 10
 
 
 class Decider(Protocol):
-    def submit(self, obj: Mapping[str, Any], gang_: gang.Gang, scope: policy.Scope
+    def submit(self, obj: Mapping[str, Any], gang_: fitcore.Gang, scope: policy.Scope
                ) -> Verdicts:
         """Decide `gang_` (read from `obj`, a Job or Workload) within `scope`."""
 
@@ -80,7 +79,7 @@ class ThreadDecider:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="fitgate-webhook-engine")
 
-    def submit(self, obj: Mapping[str, Any], gang_: gang.Gang, scope: policy.Scope
+    def submit(self, obj: Mapping[str, Any], gang_: fitcore.Gang, scope: policy.Scope
                ) -> Verdicts:
         return self._executor.submit(fitting.decide, self.engine, gang_, scope)
 
@@ -91,11 +90,11 @@ class ThreadDecider:
 class _ChildEngine:
     """`fitting.Engine` over the child's fitcore inventory."""
 
-    def __init__(self, inventory: engine_inventory.Inventory) -> None:
+    def __init__(self, inventory: fitcore.Inventory) -> None:
         self.inventory = inventory
 
-    def plan(self, gang_: gang.Gang, shapes: Any = None, node_filter: Any = None
-             ) -> plan.PlanResult:
+    def plan(self, gang_: fitcore.Gang, shapes: Any = None, node_filter: Any = None
+             ) -> fitcore.PlanResult:
         allowed = None if shapes is None else sorted(set(shapes))
         return self.inventory.plan(gang_, shapes=allowed, node_filter=node_filter)
 
@@ -106,7 +105,7 @@ def _child(conn: multiprocessing.connection.Connection, kube_version: str) -> No
     the loop that answers reviews gets the CPU first, a decision waits."""
     with contextlib.suppress(OSError):
         os.nice(NICE)
-    inventory = engine_inventory.Inventory(kube_version=kube_version)
+    inventory = fitcore.Inventory(kube_version=kube_version)
     engine = _ChildEngine(inventory)
     while True:
         try:
@@ -116,7 +115,7 @@ def _child(conn: multiprocessing.connection.Connection, kube_version: str) -> No
         if msg[0] == "events":
             for etype, obj in msg[1]:
                 # Refused objects are reported by the service's own inventory.
-                with contextlib.suppress(errors.InputError):
+                with contextlib.suppress(fitcore.InputError):
                     inventory.apply(etype, obj)
         elif msg[0] == "decide":
             _, ident, obj, templates, claims, scope = msg
@@ -136,7 +135,7 @@ class ProcessDecider:
     `stores` hold; see the module docstring."""
 
     def __init__(self, stores: Mapping[kinds.Kind, store.Store], *,
-                 kube_version: str = workload.DEFAULT_KUBE_VERSION, timeout: float = 30.0,
+                 kube_version: str = fitcore.DEFAULT_KUBE_VERSION, timeout: float = 30.0,
                  restart_backoff: float = 10.0) -> None:
         self.stores = stores
         self.kube_version = kube_version
@@ -192,7 +191,7 @@ class ProcessDecider:
                          name="fitgate-decisions-read").start()
         log.info("webhook.decision_process", pid=proc.pid, starts=self.starts)
 
-    def submit(self, obj: Mapping[str, Any], gang_: gang.Gang, scope: policy.Scope
+    def submit(self, obj: Mapping[str, Any], gang_: fitcore.Gang, scope: policy.Scope
                ) -> Verdicts:
         fut: Verdicts = concurrent.futures.Future()
         if self._closed:

@@ -59,6 +59,7 @@ from typing import Any, Literal
 
 import structlog
 
+import fitcore
 from admission import fitting, gating, metrics, policy, release
 from admission.kube import client, kinds, store
 from admission.webhook import decider, models
@@ -229,7 +230,7 @@ class Hooks:
             return self._answer(request, "cached", verdict, label, queue, scope)
         try:
             pending = self._submit(key, body, scope)
-        except fitting.Unreadable as exc:
+        except fitcore.InputError as exc:
             metrics.WEBHOOK_VALIDATIONS.labels("unreadable").inc()
             if kind in ("Job", "Workload"):
                 return models.allow(request, warnings=_short([
@@ -294,7 +295,7 @@ class Hooks:
         """The pending decision of a question not in the cache: the one already queued or
         running for it, or a new one in the worker; None when `max_pending` distinct
         decisions are already queued or running. Reads the gang on the loop first (raises
-        Unreadable, with the fields, for the review to report)."""
+        fitcore.InputError, with the fields, for the review to report)."""
         pending = self._inflight.get(key)
         if pending is not None:
             return pending

@@ -87,10 +87,19 @@ async def test_skips_what_is_not_pending_with_quota(world: w.World, change: str)
 
 
 async def test_a_second_pass_writes_nothing(world: w.World) -> None:
-    world.seed(*w.base(), w.admitted(w.workers(4)))
-    await world.reconcile()
+    # A check that stays Pending (waiting for the nodes its request asks for), so the
+    # second pass reaches the status write and finds nothing changed (a Rejected check
+    # would return before it).
+    grouped = w.cpu_node("cpu-2")
+    grouped["metadata"]["labels"][w.SHAPE_LABEL] = "h100"
+    world.seed(*w.base(), grouped, w.shape("h100"), w.admitted(w.workers(4)))
+    await world.reconcile()  # plans and asks for nodes
+    await world.reconcile()  # says it waits for the autoscaler
+    assert world.entry()["state"] == "Pending"
+    assert "waiting for the autoscaler" in world.entry()["message"]
     writes = world.status_writes()
-    await world.reconcile()
+    assert writes == 2
+    await world.reconcile()  # nothing changed: nothing written
     assert world.status_writes() == writes
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+import fitcore
 from admission import gangs
 from admission.kube import kinds, store
 from tests.admission import world as w
@@ -67,7 +68,7 @@ def test_bad_input_names_object_and_field(case: str, objs: list[dict[str, Any]],
     wl = w.admitted(w.workers(2))
     if change:
         wl["status"]["admission"]["podSetAssignments"][0].update(change)
-    with pytest.raises(gangs.BadInput) as exc:
+    with pytest.raises(fitcore.InputError) as exc:
         gangs.gang_of(wl, **stores(w.flavor(), *objs))
     assert "Workload default/train" in str(exc.value) or "ResourceClaimTemplate" in str(
         exc.value)
@@ -76,9 +77,9 @@ def test_bad_input_names_object_and_field(case: str, objs: list[dict[str, Any]],
 
 def test_flavor_contradicting_the_template_selector_is_bad_input() -> None:
     wl = w.admitted(w.workers(2, node_selector={"pool": "h100"}), flavors={"cpu": "a100"})
-    with pytest.raises(gangs.BadInput) as exc:
+    with pytest.raises(fitcore.InputError) as exc:
         gangs.gang_of(wl, **stores(gb.template("gpus"), w.flavor("a100", {"pool": "a100"})))
-    assert ("spec.podSets[0].template.spec.nodeSelector['pool'] is 'h100', but the assigned "
+    assert ("spec.podSets[0].template.spec.nodeSelector['pool']: is 'h100', but the assigned "
             "flavor's nodeLabels say 'a100'") in str(exc.value)
 
 

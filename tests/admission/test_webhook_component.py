@@ -61,3 +61,26 @@ async def test_serve_runs_the_webhook_and_the_gate(tmp_path: pathlib.Path) -> No
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
+
+
+def test_the_gate_and_the_check_share_one_idle_engine() -> None:
+    """One engine over the idle cluster per process: the check and the gate (and the
+    webhook, when it decides in threads) ask the same one."""
+    from admission import gate
+    from admission.check import workload
+
+    captured: list[serve.Component] = []
+
+    def keep(factory: serve.Factory) -> serve.Factory:
+        def wrapped(ctx: serve.Context) -> serve.Component:
+            captured.append(factory(ctx))
+            return captured[-1]
+        return wrapped
+
+    cfg = config.load(env={}, flags={"leader_election": False})
+    serve.Service(cfg, fake.FakeClient(),
+                  factories=[keep(workload.component), keep(component.component)])
+    controllers = [c for part in captured for c in part.controllers]
+    [gate_] = [c for c in controllers if isinstance(c, gate.GateController)]
+    [check] = [c for c in controllers if isinstance(c, workload.WorkloadReconciler)]
+    assert check.idle is not None and check.idle is gate_.engine

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import fitcore
 from admission import fitting, gating
 from admission.kube import kinds
 from admission.webhook import review, server
@@ -213,7 +214,7 @@ def read_or_refuse(obj: dict[str, Any]) -> None:
             assert e.obj.split(" ", 1)[0] in ("Workload", "Job", "object")
     try:
         fitting.gang_of(obj, _STORES)
-    except fitting.Unreadable as exc:
+    except fitcore.InputError as exc:
         assert str(exc)
 
 
