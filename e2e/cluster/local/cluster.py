@@ -33,8 +33,9 @@ deletes an existing workdir only when it has that marker, so a mistyped
 
 Fault tests stop and start components mid-run: ``restart_apiserver()``,
 ``stop_component(name)`` / ``start_component(name)`` (``stop_autoscaler()`` /
-``start_autoscaler()``), ``configure_kueue(...)``, ``configure_autoscaler(dra=...)``. ``token_for(sa, namespace)`` gives a
-ServiceAccount's bearer token and a kubeconfig that uses it (never the admin's).
+``start_autoscaler()``), ``configure_kueue(...)``, ``configure_autoscaler(dra=...)``.
+``token_for(sa, namespace)`` gives a ServiceAccount's bearer token and a kubeconfig that
+uses it (never the admin's).
 """
 
 from __future__ import annotations
