@@ -538,9 +538,15 @@ async def test_nodes_that_break_their_shapes_promise_are_a_coordination_retry(
         assert event["note"].startswith("coordination: the new nodes of ProvisioningRequest")
         assert "attribute resource.kubernetes.io/pcieRoot is 'pci1', shape promised 'pci0'" \
             in event["note"]
-        shape = await e2e.kube.get(FITGATE, "NodeShape", GROUP.name)
-        assert shape is not None
-        last = shape["status"]["verification"]["lastMismatch"]
+        # fitgate records the event first, then patches the NodeShape's status: wait
+        # (bounded) for the status rather than read it at once (a race under load).
+
+        async def last_mismatch() -> dict[str, Any] | None:
+            shape = await e2e.kube.get(FITGATE, "NodeShape", GROUP.name)
+            verification = ((shape or {}).get("status") or {}).get("verification") or {}
+            found = verification.get("lastMismatch")
+            return dict(found) if found else None
+        last = await e2e.wait_for(last_mismatch, 30, "the NodeShape's status.verification")
         assert last["workload"].startswith(f"{e2e.namespace}/")
         assert last["details"]
 
