@@ -383,12 +383,13 @@ async def _explain(e2e: harness.Harness, cell: Cell, job: str) -> None:
             checks = [f"{c.get('state')}: {str(c.get('message', ''))[:160]}"
                       for c in ((wl or {}).get("status") or {}).get("admissionChecks") or []]
             cell.notes.append(f"check {'; '.join(checks) or 'none'}")
-        wl_name = ((wl or {}).get("metadata") or {}).get("name", "")
         uid = ((wl or {}).get("metadata") or {}).get("uid", "")
         mine = [r for r in await e2e.kube.list(builders.AUTOSCALING, "ProvisioningRequest",
                                                e2e.namespace)
-                if (wl_name and r["metadata"]["name"].startswith(wl_name))
-                or (r["metadata"].get("labels") or {}).get("fitgate.io/workload-uid") == uid]
+                if uid and (any(ref.get("uid") == uid
+                                for ref in r["metadata"].get("ownerReferences") or [])
+                            or (r["metadata"].get("labels") or {}).get(
+                                "fitgate.io/workload-uid") == uid)]
         cell.notes.append(f"{len(mine)} ProvisioningRequest(s)")
         if mine and cell.baseline.queue == "builtin":
             cell.notes.append("ProvReq " + _conditions(mine[-1], ("Provisioned", "Failed")))
@@ -449,7 +450,13 @@ async def run(e2e: harness.Harness, fitgate_check: str | None,
         except Exception as err:  # one broken cell must not hide the others' figures
             cell.error = f"{type(err).__name__}: {str(err)[:300]}"
             return cell
-    return list(await asyncio.gather(*(one(c) for c in cells)))
+    try:
+        return list(await asyncio.gather(*(one(c) for c in cells)))
+    finally:
+        # Pending pods would keep asking the autoscaler for nodes after the run.
+        for cell in cells:
+            await e2e.kube.delete("batch/v1", "Job", prefix(cell.scenario, cell.baseline),
+                                  e2e.namespace)
 
 
 def table(cells: list[Cell]) -> str:
