@@ -34,7 +34,7 @@ from kubernetes_asyncio import config
 
 from e2e import diagnostics, harness, kube
 from e2e.cluster.local import cluster
-from e2e.scenarios import topology
+from e2e.scenarios import peers, topology
 
 _CLUSTER = pytest.StashKey["ClusterInfo"]()
 _HARNESS = pytest.StashKey[harness.Harness]()
@@ -70,9 +70,10 @@ def e2e_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
         signal.signal(signal.SIGTERM, previous)
 
 
-# The node groups cluster-autoscaler may grow: the shared GPU pool and scenario 1's cheap
-# and dear groups (e2e/scenarios/topology.py).
-NODE_GROUPS = (harness.GPU_NODE_GROUP, *topology.NODE_GROUPS)
+# The node groups cluster-autoscaler may grow: the shared GPU pool, scenario 1's cheap
+# and dear groups (e2e/scenarios/topology.py) and the peers comparison's
+# (e2e/scenarios/peers.py).
+NODE_GROUPS = (harness.GPU_NODE_GROUP, *topology.NODE_GROUPS, *peers.NODE_GROUPS)
 
 
 def _interrupt(signum: int, frame: object) -> None:

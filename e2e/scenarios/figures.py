@@ -19,6 +19,9 @@ class Row:
     nodes: str         # nodes provisioned, e.g. "4 (s1-builtin-cheap)"
     unused_node_seconds: float | None
     note: str = ""
+    # What the unused node-seconds cost at the node groups' prices (price × node-hours);
+    # None where a scenario does not price its nodes.
+    cost: float | None = None
 
 
 _ROWS: list[Row] = []
@@ -37,14 +40,21 @@ def _cell(value: float | None, none: str = "—") -> str:
     return none if value is None else f"{value:.1f}"
 
 
+def _cost(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
 def table(selected: list[Row] | None = None) -> str:
     """The rows as an aligned text table (empty string when there are none)."""
     selected = rows() if selected is None else selected
     if not selected:
         return ""
-    head = ("scenario", "check", "time (s)", "nodes provisioned", "unused node-s",
-            "outcome")
+    priced = any(r.cost is not None for r in selected)
+    head: tuple[str, ...] = ("scenario", "check", "time (s)", "nodes provisioned",
+                             "unused node-s", *(("unused cost",) if priced else ()),
+                             "outcome")
     body = [(r.scenario, r.check, _cell(r.seconds), r.nodes, _cell(r.unused_node_seconds),
+             *((_cost(r.cost),) if priced else ()),
              r.outcome + (f"; {r.note}" if r.note else "")) for r in selected]
     widths = [max(len(str(line[i])) for line in (head, *body)) for i in range(len(head))]
 

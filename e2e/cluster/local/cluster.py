@@ -23,7 +23,8 @@
    checks; ``waitForPodsReady`` only when asked for, ``configure_kueue``);
 7. fitgate's fake DRA driver (``e2e.dra_driver``), which publishes ResourceSlices for nodes
    by their shape label and creates the DeviceClasses;
-8. cluster-autoscaler with the kwok cloud provider and ProvisioningRequests enabled.
+8. cluster-autoscaler with the kwok cloud provider and ProvisioningRequests enabled; its
+   DRA simulation only when asked for (``autoscaler_dra``, ``configure_autoscaler``).
 
 ``stop()`` ends every process (process groups, SIGTERM then SIGKILL). Everything a run
 writes lives in ``workdir``, which carries a marker file (``WORKDIR_MARKER``): ``start()``
@@ -32,8 +33,9 @@ deletes an existing workdir only when it has that marker, so a mistyped
 
 Fault tests stop and start components mid-run: ``restart_apiserver()``,
 ``stop_component(name)`` / ``start_component(name)`` (``stop_autoscaler()`` /
-``start_autoscaler()``), ``configure_kueue(...)``. ``token_for(sa, namespace)`` gives a
-ServiceAccount's bearer token and a kubeconfig that uses it (never the admin's).
+``start_autoscaler()``), ``configure_kueue(...)``, ``configure_autoscaler(dra=...)``.
+``token_for(sa, namespace)`` gives a ServiceAccount's bearer token and a kubeconfig that
+uses it (never the admin's).
 """
 
 from __future__ import annotations
@@ -154,13 +156,17 @@ class LocalCluster:
 
     def __init__(self, workdir: pathlib.Path, node_groups: tuple[NodeGroup, ...] = (),
                  with_autoscaler: bool = True,
-                 kueue_config: dict[str, Any] | None = None) -> None:
+                 kueue_config: dict[str, Any] | None = None,
+                 autoscaler_dra: bool = False) -> None:
         self.workdir = workdir.resolve()
         self.node_groups = node_groups
         self.with_autoscaler = with_autoscaler
         # Top-level fields merged into Kueue's Configuration, e.g.
         # {"waitForPodsReady": {"timeout": "30s"}}; see configure_kueue().
         self.kueue_config: dict[str, Any] = dict(kueue_config or {})
+        # cluster-autoscaler's DRA simulation (--enable-dynamic-resource-allocation); off
+        # by default, see configure_autoscaler().
+        self.autoscaler_dra = autoscaler_dra
         self.kube_minor = build.kube_minor()
         self.profile = KUBE_PROFILES[self.kube_minor]
         self.ports = Ports()
@@ -363,6 +369,15 @@ class LocalCluster:
             else:
                 self.kueue_config[key] = value
         self.restart_component("kueue")
+
+    def configure_autoscaler(self, dra: bool) -> None:
+        """Restart cluster-autoscaler with its DRA simulation on or off
+        (``--enable-dynamic-resource-allocation``): with it on, the autoscaler reads
+        ResourceSlices, ResourceClaims and DeviceClasses and simulates kube-scheduler's DRA
+        plugin on existing nodes and on node-group templates (e2e/scenarios/peers.py).
+        Put it back in a ``finally``: the cluster is shared by the session."""
+        self.autoscaler_dra = dra
+        self.restart_component("cluster-autoscaler")
 
     def autoscaler_status(self) -> dict[str, Any] | None:
         """cluster-autoscaler's status ConfigMap, parsed (None before its first loop)."""
@@ -672,6 +687,7 @@ class LocalCluster:
             # ProvisioningRequests ("does not implement the protobuf marshalling
             # interface"): CRDs speak JSON only.
             "--kube-api-content-type=application/json",
+            f"--enable-dynamic-resource-allocation={str(self.autoscaler_dra).lower()}",
         ], env={"POD_NAMESPACE": SYSTEM_NAMESPACE, "KWOK_PROVIDER_MODE": "local",
                 "KUBECONFIG": str(self.kubeconfig)})
         processes.wait_until(
