@@ -15,3 +15,6 @@ image-test: image
 
 engine-stop:
 	e2e/cluster/container/engine.sh stop
+
+# `make e2e` (part of `make test`) builds the image first; e2e/tests/test_image.py runs it.
+e2e: image
