@@ -20,6 +20,9 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS builder
+# Both stages carry the label, so build-image.sh prunes the builder stage's leftover image
+# (and earlier builds) without touching anyone else's dangling images.
+LABEL org.fitgate.image=1
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY build/wheelhouse/ /wheels/
 RUN python3 -m venv --without-pip /opt/fitgate \

@@ -13,7 +13,10 @@ fitgate's modules from this process.
   shared object inside the image's environment, and the API reports it available;
 - `fitgate fit` on the bundled example (mounted read-only) gives the same JSON answer as
   the source tree's own CLI: the image does not crash on its first object (issue #26).
-- the image's default user and entrypoint are the chart's.
+- the image's default user and entrypoint are the chart's;
+- the engine starts a privileged container (kind's node containers are privileged; on
+  hosts whose capability bounding set is partial, the private dockerd's runc-capdrop
+  wrapper is what makes this work).
 """
 
 from __future__ import annotations
@@ -110,3 +113,20 @@ def test_default_user_and_entrypoint(engine_env: dict[str, str]) -> None:
     user, entrypoint = out.stdout.split(" ", 1)
     assert json.loads(user) == "65532:65532"
     assert json.loads(entrypoint) == ["fitgate"]
+
+
+def test_engine_runs_privileged_containers(engine_env: dict[str, str]) -> None:
+    out = subprocess.run(["docker", "run", "--rm", "--privileged", "--network", "none",
+                          "--entrypoint", "grep", IMAGE, "CapEff", "/proc/self/status"],
+                         env=engine_env, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    # uid 65532 has no effective capabilities; root (--user 0) would. The container started.
+    assert out.stdout.startswith("CapEff:"), out.stdout
+    root = subprocess.run(["docker", "run", "--rm", "--privileged", "--user", "0",
+                           "--network", "none", "--entrypoint", "grep", IMAGE, "CapEff",
+                           "/proc/self/status"],
+                          env=engine_env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert root.returncode == 0, root.stderr
+    assert int(root.stdout.split()[1], 16) & (1 << 21), "CAP_SYS_ADMIN missing: not privileged"
