@@ -23,7 +23,7 @@ start=$(date +%s)
 eval "$("$here/engine.sh")"
 
 base=fitgate-base:bookworm-$(sha256sum "$here/base.sh" | cut -c1-12)
-inputs=$( { echo "$base"; sha256sum Dockerfile .dockerignore pyproject.toml setup.py README.md LICENSE;
+inputs=$( { echo "$base"; sha256sum "$0" Dockerfile .dockerignore pyproject.toml setup.py README.md LICENSE;
            find fitcore admission -type f \( -name '*.py' -o -name '*.pyx' -o -name '*.pxd' \
              -o -name '*.pyi' -o -name '*.json' -o -name 'py.typed' \) -print0 | sort -z \
              | xargs -0 sha256sum; } | sha256sum | cut -c1-12)
@@ -44,13 +44,16 @@ mkdir -p "$wheels"
 "$py" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$wheels" . pip
 t_wheels=$(date +%s)
 
-DOCKER_BUILDKIT=0 docker build --quiet --build-arg "PYTHON_IMAGE=$base" \
+# Also after a failed build: the labelled leftovers (intermediate images of both stages)
+# go; --force-rm removes the failed step's container.
+trap 'docker image prune --force --filter "label=org.fitgate.image=1" >/dev/null || true' EXIT
+DOCKER_BUILDKIT=0 docker build --quiet --force-rm --build-arg "PYTHON_IMAGE=$base" \
     -t "$tag" -t "$repo:latest" . >/dev/null
 # Earlier src-* tags of this repository: keep only the current one.
 docker image ls --format '{{.Repository}}:{{.Tag}}' "$repo" | grep ":src-" | grep -vx "$tag" \
     | xargs -r docker image rm >/dev/null || true
-# Only images carrying the Dockerfile's label: a user's own dangling images are left alone.
-docker image prune --force --filter "label=org.fitgate.image=1" >/dev/null
+# Pruned (EXIT trap): only images carrying the Dockerfile's label, so a user's own
+# dangling images are left alone.
 end=$(date +%s)
 size=$(docker image inspect -f '{{.Size}}' "$tag")
 echo "image: built $tag in $(( end - start ))s (base $(( t_base - start ))s, wheels" \
