@@ -23,7 +23,7 @@ start=$(date +%s)
 eval "$("$here/engine.sh")"
 
 base=fitgate-base:bookworm-$(sha256sum "$here/base.sh" | cut -c1-12)
-inputs=$( { echo "$base"; sha256sum "$0" Dockerfile .dockerignore pyproject.toml setup.py README.md LICENSE;
+inputs=$( { echo "$base"; sha256sum < "$0"; sha256sum Dockerfile .dockerignore pyproject.toml setup.py README.md LICENSE;
            find fitcore admission -type f \( -name '*.py' -o -name '*.pyx' -o -name '*.pxd' \
              -o -name '*.pyi' -o -name '*.json' -o -name 'py.typed' \) -print0 | sort -z \
              | xargs -0 sha256sum; } | sha256sum | cut -c1-12)
