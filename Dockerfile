@@ -1,37 +1,44 @@
-# syntax=docker/dockerfile:1
 # fitgate's container image: `fitgate serve` (controllers + webhook) and the CLI.
 #
-#   docker build -t <registry>/fitgate:0.1.0 .
+#   make image          (offline; tags fitgate:latest and fitgate:src-<hash of the inputs>)
 #
-# Stage 1 compiles the Cython core (fitcore/*.pyx) and installs fitgate with its
-# dependencies into a virtual environment; stage 2 copies only that environment onto the
-# same slim Python base, without a compiler, and runs as an unprivileged user. The runtime
-# writes nothing outside /tmp (the chart mounts an emptyDir there and sets
+# `make image` (e2e/cluster/container/build-image.sh) prepares the two things this file
+# needs, so the build itself reaches no registry and no package index:
+# - PYTHON_IMAGE, a Debian bookworm minbase with Python 3.11 made by mmdebstrap and
+#   `docker import`ed (e2e/cluster/container/base.sh). Any image with a `python3` that is
+#   CPython 3.11 on glibc >= 2.36 works too, e.g. python:3.11-slim-bookworm where a
+#   registry is reachable (the wheels are built for the host's CPython 3.11).
+# - build/wheelhouse: wheels for fitgate (its Cython core compiled on the host) and every
+#   dependency, from `pip wheel` on the host; installed here with `--no-index`.
+# The legacy builder is enough (no `# syntax` line, which would pull a frontend image).
+#
+# Stage 1 installs the wheels into a virtual environment; stage 2 copies only that
+# environment onto the same base, without the wheels, and runs as an unprivileged user.
+# The runtime writes nothing outside /tmp (the chart mounts an emptyDir there and sets
 # readOnlyRootFilesystem), and bytecode is compiled at build time.
+# e2e/tests/test_image.py runs the result as the chart does.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS builder
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
-    && rm -rf /var/lib/apt/lists/*
+# Both stages carry the label, so build-image.sh prunes the builder stage's leftover image
+# (and earlier builds) without touching anyone else's dangling images.
+LABEL org.fitgate.image=1
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-WORKDIR /src
-# Only what the package build reads (pyproject.toml's readme and license, setup.py, the
-# two packages); tests, e2e and benchmarks stay out (see .dockerignore).
-COPY pyproject.toml setup.py README.md LICENSE ./
-COPY fitcore/ fitcore/
-COPY admission/ admission/
-RUN python -m venv /opt/fitgate \
-    && /opt/fitgate/bin/pip install --upgrade pip \
-    && /opt/fitgate/bin/pip install . \
+COPY build/wheelhouse/ /wheels/
+RUN python3 -m venv --without-pip /opt/fitgate \
+    && python3 -m venv /tmp/pipvenv \
+    && /tmp/pipvenv/bin/pip install --quiet --no-index --find-links /wheels pip \
+    && /tmp/pipvenv/bin/pip --python /opt/fitgate/bin/python install --quiet --no-index \
+        --find-links /wheels fitgate \
     && /opt/fitgate/bin/python -m compileall -q /opt/fitgate/lib
 # Fail the build if the compiled core is missing from the installed package (no silent
-# pure-Python fallback). Run from / so that /src/fitcore (no .so) does not shadow it.
+# pure-Python fallback).
 WORKDIR /
-RUN /opt/fitgate/bin/python -c "import fitcore._alloc, fitcore._read, admission.certs, admission.cli" \
+RUN /opt/fitgate/bin/python -c "import fitcore._alloc, fitcore._read" \
     && /opt/fitgate/bin/fitgate --help > /dev/null
 
 FROM ${PYTHON_IMAGE}
+LABEL org.fitgate.image=1
 COPY --from=builder /opt/fitgate /opt/fitgate
 ENV PATH=/opt/fitgate/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

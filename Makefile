@@ -50,6 +50,7 @@ chart-rbac: setup
 # Sub-makefiles append their suites to TEST_TARGETS (e2e/e2e.mk, bench/bench.mk).
 TEST_TARGETS := lint unit
 -include e2e/e2e.mk
+-include e2e/image.mk
 -include bench/bench.mk
 
 ## The whole test suite: lint, unit and property tests, oracle differential, e2e.
