@@ -50,8 +50,6 @@ def _edit(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
 # (what is wrong, the shape, a word of the field path both must name)
 BAD: list[tuple[str, dict[str, Any], str]] = [
     ("negative allocatable", _edit(lambda s: s["allocatable"].update(cpu="-4")), "allocatable"),
-    ("negative integer allocatable", _edit(lambda s: s["allocatable"].update(pods=-1)),
-     "allocatable"),
     ("malformed allocatable", _edit(lambda s: s["allocatable"].update(memory="8 GiB")),
      "allocatable"),
     ("malformed capacity",
