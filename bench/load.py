@@ -59,7 +59,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     print(f"yaml with libyaml: {yaml.__with_libyaml__}")
-    print(f"{'nodes':>6} {'format':>6} {'MiB':>6} {'load s (cpu s), median of ' + str(args.repeat):>30}")
+    heading = f"load s (cpu s), median of {args.repeat}"
+    print(f"{'nodes':>6} {'format':>6} {'MiB':>6} {heading:>30}")
     with tempfile.TemporaryDirectory(prefix="fitgate-bench-load-") as tmp:
         directory = pathlib.Path(tmp)
         for nodes in (int(s) for s in args.sizes.split(",")):
