@@ -109,7 +109,8 @@ _TEMPLATE_KINDS = ("ResourceClaimTemplate",)
 def load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
                    workload_path: str, *, lenient: bool = False,
                    kube_version: str = fitcore.DEFAULT_KUBE_VERSION,
-                   notes: list[str] | None = None) -> tuple[fitcore.Gang, fitcore.Inventory]:
+                   notes: list[str] | None = None, progress: fitcore.Progress | None = None
+                   ) -> tuple[fitcore.Gang, fitcore.Inventory]:
     """The gang of the --workload file, and an Inventory fed the inventory and shapes.
 
     Every object is read as the API server hands it to the scheduler (fitcore.read:
@@ -117,14 +118,15 @@ def load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
     defaults), then applied to the Inventory one by one, each dropped as it goes. Objects
     of other APIs are skipped and counted in `notes`. Every bad object is reported (with
     its file), not only the first. Workloads and Jobs in the inventory are other
-    tenants' (their pods count, as Pods): only the --workload file names the gang."""
+    tenants' (their pods count, as Pods): only the --workload file names the gang. A load
+    over a second reports its progress on stderr (`progress`: fitcore.Progress)."""
     # The objects read and parsed here live until the process ends: collecting garbage
     # while they pile up would walk them again and again (a third of the time on 5,000
     # nodes). Freeze what is loaded instead.
     gc.disable()
     try:
         return _load_inventory(inventory_paths, shape_paths, workload_path, lenient,
-                               kube_version, notes)
+                               kube_version, notes, progress or fitcore.Progress(sys.stderr.write))
     finally:
         gc.freeze()
         gc.enable()
@@ -132,7 +134,8 @@ def load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
 
 def _load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
                     workload_path: str, lenient: bool, kube_version: str,
-                    notes: list[str] | None) -> tuple[fitcore.Gang, fitcore.Inventory]:
+                    notes: list[str] | None, progress: fitcore.Progress
+                    ) -> tuple[fitcore.Gang, fitcore.Inventory]:
     inv = fitcore.Inventory(kube_version=kube_version)
     problems: list[fitcore.FieldError] = []
     found = fitcore.Bundle()  # only its skipped counts and warnings: the notes
@@ -144,7 +147,9 @@ def _load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
     docs += [d for d in wl_docs if _kind(d[0]) not in _GANG_KINDS]
     gang_docs = [d for d in wl_docs if _kind(d[0]) in _GANG_KINDS]
     docs.reverse()  # popped from the end: in file order, each dropped once applied
+    progress.total = len(docs)
     while docs:
+        progress.step(progress.total - len(docs))
         raw, source = docs.pop()
         if _kind(raw) in _GANG_KINDS:
             continue

@@ -25,6 +25,8 @@ TEST_TARGETS += oracle-test
 ##                        8/64/256-pod gangs on realistic 1,000 / 5,000 / 10,000-node
 ##                        clusters through the Inventory, and its memory for 10,000
 ##   make bench-compare   fitcore vs the upstream allocator (writes bench/results/compare.json)
+##   make bench-load      `fitgate fit`'s inventory load from YAML and JSON (kind: List
+##                        files of realistic 1,000 / 5,000-node clusters, in a tmp dir)
 ##   make bench-serve     serve's inventory with 5,000 cached nodes: memory, per-event
 ##                        update time, event to decision (not part of `make test`)
 bench-alloc: setup
@@ -45,9 +47,13 @@ bench-serve: setup
 bench-celcost: setup
 	$(PY) -m bench.celcost
 
+## fitgate fit's inventory load from YAML and JSON, 5,000-node realistic clusters.
+bench-load: setup
+	$(PY) -m bench.load
+
 bench: bench-alloc bench-gang bench-compare
 
-.PHONY: bench-alloc bench-gang bench-compare bench-serve bench-celcost bench
+.PHONY: bench-alloc bench-gang bench-compare bench-serve bench-celcost bench-load bench
 
 ## Webhook latency over TLS on loopback at fixed request rates, 5,000-node inventory
 ## (not part of `make test`; about 2 minutes).

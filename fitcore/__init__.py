@@ -25,7 +25,7 @@ from fitcore.gang import Gang, Placement, PodSet
 from fitcore.inventory import Inventory
 from fitcore.model import Node
 from fitcore.plan import Plan, PlanResult, ShapeCount, VerifyResult, price_str
-from fitcore.read import LimitError, flatten, load_json, load_yaml
+from fitcore.read import LimitError, Progress, flatten, load_json, load_yaml
 from fitcore.read import one as read_one
 from fitcore.reasons import Reason
 from fitcore.shapes import NodeShape
@@ -43,7 +43,7 @@ from fitcore.workload import (
 __all__ = [
     "DEFAULT_KUBE_VERSION", "KUBE_VERSIONS", "Bundle", "Document", "FieldError", "Gang",
     "InputError", "Inventory", "LimitError", "Node", "NodeShape", "Placement", "Plan",
-    "PlanResult", "PodSet", "Reason", "References", "ShapeCount", "VerifyResult",
+    "PlanResult", "PodSet", "Progress", "Reason", "References", "ShapeCount", "VerifyResult",
     "flatten", "gang_of", "load", "load_json", "load_yaml", "node_shape", "price_str",
     "read_one", "reasons",
 ]

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from admission import cli
+from fitcore import read
 from tests.gang import realistic as rl
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -95,3 +96,41 @@ def test_an_integer_of_thousands_of_digits_is_refused_by_line(
     if suffix == ".yaml":
         line = text[:text.index("    count: 6")].count("\n") + 1
         assert f"line {line}:" in err, err
+
+
+class _Clock:
+    """A clock advancing `tick` seconds each time it is read."""
+
+    def __init__(self, tick: float) -> None:
+        self.now, self.tick = 0.0, tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def _load_with(tmp_path: pathlib.Path, tick: float) -> list[str]:
+    inventory = as_list(tmp_path / "inventory.json",
+                        [d for p in sorted((EXAMPLES / "inventory").glob("*.yaml"))
+                         for d in yaml.safe_load_all(p.read_text()) if d])
+    lines: list[str] = []
+    progress = read.Progress(lines.append, clock=_Clock(tick))
+    cli.load_inventory([inventory], [str(EXAMPLES / "shapes")],
+                       str(EXAMPLES / "workload.yaml"), progress=progress)
+    return lines
+
+
+def test_a_slow_load_reports_progress_at_most_once_a_second(tmp_path: pathlib.Path) -> None:
+    lines = _load_with(tmp_path, tick=0.4)  # each object read "takes" 0.4 s
+    assert lines, "a load over a second must report its progress"
+    assert all(line.startswith("reading inventory: ") and line.endswith(" objects ...\n")
+               for line in lines)
+    total = int(lines[0].split(" of ")[1].split()[0].replace(",", ""))
+    done = [int(line.split(": ")[1].split(" of ")[0].replace(",", "")) for line in lines]
+    assert done == sorted(done) and done[-1] < total
+    # 0.4 s per step, at most one line a second: one line every third step at most
+    assert len(lines) <= total // 2
+
+
+def test_a_fast_load_reports_nothing(tmp_path: pathlib.Path) -> None:
+    assert _load_with(tmp_path, tick=0.0001) == []
