@@ -112,22 +112,30 @@ def _validation_reason(exc: pydantic.ValidationError) -> str:
             + (f"; and {more} more" if more > 0 else ""))
 
 
-async def answer(hooks: review.Hooks, hook: review.Hook, raw: bytes
-                 ) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, JSON body) for one request body: 400 with the reason for anything that
-    is not an AdmissionReview v1, else 200 with the hooks' response. What the handler does
-    between reading the body and writing the answer, without the framework."""
+def parse(raw: bytes) -> models.AdmissionReview | tuple[int, dict[str, Any]]:
+    """The AdmissionReview of a request body, or (400, the reason)."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         return 400, _status(f"body is not JSON: {str(exc)[:200]}")
     try:
-        admission = models.AdmissionReview.model_validate(data)
+        return models.AdmissionReview.model_validate(data)
     except pydantic.ValidationError as exc:
         return 400, _status(_validation_reason(exc))
     except RecursionError:
         return 400, _status("body is nested too deeply")
-    response = await hooks.review(hook, admission.request)
+
+
+async def answer(hooks: review.Hooks, hook: review.Hook, raw: bytes
+                 ) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON body) for one request body: 400 with the reason for anything that
+    is not an AdmissionReview v1, else 200 with the hooks' response. What the handler does
+    between reading the body and writing the answer, without the framework. A large body
+    is parsed off the loop (`offload.py`)."""
+    parsed = await hooks.offload.run(len(raw), parse, raw)
+    if isinstance(parsed, tuple):
+        return parsed
+    response = await hooks.review(hook, parsed.request, size=len(raw))
     return 200, response.review()
 
 
