@@ -76,8 +76,8 @@ def test_default_objects(rendered: dict[str, list[dict]]) -> None:
     kinds = sorted(o["kind"] for o in rendered["default"])
     assert kinds == sorted([
         "AdmissionCheck", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
-        "MutatingWebhookConfiguration", "PodDisruptionBudget", "Role", "RoleBinding",
-        "Service", "ServiceAccount", "ValidatingWebhookConfiguration"])
+        "MutatingWebhookConfiguration", "NetworkPolicy", "PodDisruptionBudget", "Role",
+        "RoleBinding", "Service", "ServiceAccount", "ValidatingWebhookConfiguration"])
     for obj in rendered["default"]:
         namespaced = obj["kind"] not in ("AdmissionCheck", "ClusterRole", "ClusterRoleBinding",
                                          "MutatingWebhookConfiguration",
