@@ -439,7 +439,13 @@ def run_serve(args: argparse.Namespace) -> int:
     except failpoint.UnknownStep as exc:
         print(f"fitgate serve: bad test hook: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return asyncio.run(serve.serve(cfg))
+    from admission.kube import errors as kube_errors
+
+    try:
+        return asyncio.run(serve.serve(cfg))
+    except kube_errors.ConfigError as exc:
+        print(f"fitgate serve: {exc}", file=sys.stderr)
+        return 1
 
 
 def context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
@@ -452,14 +458,15 @@ def context_namespace(kubeconfig: str | None, context: str | None) -> str | None
     for path in paths:
         try:
             doc = yaml.safe_load(pathlib.Path(path).read_text())
-        except (OSError, yaml.YAMLError):
+        except (OSError, ValueError, yaml.YAMLError, RecursionError):  # ValueError: UTF-8
             continue
         if isinstance(doc, Mapping):
             docs.append(doc)
     current = context or next((d.get("current-context") for d in docs
                                if d.get("current-context")), None)
     for doc in docs:
-        for entry in doc.get("contexts") or []:
+        entries = doc.get("contexts")
+        for entry in entries if isinstance(entries, list) else []:
             if isinstance(entry, Mapping) and entry.get("name") == current:
                 ctx = entry.get("context")
                 ns = ctx.get("namespace") if isinstance(ctx, Mapping) else None
@@ -518,6 +525,9 @@ def run_explain(args: argparse.Namespace, connect: Any = None) -> int:
         return 1
     except kube_errors.ApiError as exc:
         print(f"fitgate explain: the API server refused: {exc}", file=sys.stderr)
+        return 1
+    except kube_errors.ConfigError as exc:
+        print(f"fitgate explain: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(report.to_json(), indent=2) if args.output == "json"
           else report.to_text())

@@ -59,6 +59,15 @@ class Config(pydantic.BaseModel):
                                "server reaches it through its Service)")
     webhook_port: int = pydantic.Field(9443, ge=0, le=65535)
     cert_dir: str | None = pydantic.Field(None, description="webhook TLS tls.crt/tls.key")
+    webhook_max_connections: int = pydantic.Field(
+        256, ge=1, le=65536, description="webhook connections open at once (from accept, "
+        "before the TLS handshake); one over the cap is closed at once")
+    webhook_header_timeout: float = pydantic.Field(
+        10.0, gt=0, le=300, description="seconds a webhook connection has to complete its "
+        "TLS handshake and a request's headers (from accept, and after each response)")
+    webhook_body_timeout: float = pydantic.Field(
+        10.0, gt=0, le=300, description="seconds to read a webhook request's body once its "
+        "headers are in (else 408)")
 
     # Controllers and decisions
     workers: int = pydantic.Field(4, ge=1, le=64, description="reconciles in flight per "

@@ -89,7 +89,8 @@ class Report:
                          + f"), evaluated {ex.get('evaluatedAt')}")
         pr = self.provisioning_request
         if pr:
-            lines.append(f"provisioning request {pr['name']} (attempt {pr['attempt']}): "
+            attempt = pr["attempt"] if pr["attempt"] is not None else "unknown"
+            lines.append(f"provisioning request {pr['name']} (attempt {attempt}): "
                          f"{pr['state']}")
             for cond in pr["conditions"]:
                 why = f" {cond['reason']}" if cond.get("reason") else ""
@@ -203,8 +204,10 @@ async def explain(api: client.Client, namespace: str, name: str, kind: str | Non
         raw = gating.annotations_of(job[1]).get(gating.EXPLANATION)
         try:
             explanation = json.loads(raw) if isinstance(raw, str) else None
-        except ValueError:
+        except (ValueError, RecursionError):
             explanation = None
+        if explanation is not None and not isinstance(explanation, Mapping):
+            explanation = None  # not the gate's (an object): nothing to read from it
     if wl is None:
         gated = job is not None and gating.gated_by_us(job[1])
         return Report(namespace, None, job_ref, "no workload yet",
@@ -239,10 +242,15 @@ async def explain(api: client.Client, namespace: str, name: str, kind: str | Non
         state, _ = provisioning.state(request)
         report.provisioning_request = {
             "name": _meta(request).get("name"),
-            "attempt": int((_meta(request).get("labels") or {}).get(c.ATTEMPT_LABEL, 1) or 1),
+            "attempt": _attempt(request),
             "state": state,
             "conditions": [{k: cond.get(k) for k in ("type", "status", "reason", "message")}
                            for cond in _conditions(request).values()]}
+        if report.provisioning_request["attempt"] is None:
+            label = (_meta(request).get("labels") or {}).get(c.ATTEMPT_LABEL)
+            report.problems.append(
+                f"ProvisioningRequest {_meta(request).get('name')}: metadata.labels"
+                f"[{c.ATTEMPT_LABEL!r}]: {str(label)[:40]!r} is not an attempt number")
         raw_plan = (_meta(request).get("annotations") or {}).get(c.PLAN_ANNOTATION)
         if isinstance(raw_plan, str):
             try:
@@ -274,9 +282,19 @@ async def _latest_request(api: client.Client, wl: client.Obj) -> client.Obj | No
         return None
 
     def attempt(r: client.Obj) -> tuple[int, str]:
-        raw = (_meta(r).get("labels") or {}).get(c.ATTEMPT_LABEL, "0")
-        return (int(raw) if str(raw).isdigit() else 0, str(_meta(r).get("creationTimestamp")))
+        return (_attempt(r, 0) or 0, str(_meta(r).get("creationTimestamp")))
     return max(listing.items, key=attempt)
+
+
+def _attempt(request: client.Obj, default: int = 1) -> int | None:
+    """The attempt number of a ProvisioningRequest (its `fitgate.io/attempt` label);
+    `default` without the label, None when the label is not a number."""
+    labels = _meta(request).get("labels")
+    raw = labels.get(c.ATTEMPT_LABEL) if isinstance(labels, Mapping) else None
+    if raw is None or raw == "":
+        return default
+    text = str(raw)
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
 
 
 def _stage(wl: client.Obj, job: tuple[kinds.Kind, client.Obj] | None,

@@ -363,14 +363,12 @@ def _describe(mine: Sequence[FitPolicy], any_node: bool, allowed_nodes: Sequence
         parts.append("FitPolicy " + ", ".join(sorted(p.name for p in mine)))
     if not any_node:
         parts.append("nodes matching " + " or ".join(str(s) for s in allowed_nodes))
+    # What others reserved is said, never for whom or by which labels and shape names:
+    # the description reaches this tenant's messages (check, gate, webhook, explain).
     if barred_nodes:
-        parts.append("not nodes reserved for others (" + " or ".join(
-            str(s) for s in barred_nodes) + ")")
-    if shapes is not None:
-        parts.append("shapes " + (", ".join(sorted(shapes)) or "none"))
+        parts.append("not nodes reserved for other tenants")
     if barred_shapes:
-        parts.append("not shapes reserved for others (" + ", ".join(sorted(barred_shapes))
-                     + ")")
+        parts.append("not shapes reserved for other tenants")
     return "; ".join(parts) or "no FitPolicy applies"
 
 

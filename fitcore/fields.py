@@ -18,6 +18,11 @@ T = TypeVar("T")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The largest quantity magnitude read. The API server keeps any decimal quantity
+#: (1e10000 included), and the allocator's semantics past int64 (errors, "cannot be
+#: represented") are followed up to here; beyond it, nothing real, and every later
+#: decision, message and status would carry a number of thousands of digits.
+QUANTITY_MAX = 10**100
 _SELECTOR_OPS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -67,10 +72,17 @@ class Reader:
             self.c.add(path, f"must be a quantity string such as '40Gi', got {value!r}")
             return None
         try:
-            return values.Quantity.parse(value)
+            q = values.Quantity.parse(value)
         except ValueError as exc:
             self.c.add(path, f"invalid quantity {value!r}: {exc}")
             return None
+        if abs(q.value) > QUANTITY_MAX:
+            shown = (repr(value) if isinstance(value, str) and len(value) <= 40
+                     else "the quantity")
+            self.c.add(path, f"{shown} is larger than fitgate decides with (at most 1e100 "
+                             "in the quantity's unit)")
+            return None
+        return q
 
     def name(self, value: Any, path: str, pattern: re.Pattern[str], what: str,
              max_len: int) -> str:

@@ -164,7 +164,12 @@ class Inventory:
         and anti-affinity are seen by pod (anti-)affinity), DeviceClass (with its
         extended resource), DeviceTaintRule (applied to the devices it selects when the
         version applies rules), NodeShape. A bad object, an unknown kind or event raises
-        errors.InputError and leaves the inventory as it was.
+        errors.InputError and leaves the inventory as it was. Bad includes what would
+        break later decisions though the API server keeps it: a DeviceClass or a
+        ResourceClaim whose selector does not compile or is over the API server's cost
+        limit, a quantity beyond 1e100 (a capacity of 1e10000). An allocated
+        ResourceClaim with such a spec is applied all the same (its devices are in use),
+        with a note.
 
         The object is first read as the API server hands it to the scheduler
         (`fitcore.read`: a served apiVersion, v1beta1/v1beta2 converted to v1, strict
@@ -201,7 +206,16 @@ class Inventory:
         elif kind == "ResourceSlice":
             self._slice(key[1], None if deleted else kube.resource_slice(obj))
         elif kind == "ResourceClaim":
-            self._claim(key, () if deleted else tuple(kube.allocated_devices(obj)))
+            held = () if deleted else tuple(kube.allocated_devices(obj))
+            if not deleted:
+                try:
+                    kube.resource_claim(obj)  # its spec, selectors compiled and costed
+                except errors.InputError as exc:
+                    if not held:
+                        raise
+                    # Devices in use are in use, whatever the spec says.
+                    notes.append(f"{exc}; its allocation is counted all the same")
+            self._claim(key, held)
         elif kind == "Pod":
             if deleted:
                 self._pod(key, None, None)

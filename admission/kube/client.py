@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -140,13 +141,22 @@ class ApiClient:
         from kubernetes_asyncio import config as k8s_config
 
         configuration = k8s.Configuration()
-        if kubeconfig is None and _in_cluster():
-            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration)
-        else:
-            await k8s_config.load_kube_config(config_file=kubeconfig, context=context,
-                                              client_configuration=configuration,
-                                              persist_config=False)
+        where = "the in-cluster configuration"
+        try:
+            if kubeconfig is None and _in_cluster():
+                k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                    client_configuration=configuration)
+            else:
+                where = (f"kubeconfig {kubeconfig}" if kubeconfig else "the kubeconfig ("
+                         + (os.environ.get("KUBECONFIG") or "~/.kube/config") + ")")
+                await k8s_config.load_kube_config(config_file=kubeconfig, context=context,
+                                                  client_configuration=configuration,
+                                                  persist_config=False)
+        except Exception as exc:  # the library's ConfigException, and what a bad file
+            # makes it raise on the way (TypeError, AttributeError, yaml and OS errors)
+            reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            raise errors.ConfigError(
+                f"cannot use {where}: {reason or type(exc).__name__}") from exc
         return cls(k8s.ApiClient(configuration), request_timeout=request_timeout)
 
     async def close(self) -> None:

@@ -13,6 +13,12 @@ class ApiError(Exception):
         self.message = message
 
 
+class ConfigError(Exception):
+    """No usable client configuration: the kubeconfig is missing, empty, not YAML, or
+    names no usable cluster, context or user (and the process is not in a pod). The
+    message says which file and why."""
+
+
 class NotFound(ApiError):
     def __init__(self, message: str) -> None:
         super().__init__(404, "NotFound", message)

@@ -10,7 +10,15 @@ generates from these tables (`python -m admission.kube.rbac > charts/fitgate/fil
 a test fails when the file and the tables differ). Where a rule goes follows from the
 tables: kinds in `OWN_NAMESPACE` go to a Role in fitgate's namespace, the rest to the
 ClusterRole; kinds in `NAMED` are granted on one name only; `SELF_MANAGED_CERTS` is granted
-only when fitgate manages its own serving certificate.
+only when fitgate manages its own serving certificate; `JOB_KIND_VERBS` on a job kind only
+when the chart's `webhook.jobKinds` lists it (fitgate gates only those kinds, so it patches
+only those).
+
+RBAC cannot say which fields of an object a verb may change. What fitgate writes to pods
+(only its own scheduling gate removed, its slot annotation and hostname nodeSelector added,
+while the pod holds its gate) and to ConfigMaps (only its `fitgate-placement-` ones,
+never in the namespaces the webhooks skip) is narrowed further by the chart's
+ValidatingAdmissionPolicies (`templates/admissionpolicy.yaml`).
 """
 
 from __future__ import annotations
@@ -81,6 +89,13 @@ NAMED: dict[kinds.Kind, str] = {
     kinds.VALIDATING_WEBHOOK_CONFIGURATION: "validatingWebhook",
 }
 
+#: Verbs on a job kind granted only when `webhook.jobKinds` lists the kind (the chart's
+#: `jobKinds` rules): the gate patches a job to remove its entry from the
+#: admission-gated-by annotation, which the webhook added only to those kinds.
+JOB_KIND_VERBS: dict[kinds.Kind, frozenset[Verb]] = {
+    k: frozenset({"patch"}) if k is kinds.JOB else frozenset({"get", "patch"})
+    for k in kinds.JOB_KINDS}
+
 ALL_PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     **PERMISSIONS, **SELF_MANAGED_CERTS}
 
@@ -119,6 +134,10 @@ def _rules(table: dict[tuple[kinds.Kind, str], frozenset[Verb]], namespaced: boo
                                      key=lambda e: (e[0][0].group, e[0][0].plural, e[0][1])):
         if (kind in OWN_NAMESPACE) != namespaced:
             continue
+        if not sub:
+            verbs = verbs - JOB_KIND_VERBS.get(kind, frozenset())
+            if not verbs:
+                continue
         base = {"apiGroups": [kind.group], "resources": [kind.plural + (f"/{sub}" if sub else "")]}
         name = NAMED.get(kind) if not sub else None
         if name is None:
@@ -138,6 +157,11 @@ def chart_rules() -> dict[str, Any]:
     return {
         "clusterRole": _rules(PERMISSIONS, namespaced=False),
         "role": _rules(PERMISSIONS, namespaced=True),
+        # ClusterRole rules for the job kinds `webhook.jobKinds` lists (by group and
+        # resource).
+        "jobKinds": [{"apiGroups": [k.group], "resources": [k.plural],
+                      "verbs": sorted(JOB_KIND_VERBS[k])}
+                     for k in sorted(JOB_KIND_VERBS, key=lambda k: (k.group, k.plural))],
         "selfManagedCerts": {
             "clusterRole": _rules(SELF_MANAGED_CERTS, namespaced=False),
             "role": _rules(SELF_MANAGED_CERTS, namespaced=True),

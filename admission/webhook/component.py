@@ -26,7 +26,7 @@ import structlog
 
 from admission import fitting, gate, policy_status
 from admission.kube import kinds, store
-from admission.webhook import decider, review, server
+from admission.webhook import connections, decider, review, server
 
 if TYPE_CHECKING:
     from admission import serve
@@ -42,9 +42,11 @@ KINDS = (*fitting.INVENTORY_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE, kinds.WORKLOAD
 class WebhookServer:
     """The webhook's HTTPS site as a `serve.Server`."""
 
-    def __init__(self, hooks: review.Hooks, host: str, port: int, cert_dir: str) -> None:
+    def __init__(self, hooks: review.Hooks, host: str, port: int, cert_dir: str,
+                 limits: connections.Limits | None = None) -> None:
         self.settings = server.Settings(cert_file=os.path.join(cert_dir, "tls.crt"),
-                                        key_file=os.path.join(cert_dir, "tls.key"))
+                                        key_file=os.path.join(cert_dir, "tls.key"),
+                                        limits=limits or connections.Limits())
         self.app = server.init(hooks, self.settings)
         self.host = host
         self.port = port
@@ -77,8 +79,11 @@ def component(ctx: serve.Context) -> serve.Component:
         hooks = review.Hooks(stores, deciding, ready=lambda: bool(ctx.informers.ready),
                              config=review.Config(
                                  decision_budget_seconds=ctx.config.webhook_decision_budget))
+        limits = connections.Limits(max_connections=ctx.config.webhook_max_connections,
+                                    header_timeout=ctx.config.webhook_header_timeout,
+                                    body_timeout=ctx.config.webhook_body_timeout)
         servers.append(WebhookServer(hooks, ctx.config.webhook_address,
-                                     ctx.config.webhook_port, ctx.config.cert_dir))
+                                     ctx.config.webhook_port, ctx.config.cert_dir, limits))
     else:
         log.warning("webhook.disabled", reason="no cert_dir configured; the gate still runs")
     statuses = policy_status.PolicyStatusController(ctx.api, stores[kinds.FIT_POLICY],

@@ -44,6 +44,10 @@ Ignore`), so the webhook's latency is bounded by design, never by the engine:
   review is bounded by `budget_seconds` (a net, set below the webhook's timeoutSeconds).
 
 Why the worker is a process and not a thread: `decider.py` (measured; docs/gate.md).
+
+A large request (`offload.py`: a body of 64 KiB or more) has its question's key hashed
+and its gang read in a bounded pool of threads, not on the loop, so a few large Jobs do
+not hold up the pod hook, the job mutations and `/healthz` behind them.
 """
 
 from __future__ import annotations
@@ -51,10 +55,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import structlog
@@ -62,7 +67,7 @@ import structlog
 import fitcore
 from admission import fitting, gating, metrics, policy, release
 from admission.kube import client, kinds, store
-from admission.webhook import decider, models
+from admission.webhook import decider, models, offload
 
 log = structlog.get_logger("fitgate.webhook")
 Hook = Literal["mutate-jobs", "validate-jobs", "mutate-pods"]
@@ -103,8 +108,11 @@ class Hooks:
     def __init__(self, stores: Mapping[kinds.Kind, store.Store],
                  engine: fitting.Engine | decider.ThreadDecider | decider.ProcessDecider, *,
                  config: Config | None = None, pod_gate: PodGate = release.gate_patch,
-                 ready: Callable[[], bool] = lambda: True) -> None:
+                 ready: Callable[[], bool] = lambda: True,
+                 reader: offload.Offload | None = None) -> None:
         self.config = config or Config()
+        #: Where large requests are parsed and read (server.py parses with it too).
+        self.offload = reader or offload.Offload()
         self.stores = stores
         # Where decisions run: an engine of this process is run in one worker thread.
         self.decider: decider.Decider = (
@@ -143,15 +151,20 @@ class Hooks:
 
     def close(self) -> None:
         self.decider.close()
+        self.offload.close()
 
     # ------------------------------------------------------------------ dispatch
 
-    async def review(self, hook: Hook, request: models.AdmissionRequest
+    async def review(self, hook: Hook, request: models.AdmissionRequest, *, size: int = 0
                      ) -> models.AdmissionResponse:
-        """Answer one request within the budget; never raises for the request's content."""
+        """Answer one request within the budget; never raises for the request's content.
+        `size`: the request body's bytes (a large one is read off the loop)."""
         started = time.perf_counter()
-        fn = {"mutate-jobs": self.mutate_job, "validate-jobs": self.validate_job,
-              "mutate-pods": self.mutate_pod}[hook]
+        fn: Callable[[models.AdmissionRequest], Awaitable[models.AdmissionResponse]]
+        if hook == "validate-jobs":
+            fn = functools.partial(self.validate_job, size=size)
+        else:
+            fn = self.mutate_job if hook == "mutate-jobs" else self.mutate_pod
         bound = log.bind(hook=hook, uid=request.uid, kind=request.kind.kind,
                          namespace=request.namespace, name=request.name or None)
         try:
@@ -211,7 +224,7 @@ class Hooks:
 
     # ---------------------------------------------------------------- validate-jobs
 
-    async def validate_job(self, request: models.AdmissionRequest
+    async def validate_job(self, request: models.AdmissionRequest, *, size: int = 0
                            ) -> models.AdmissionResponse:
         deadline = time.perf_counter() + self.config.decision_budget_seconds
         queue = self._queue(request)
@@ -223,13 +236,15 @@ class Hooks:
         body = {**obj, "kind": kind,
                 "metadata": {**(obj.get("metadata") or {}), "namespace": request.namespace}}
         scope = self._scope(request.namespace, queue)
-        key = self._key(request.namespace, body, scope)
+        key = await self.offload.run(size, self._key, request.namespace, body, scope)
         verdict = self._cache.get(key)
         if verdict is not None:
             self._cache.move_to_end(key)
             return self._answer(request, "cached", verdict, label, queue, scope)
         try:
-            pending = self._submit(key, body, scope)
+            pending = self._inflight.get(key)
+            if pending is None:
+                pending = self._submit(key, body, scope, await self._read(size, body))
         except fitcore.InputError as exc:
             metrics.WEBHOOK_VALIDATIONS.labels("unreadable").inc()
             if kind in ("Job", "Workload"):
@@ -290,16 +305,26 @@ class Hooks:
                                 .encode()).hexdigest()
         return (namespace, obj.get("kind"), digest, scope.key, self._version)
 
+    async def _read(self, size: int, obj: Mapping[str, Any]) -> fitcore.Gang:
+        """The gang of a job (`fitting.gang_of`), read off the loop when the request is
+        large (the claims are listed on the loop: the stores change there). Raises
+        fitcore.InputError, with the fields, for the review to report."""
+        ns = fitting.namespace_of(obj)
+        rct = self.stores.get(kinds.RESOURCE_CLAIM_TEMPLATE)
+        rc = self.stores.get(kinds.RESOURCE_CLAIM)
+        return await self.offload.run(size, fitting.read_gang, obj,
+                                      rct.list(ns) if rct is not None else [],
+                                      rc.list(ns) if rc is not None else [])
+
     def _submit(self, key: tuple[Any, ...], obj: Mapping[str, Any],
-                scope: policy.Scope) -> asyncio.Future[fitting.Verdict] | None:
+                scope: policy.Scope, gang_: fitcore.Gang
+                ) -> asyncio.Future[fitting.Verdict] | None:
         """The pending decision of a question not in the cache: the one already queued or
         running for it, or a new one in the worker; None when `max_pending` distinct
-        decisions are already queued or running. Reads the gang on the loop first (raises
-        fitcore.InputError, with the fields, for the review to report)."""
+        decisions are already queued or running."""
         pending = self._inflight.get(key)
         if pending is not None:
             return pending
-        gang_ = fitting.gang_of(obj, self.stores)
         if len(self._inflight) >= self.config.max_pending:
             return None
         pending = asyncio.wrap_future(self.decider.submit(obj, gang_, scope))

@@ -3,6 +3,8 @@
 - `init(hooks, settings)` builds the application: `POST /mutate-jobs`, `/validate-jobs`,
   `/mutate-pods`; `GET /healthz` (the process answers) and `/readyz` (the caches the
   decisions read are filled).
+- Connections are bounded (`connections.py`): at most `max_connections` open, headers
+  (and the TLS handshake) within `header_timeout`, the body within `body_timeout` (408).
 - Bodies larger than `settings.max_body_bytes` are refused with 413 before they are read
   whole; a body that is not an AdmissionReview v1 gets 400 with the reason. The hooks never
   raise for a request's content, so a well-formed request never gets a 5xx.
@@ -29,7 +31,7 @@ import pydantic
 import structlog
 from aiohttp import web
 
-from admission.webhook import models, review
+from admission.webhook import connections, models, review
 
 log = structlog.get_logger("fitgate.webhook")
 
@@ -45,6 +47,8 @@ class Settings:
     key_file: str | None = None
     #: Seconds between checks of the certificate files' modification time.
     reload_interval: float = 5.0
+    #: Connections open at once, TLS handshake and headers deadline, body deadline.
+    limits: connections.Limits = dataclasses.field(default_factory=connections.Limits)
 
 
 HOOKS = web.AppKey("hooks", review.Hooks)
@@ -108,22 +112,30 @@ def _validation_reason(exc: pydantic.ValidationError) -> str:
             + (f"; and {more} more" if more > 0 else ""))
 
 
-async def answer(hooks: review.Hooks, hook: review.Hook, raw: bytes
-                 ) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, JSON body) for one request body: 400 with the reason for anything that
-    is not an AdmissionReview v1, else 200 with the hooks' response. What the handler does
-    between reading the body and writing the answer, without the framework."""
+def parse(raw: bytes) -> models.AdmissionReview | tuple[int, dict[str, Any]]:
+    """The AdmissionReview of a request body, or (400, the reason)."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         return 400, _status(f"body is not JSON: {str(exc)[:200]}")
     try:
-        admission = models.AdmissionReview.model_validate(data)
+        return models.AdmissionReview.model_validate(data)
     except pydantic.ValidationError as exc:
         return 400, _status(_validation_reason(exc))
     except RecursionError:
         return 400, _status("body is nested too deeply")
-    response = await hooks.review(hook, admission.request)
+
+
+async def answer(hooks: review.Hooks, hook: review.Hook, raw: bytes
+                 ) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON body) for one request body: 400 with the reason for anything that
+    is not an AdmissionReview v1, else 200 with the hooks' response. What the handler does
+    between reading the body and writing the answer, without the framework. A large body
+    is parsed off the loop (`offload.py`)."""
+    parsed = await hooks.offload.run(len(raw), parse, raw)
+    if isinstance(parsed, tuple):
+        return parsed
+    response = await hooks.review(hook, parsed.request, size=len(raw))
     return 200, response.review()
 
 
@@ -133,7 +145,12 @@ def _handler(hook: review.Hook) -> Any:
         if request.content_length is not None and request.content_length > limit:
             raise web.HTTPRequestEntityTooLarge(max_size=limit,
                                                 actual_size=request.content_length)
-        raw = await request.read()  # aiohttp refuses more than client_max_size with 413
+        try:
+            async with asyncio.timeout(request.app[SETTINGS].limits.body_timeout):
+                raw = await request.read()  # aiohttp refuses more than client_max_size: 413
+        except TimeoutError:
+            raise web.HTTPRequestTimeout(text="the request body was not sent in time") \
+                from None
         status, body = await answer(request.app[HOOKS], hook, raw)
         return web.json_response(body, status=status)
     return handle
@@ -176,12 +193,16 @@ async def serving(app: web.Application, host: str = "0.0.0.0", port: int = 9443,
     settings = app[SETTINGS]
     if certificates is None and settings.cert_file and settings.key_file:
         certificates = Certificates(settings.cert_file, settings.key_file)
-    runner = web.AppRunner(app, access_log=None)
+    # aiohttp's keep-alive timer runs from the connection's start and is not reset by
+    # partial data: the deadline for a request's headers.
+    runner = web.AppRunner(app, access_log=None,
+                           keepalive_timeout=settings.limits.header_timeout)
     await runner.setup()
     watcher = None
     try:
-        site = web.TCPSite(runner, host, port,
-                           ssl_context=certificates.context if certificates else None)
+        site = connections.GuardedSite(
+            runner, host, port, limits=settings.limits,
+            ssl_context=certificates.context if certificates else None)
         await site.start()
         if certificates is not None:
             watcher = asyncio.create_task(certificates.watch(settings.reload_interval))

@@ -127,3 +127,21 @@ def test_the_rules_file_puts_named_and_namespaced_kinds_where_rbac_py_says() -> 
                     rules["selfManagedCerts"]["clusterRole"]):
         for rule in section:
             assert ("resourceName" in rule) == (rule["verbs"] != ["create"]), rule
+
+
+@pytest.mark.parametrize("listed", [["jobs"], ["jobsets", "rayjobs"], []],
+                         ids=["batch-only", "two", "none"])
+def test_job_kinds_are_patched_only_when_listed(helm: Helm, listed: list[str]) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    kinds_ = [k for k in values["webhook"]["jobKinds"] if k["resource"] in listed]
+    objects = helm.template({"webhook.jobKinds": kinds_})
+    grants = _granted(one(objects, "ClusterRole")["rules"])
+    for kind in kinds.JOB_KINDS:
+        got = {v for g, r, v, _ in grants if (g, r) == (kind.group, kind.plural)}
+        want = set(rbac.PERMISSIONS[(kind, "")])
+        if kind.plural not in listed:
+            want -= rbac.JOB_KIND_VERBS[kind]
+        assert got == want, (kind.plural, got, want)
+    # batch Jobs are watched whatever is listed (the gate reads them); patched only if listed.
+    assert ("batch", "jobs", "watch", None) in grants
+    assert (("batch", "jobs", "patch", None) in grants) == ("jobs" in listed)

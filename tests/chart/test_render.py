@@ -76,12 +76,15 @@ def test_default_objects(rendered: dict[str, list[dict]]) -> None:
     kinds = sorted(o["kind"] for o in rendered["default"])
     assert kinds == sorted([
         "AdmissionCheck", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
-        "MutatingWebhookConfiguration", "PodDisruptionBudget", "Role", "RoleBinding",
-        "Service", "ServiceAccount", "ValidatingWebhookConfiguration"])
+        "MutatingWebhookConfiguration", "NetworkPolicy", "PodDisruptionBudget", "Role",
+        "RoleBinding", "Service", "ServiceAccount", "ValidatingWebhookConfiguration",
+        *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2])
     for obj in rendered["default"]:
         namespaced = obj["kind"] not in ("AdmissionCheck", "ClusterRole", "ClusterRoleBinding",
                                          "MutatingWebhookConfiguration",
-                                         "ValidatingWebhookConfiguration")
+                                         "ValidatingWebhookConfiguration",
+                                         "ValidatingAdmissionPolicy",
+                                         "ValidatingAdmissionPolicyBinding")
         assert (obj["metadata"].get("namespace") == NAMESPACE) == namespaced, obj["kind"]
         assert obj["metadata"]["labels"]["app.kubernetes.io/instance"] == "fitgate"
 
