@@ -63,7 +63,7 @@ from admission import (
     serve,
 )
 from admission.check import constants as c
-from admission.check import events, podsetupdates, predicates
+from admission.check import events, podsetupdates, predicates, promises
 from admission.check.predicates import Verdict
 from admission.kube import client, errors, kinds, store
 
@@ -185,6 +185,9 @@ class WorkloadReconciler:
         # uid -> (namespace, pods placed per node, when): nodes promised to a gang this
         # reconciler admitted, until its pods have bound there (see promised_nodes).
         self._promised: dict[str, tuple[str, dict[str, int], float]] = {}
+        # Promises an earlier leader made, read back from what it persisted (promises.py).
+        self._recovery = promises.Recovery(api, stores.workloads, stores.admission_checks,
+                                           self.clock, self.settings.promise_seconds)
         self.policies = (policy.Policies(stores.fit_policies)
                          if stores.fit_policies is not None else None)
 
@@ -242,6 +245,7 @@ class WorkloadReconciler:
                 await self._delete(kinds.CONFIG_MAP, c.PLACEMENTS_PREFIX + uid, namespace)
             return None
         await self.sync_cleanup(namespace, name, keep_uid=_meta(wl).get("uid"))
+        await self._recovery.into(self._promised)
         waits: list[float] = []
         for entry in mine:
             try:
@@ -283,9 +287,10 @@ class WorkloadReconciler:
         be placed on the same devices. Until every pod placed on a node has bound there,
         that node is left out of other gangs' decisions (a whole node: coarse, never
         double-booked). A promise ends when the pods have bound, or after
-        `promise_seconds` (pods that never come). Promises are kept in memory: a
-        replica that takes over leadership starts without them, and trusts the
-        inventory (the pods of a gang admitted just before are then its only guard)."""
+        `promise_seconds` (pods that never come). Promises are kept in memory and
+        persisted in what fitgate writes before Ready (the placements ConfigMap and the
+        Ready entry): a replica that takes over leadership reads them back
+        (`promises.Recovery`) before it decides."""
         out: set[str] = set()
         now = self.clock.monotonic()
         for uid, (namespace, nodes, since) in list(self._promised.items()):
