@@ -63,7 +63,7 @@ from admission import (
     serve,
 )
 from admission.check import constants as c
-from admission.check import events, podsetupdates, predicates, promises
+from admission.check import events, podsetupdates, predicates, promises, trusted
 from admission.check.predicates import Verdict
 from admission.kube import client, errors, kinds, store
 
@@ -323,11 +323,9 @@ class WorkloadReconciler:
         gang's node stays out of a plan until that gang is admitted (then
         `promised_nodes` holds it until its pods bind), and a request waits for a node
         of its own instead of verifying on another's."""
-        requests = sorted(
-            (r for r in self.stores.provisioning_requests.list()
-             if _labels(r).get(c.MANAGED_LABEL) == "fitgate"),
-            key=lambda r: (str(_meta(r).get("creationTimestamp") or ""),
-                           _int(_meta(r).get("resourceVersion"))))
+        requests = sorted(self.trusted_requests(),  # only what fitgate wrote (trusted.py)
+                          key=lambda r: (str(_meta(r.obj).get("creationTimestamp") or ""),
+                                         _int(_meta(r.obj).get("resourceVersion"))))
         if not requests:
             return {}
         node_shapes, _ = self.node_shapes()
@@ -337,18 +335,11 @@ class WorkloadReconciler:
         names = predicates.ours(self.stores.admission_checks.list())
         out: dict[str, tuple[str, str, bool]] = {}
         for r in requests:
-            key = workload_of_request(r)
-            wl = self.stores.workloads.get(key[1], key[0]) if key else None
-            admitted = wl is not None and any(
-                e.get("state") == c.READY for e in predicates.entries(wl, names))
-            since = predicates.parse_time(_meta(r).get("creationTimestamp"))
-            try:
-                planned = provisioning.plan_from_json(
-                    (_meta(r).get("annotations") or {}).get(c.PLAN_ANNOTATION) or "")
-            except (ValueError, KeyError, TypeError):
-                continue
-            owner = (str(_meta(r).get("name")), str(_labels(r).get(c.WORKLOAD_UID_LABEL)),
-                     admitted)
+            admitted = any(e.get("state") == c.READY for e in predicates.entries(r.workload,
+                                                                                 names))
+            since = predicates.parse_time(_meta(r.obj).get("creationTimestamp"))
+            planned = r.plan
+            owner = (r.name, r.workload_uid, admitted)
             for sc in planned.shapes:
                 shape = node_shapes.get(sc.shape)
                 if shape is None:
@@ -559,11 +550,13 @@ class WorkloadReconciler:
         annotations = _meta(request).get("annotations") or {}
         state, cond = provisioning.state(request)
         try:
+            trusted.read(request, self.stores.workloads,  # every annotation reads back
+                         predicates.ours(self.stores.admission_checks.list()))
             planned = provisioning.plan_from_json(annotations.get(c.PLAN_ANNOTATION, ""),
                                                   self.existing_nodes(request))
             alternatives = provisioning.plans_from_json(
                 annotations.get(c.ALTERNATIVES_ANNOTATION, "[]"))
-        except provisioning.PlanFormatError as exc:
+        except (provisioning.PlanFormatError, trusted.Untrusted) as exc:
             log.warning("unreadable plan on our request; asking again", request=name,
                         error=str(exc))
             await self.delete_request(request, "unreadable plan")
@@ -905,19 +898,23 @@ class WorkloadReconciler:
 
     # ----------------------------------------------------------------- cleanup
 
+    def trusted_requests(self, namespace: str | None = None,
+                         unreadable: list[client.Obj] | None = None) -> list[trusted.Request]:
+        """The ProvisioningRequests fitgate wrote for Workloads it knows (`trusted`)."""
+        return trusted.trusted_requests(self.stores.provisioning_requests, self.stores.workloads,
+                                        predicates.ours(self.stores.admission_checks.list()),
+                                        namespace, unreadable)
+
     def requests_of(self, wl: client.Obj, check: str | None = None) -> list[client.Obj]:
         meta = _meta(wl)
         uid = str(meta.get("uid", ""))
-        out = []
-        for r in self.stores.provisioning_requests.list(meta.get("namespace")):
-            labels = _meta(r).get("labels") or {}
-            if labels.get(c.WORKLOAD_UID_LABEL) != uid:
-                continue
-            if check is not None and labels.get(c.CHECK_LABEL) != provisioning.label_value(
-                    check):
-                continue
-            out.append(r)
-        return out
+        unreadable: list[client.Obj] = []  # fitgate's, annotations unreadable: sync_request
+        mine = [r.obj for r in self.trusted_requests(str(meta.get("namespace") or ""),
+                                                     unreadable)
+                if r.workload_uid == uid and (check is None or r.check == check)]
+        return mine + [r for r in unreadable if _labels(r).get(c.WORKLOAD_UID_LABEL) == uid
+                       and (check is None or _labels(r).get(c.CHECK_LABEL)
+                            == provisioning.label_value(check))]
 
     async def sync_cleanup(self, namespace: str, name: str, keep_uid: str | None,
                            uid: str | None = None) -> None:
