@@ -63,7 +63,7 @@ from admission import (
     serve,
 )
 from admission.check import constants as c
-from admission.check import events, podsetupdates, predicates, promises, trusted
+from admission.check import containment, events, podsetupdates, predicates, promises, trusted
 from admission.check.predicates import Verdict
 from admission.kube import client, errors, kinds, store
 
@@ -253,6 +253,8 @@ class WorkloadReconciler:
             except errors.Conflict:
                 bound.debug("workload changed while deciding; again", check=entry["name"])
                 wait = 1.0
+            except Exception as exc:  # this Workload's failure only (containment.py)
+                wait = await containment.contain(self, wl, entry, exc)
             if wait is not None:
                 waits.append(wait)
         return min(waits) if waits else None
