@@ -29,8 +29,9 @@ see `admission.inventory`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -42,8 +43,12 @@ from admission.kube import client, errors
 
 log = structlog.get_logger(__name__)
 
+T = TypeVar("T")
+
 #: The Event reason fitgate records when a decision failed.
 REASON = "DecisionFailed"
+#: ... and when a decision ran out of its work budget or time (`undecided`, retried).
+UNDECIDED = "DecisionUndecided"
 
 
 class Reconciler(Protocol):
@@ -89,3 +94,32 @@ async def contain(r: Reconciler, wl: client.Obj, entry: Mapping[str, Any],
     wait = await r.sync_status(wl, entry, answer)
     await r.recorder.record(wl, "Warning", REASON, answer.message, action="Decide")
     return wait
+
+
+class Bounded:
+    """Questions to a synchronous engine (the idle cluster's, shared with the gate), one at
+    a time off the loop, each answered within `timeout` seconds or not at all (None).
+
+    A question past its deadline cannot be stopped and still holds the engine; while it
+    runs, later questions get None at once instead of queueing behind it (and piling up
+    threads), so the Workloads that ask are retried rather than stalled."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._lock = asyncio.Lock()
+        self._running: asyncio.Future[Any] | None = None
+
+    async def ask(self, fn: Callable[..., T], *args: Any) -> T | None:
+        if self._running is not None and not self._running.done():
+            log.warning("an earlier question to the engine overran and still runs; "
+                        "not asking")
+            return None
+        async with self._lock:
+            running: asyncio.Future[T] = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+            self._running = running
+            try:
+                return await asyncio.wait_for(asyncio.shield(running), self.timeout)
+            except TimeoutError:
+                log.warning("a question to the engine overran its deadline; left to finish",
+                            timeout=self.timeout)
+                return None

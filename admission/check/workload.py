@@ -39,7 +39,6 @@ the API, so a second reconciler over the same state finds what the first created
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import json
@@ -109,6 +108,8 @@ class Settings:
     promise_seconds: int = 600
     #: Re-decide after this while a gang waits only for promised nodes' pods to bind.
     promise_poll_seconds: int = 2
+    #: A question to the idle engine unanswered after this is not waited for (Retry).
+    decision_timeout_seconds: float = 30.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -175,11 +176,11 @@ class WorkloadReconciler:
         # The gate's question, "could the gang ever fit as configured?" (an engine over
         # the idle cluster), asked before a gang is Rejected (see `never_fits`).
         self.idle = idle
-        self._idle_lock = asyncio.Lock()
         self.stores = stores
         self.inventory = inventory
         self.clock = clock or clock_.SystemClock()
         self.settings = settings or Settings()
+        self._idle_questions = containment.Bounded(self.settings.decision_timeout_seconds)
         self.recorder = recorder or events.Recorder(api, self.clock)
         self._finished: set[str] = set()  # uids whose placements were deleted
         # uid -> (namespace, pods placed per node, when): nodes promised to a gang this
@@ -452,10 +453,13 @@ class WorkloadReconciler:
                                                + "; ".join(result.reasons)),
                 "configuration"))
         if result.verdict == "undecided":
-            return await self.sync_status(wl, entry, self.retry(
+            undecided = self.retry(
                 entry, "configuration", "fitgate could not decide within its work budget "
                 "(the gang's device requests are too many or too alike to search): "
-                + "; ".join(result.reasons)))
+                + "; ".join(result.reasons))
+            wait = await self.sync_status(wl, entry, undecided)
+            await self.recorder.record(wl, "Warning", containment.UNDECIDED, undecided.message)
+            return wait
         return await self.sync_status(wl, entry, self.retry(
             entry, "capacity", "does not fit now, and the node shapes' limits allow no plan: "
             + "; ".join(result.reasons)))
@@ -468,11 +472,11 @@ class WorkloadReconciler:
         Without an idle engine, the real usage's answer stands."""
         if self.idle is None:
             return True
-        async with self._idle_lock:  # one engine, one decision at a time
-            idle = await asyncio.to_thread(
-                self.idle.plan, gang_, scope.shapes if scope else None,
-                scope.node_filter if scope else None)
-        return idle.verdict == "unsatisfiable" and idle.category == "configuration"
+        idle = await self._idle_questions.ask(  # one at a time, bounded (containment.py)
+            self.idle.plan, gang_, scope.shapes if scope else None,
+            scope.node_filter if scope else None)
+        return idle is not None and idle.verdict == "unsatisfiable" \
+            and idle.category == "configuration"
 
     def retry(self, entry: Mapping[str, Any], category: predicates.Category, text: str
               ) -> Verdict:
@@ -1039,7 +1043,8 @@ def component(ctx: serve.Context) -> serve.Component:
     """For `admission.components`: the Workload reconciler and the pod release controller
     (both leader only)."""
     settings = Settings(node_wait_seconds=int(ctx.config.provisioning_wait),
-                        request_timeout_seconds=ctx.config.provisioning_timeout)
+                        request_timeout_seconds=ctx.config.provisioning_timeout,
+                        decision_timeout_seconds=ctx.config.decision_timeout)
     stores = Stores.of({k: ctx.informers.store(k) for k in (
         kinds.WORKLOAD, kinds.ADMISSION_CHECK, kinds.RESOURCE_FLAVOR,
         kinds.RESOURCE_CLAIM_TEMPLATE, kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE,

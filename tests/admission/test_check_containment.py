@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 import fitcore
 from admission import inventory
 from admission.check import containment
+from admission.check import workload as wlr
 from admission.kube import errors, kinds
 from tests.admission import test_inventory as ti
 from tests.admission import world as w
@@ -160,3 +161,74 @@ async def test_abandoned_decisions_still_running_are_bounded(
     finally:
         release.set()
         inv.close()
+
+
+async def test_a_decision_past_its_deadline_retries_its_workload_with_an_event(
+        world: w.World) -> None:
+    world.seed(*w.base(), *w.node("n1"), w.admitted())
+    release = threading.Event()
+
+    class Overrunning(w.Recorded):
+        """The world's inventory, every decision held past its deadline by its filter."""
+
+        async def plan_async(self, gang_: fitcore.Gang, *, shapes: Iterable[str] | None = None,
+                             node_filter: Any = None, held: Collection[str] = ()
+                             ) -> fitcore.PlanResult:
+            def stuck(node: Any) -> bool:
+                release.wait(60)
+                return True
+            return await self.inner.plan_async(gang_, shapes=shapes, node_filter=stuck,
+                                               held=held)
+    world.inventory.inner.close()
+    world.inventory = Overrunning(world.stores)
+    world.inventory.inner.timeout = 0.2
+    try:
+        await world.reconcile()
+    finally:
+        release.set()
+    e = world.entry()
+    assert e["state"] == "Retry"
+    assert "the decision took longer than 0.2 s" in e["message"]
+    (event,) = [x for x in world.api.objects(kinds.EVENT)
+                if x["reason"] == containment.UNDECIDED]
+    assert event["note"] == e["message"]
+
+
+# ------------------------------------------------------- the idle engine's questions
+
+
+class StuckIdle:
+    """An idle engine (fitting.Engine) whose questions do not end until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.asked = 0
+
+    def plan(self, gang_: fitcore.Gang, shapes: Collection[str] | None = None,
+             node_filter: Any = None) -> fitcore.PlanResult:
+        self.asked += 1
+        self.release.wait(60)
+        return fitcore.PlanResult("unsatisfiable", category="configuration")
+
+
+async def test_an_overrunning_idle_question_retries_the_gang_instead_of_stalling_it(
+        world: w.World) -> None:
+    # 80 CPUs on 64-CPU nodes: no node hosts it now, so the check asks the idle engine
+    # whether it could ever fit before rejecting. That question does not end: the gang is
+    # retried (not rejected on a guess, not stalled), and the next gang asking meanwhile
+    # is answered at once without queueing another thread behind the stuck one.
+    world.seed(*w.base(), *w.node("n1"), w.admitted(w.workers(1, cpu="80")),
+               w.admitted(w.workers(1, cpu="80"), name="other"))
+    idle = StuckIdle()
+    r = wlr.WorkloadReconciler(world.api, wlr.Stores.of(world.stores), world.inventory,
+                               clock=world.clock, idle=idle,
+                               settings=wlr.Settings(decision_timeout_seconds=0.2))
+    try:
+        await world.reconcile(r)
+        assert world.entry()["state"] == "Retry"
+        assert world.entry()["message"].startswith("capacity: does not fit now")
+        await world.reconcile(r, name="other")
+        assert world.entry("other")["state"] == "Retry"
+        assert idle.asked == 1
+    finally:
+        idle.release.set()
