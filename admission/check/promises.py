@@ -30,7 +30,10 @@ the placements ConfigMap (one GET per such Workload, once per admission) and add
 promise with its age. The reconciler's own rules then end it as before (all pods bound,
 or `promise_seconds` passed). A ConfigMap that is missing or does not read back is logged
 and skipped: the inventory and the gang's bound pods are then the only guard, as before.
-The scan of the Workload store runs at most once per `scan_seconds`.
+The scan of the Workload store runs at most once per `scan_seconds`. Gangs this reconciler
+promised itself (`made`) are never read back: its memory already knows when their pods
+bound, and reading back a promise that ended would hold the nodes again once the pods
+have finished and been deleted.
 """
 
 from __future__ import annotations
@@ -99,6 +102,13 @@ class Recovery:
         # (uid, Ready time) already looked at -> when it may be forgotten (monotonic)
         self._read: dict[tuple[str, str], float] = {}
         self._last_scan: float | None = None
+        self._made: dict[str, float] = {}  # uid -> when this reconciler promised it
+
+    def made(self, uid: str) -> None:
+        """This reconciler promised the gang `uid` itself (its memory is the truth: once
+        the gang's pods have bound, reading the promise back would only hold its nodes
+        again, while pods that finished and were deleted no longer end it)."""
+        self._made[uid] = self.clock.monotonic()
 
     def _admitted(self) -> list[tuple[client.Obj, str, float]]:
         """(Workload, uid, age in seconds) of the gangs fitgate admitted within the promise
@@ -111,6 +121,8 @@ class Recovery:
                 continue
             meta = wl.get("metadata") or {}
             uid = str(meta.get("uid") or "")
+            if uid in self._made:
+                continue
             for e in predicates.entries(wl, names):
                 if e.get("state") != c.READY:
                     continue
@@ -133,6 +145,8 @@ class Recovery:
         self._last_scan = now
         for key in [k for k, until in self._read.items() if until < now]:
             del self._read[key]
+        for uid in [u for u, at in self._made.items() if now - at > self.promise_seconds]:
+            del self._made[uid]
         added = 0
         for wl, uid, age in self._admitted():
             if uid in promised:

@@ -843,6 +843,7 @@ class WorkloadReconciler:
             per_node[p.node] = per_node.get(p.node, 0) + 1
         self._promised[str(meta.get("uid"))] = (str(meta.get("namespace") or ""), per_node,
                                                 self.clock.monotonic())
+        self._recovery.made(str(meta.get("uid")))
         wait = await self.sync_status(wl, entry, Verdict(
             c.READY, predicates.message(None, text), None,
             pod_set_updates=updates.pod_set_updates))

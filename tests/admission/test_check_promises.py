@@ -86,3 +86,25 @@ def test_per_node_counts_pods_per_node() -> None:
                                                         "node": "a"},
               {"podSet": "w", "index": 2, "node": "b"}])}}
     assert promises.per_node(cm) == {"a": 2, "b": 1}
+
+
+async def test_a_promise_this_reconciler_made_and_ended_is_not_read_back(
+        world: w.World) -> None:
+    # train is admitted and its pods bind (the promise ends), then they finish and are
+    # deleted while train is not yet Finished: its placements are not read back to
+    # hold n1 again.
+    world.seed(*w.base(), *w.node("n1"), w.admitted(), w.admitted(name="other"))
+    r = world.reconciler()
+    await world.reconcile(r)
+    uid = world.workload()["metadata"]["uid"]
+    world.seed(*[{"apiVersion": "v1", "kind": "Pod",
+                  "metadata": {"name": f"train-{i}", "namespace": "default",
+                               "labels": {c.PLACEMENT_LABEL: uid}},
+                  "spec": {"nodeName": "n1", "containers": []}} for i in range(2)])
+    other = world.workload("other")["metadata"]["uid"]
+    assert r.promised_nodes(other) == set()
+    for i in range(2):
+        world.api.remove(kinds.POD, f"train-{i}", "default")  # finished, deleted
+    world.advance(5)
+    assert await world.reconcile(r, name="other") is None
+    assert world.entry("other")["state"] == "Ready"
