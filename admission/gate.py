@@ -63,6 +63,9 @@ class GateConfig:
     #: Seconds after which a write that lost a race is tried again.
     conflict_retry: float = 1.0
     instance: str = "fitgate"
+    #: Seconds a decision may take; past it, or when it raises, the gate is removed and
+    #: the AdmissionCheck decides (the failure stays with this Workload).
+    decision_timeout: float = 30.0
 
 
 def explanation(verdict: fitting.Verdict, scope: policy.Scope, workload: str,
@@ -170,7 +173,17 @@ class GateController:
                                           f"fitgate cannot read the gang: {exc}")
         scope = self._scope(wl, namespace)
         loop = asyncio.get_running_loop()
-        verdict = await loop.run_in_executor(self._executor, self._decide, gang_, scope)
+        try:
+            verdict = await asyncio.wait_for(
+                loop.run_in_executor(self._executor, self._decide, gang_, scope),
+                self.config.decision_timeout)
+        except Exception as exc:  # contained to this Workload: the AdmissionCheck decides
+            why = (f"took longer than {self.config.decision_timeout:g} s"
+                   if isinstance(exc, TimeoutError) else f"failed: {type(exc).__name__}: {exc}")
+            bound.warning("gate decision failed; leaving it to the AdmissionCheck", why=why)
+            return await self.sync_ungate(key, job_kind, job_name, wl,
+                                          f"fitgate's decision before quota {why}; removed "
+                                          "its gate, the AdmissionCheck decides")
         result = verdict.result
         if result is None or result.verdict != "unsatisfiable":
             return await self.sync_ungate(key, job_kind, job_name, wl, None)

@@ -20,6 +20,17 @@ watches). So:
 - The `*_async` forms run a decision there and answer `undecided` (with the reason) past
   `timeout` seconds; the synchronous forms (tests, tools) run on the caller's thread
   under the same lock.
+- A decision past its deadline cannot be stopped from outside (a thread cannot be
+  killed), and it holds the engine: every later decision would queue behind it. So the
+  overrunning decision is abandoned with its engine and its thread, which finish on
+  their own and are then dropped, and decisions go on at once on a fresh engine and
+  thread rebuilt from the stores (`_abandon`; counted in
+  `fitgate_inventory_abandoned_decisions_total`, at most `MAX_ABANDONED` still running).
+  The Workload whose decision overran is answered `undecided` and retried with Kueue's
+  backoff; the others are not held up. The GIL: fitcore's CEL runtime (cel-cpp) holds it
+  within one evaluation, which its comprehension iteration budget bounds (a few ms, see
+  docs), and Python code yields it every few ms, so the event loop keeps running beside
+  an abandoned decision.
 
 Bad objects: `Inventory.apply` refuses an object that does not parse (and keeps what it
 had for it); `problems()` names each such object and why. Every other object keeps
@@ -32,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import dataclasses
 import threading
 import time
 import weakref
@@ -68,6 +80,12 @@ APPLY_SECONDS = prometheus_client.Histogram(
     "fitgate_inventory_apply_seconds",
     "Time to apply one batch of queued events to the engine's inventory",
     buckets=(1e-4, 1e-3, 1e-2, 0.1, 1, 10))
+ABANDONED = prometheus_client.Counter(
+    "fitgate_inventory_abandoned_decisions_total",
+    "Decisions past their deadline left to finish on their own engine and thread")
+#: Abandoned decision threads still running at most; past it, decisions wait for them.
+MAX_ABANDONED = 8
+
 DECISION_SECONDS = prometheus_client.Histogram(
     "fitgate_inventory_decision_seconds", "Time of one fit, plan or verify (queued events "
     "applied first included)", ["decision"], buckets=(1e-3, 1e-2, 0.1, 0.5, 1, 5, 30))
@@ -97,6 +115,18 @@ _UNCHANGED: dict[str, Callable[[client.Obj], tuple[Any, ...]]] = {
     kinds.NODE.kind: _node_fields, kinds.POD.kind: _pod_fields}
 
 
+@dataclasses.dataclass(eq=False)
+class _Lane:
+    """One engine with its lock and the events queued for it. A decision thread works on
+    the lane it started on; `ClusterInventory._abandon` replaces the whole lane, so an
+    abandoned decision never touches the fresh engine or its queue."""
+
+    engine: fitcore.Inventory
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    queue: collections.OrderedDict[tuple[str, Key], tuple[str, client.Obj]] = \
+        dataclasses.field(default_factory=collections.OrderedDict)
+
+
 class ClusterInventory:
     """See the module docstring. `store_of`: the cache's stores (`Informers.store`)."""
 
@@ -114,27 +144,36 @@ class ClusterInventory:
         self.timeout = timeout
         self._background = background
         self.generation = 0  # bumped on every event queued for the engine
-        self._engine = fitcore.Inventory(kept_problems=kept_problems,
-                                        kube_version=kube_version)
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="fitgate-decide")
-        # An inventory dropped without close() (tests) does not leave its thread behind.
-        weakref.finalize(self, self._executor.shutdown, wait=False)
-        self._lock = threading.Lock()  # the engine: applying events, deciding
+        self._kept_problems = kept_problems
+        self._kube_version = kube_version
+        self._lane = _Lane(self._new_engine())
+        self._executor = self._new_executor()
+        self._abandoned: list[concurrent.futures.Future[Any]] = []  # overran, still running
         self._queue_lock = threading.Lock()
-        self._queue: collections.OrderedDict[tuple[str, Key], tuple[str, client.Obj]] = \
-            collections.OrderedDict()
         self._drain_scheduled = False
         self._problems: dict[str, str] = {}
         self._problems_lock = threading.Lock()
         self._refs = fitcore.References()
         self._shapes: dict[str, NodeShape] = {}
         self._node_names: set[str] = set()
-        for kind in (*IDLE_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE) if idle else WATCHED:
+        self._store_of = store_of
+        self._kinds = (*IDLE_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE) if idle else WATCHED
+        for kind in self._kinds:
             s = store_of(kind)
             for obj in s.list():
                 self._on_event(kind, client.WatchEvent("ADDED", obj), None)
             s.subscribe(self._subscriber(kind))
+
+    def _new_engine(self) -> fitcore.Inventory:
+        return fitcore.Inventory(kept_problems=self._kept_problems,
+                                 kube_version=self._kube_version)
+
+    def _new_executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="fitgate-decide")
+        # An inventory dropped without close() (tests) does not leave its thread behind.
+        weakref.finalize(self, executor.shutdown, wait=False)
+        return executor
 
     # ------------------------------------------------------------ loop side
 
@@ -166,8 +205,9 @@ class ClusterInventory:
             obj = {**obj, "apiVersion": kind.api_version, "kind": kind.kind}
         with self._queue_lock:
             qk = (kind.kind, key)
-            self._queue.pop(qk, None)  # the latest event of an object is what counts
-            self._queue[qk] = (event.type, obj)
+            queue = self._lane.queue
+            queue.pop(qk, None)  # the latest event of an object is what counts
+            queue[qk] = (event.type, obj)
         self.generation += 1
         if self._background and not self._drain_scheduled:
             self._drain_scheduled = True
@@ -195,23 +235,34 @@ class ClusterInventory:
 
     # ------------------------------------------------------------ engine side
 
-    def _drain_in_background(self) -> None:
-        with self._lock:
-            self._drain_scheduled = False
-            self._drain()
+    @property
+    def _lock(self) -> threading.Lock:
+        """The current engine's lock (applying events, deciding)."""
+        return self._lane.lock
 
-    def _drain(self) -> None:
-        """Apply every queued event to the engine (holding `_lock`)."""
+    @property
+    def _queue(self) -> collections.OrderedDict[tuple[str, Key], tuple[str, client.Obj]]:
+        return self._lane.queue
+
+    def _drain_in_background(self) -> None:
+        lane = self._lane
+        with lane.lock:
+            if lane is self._lane:
+                self._drain_scheduled = False
+            self._drain(lane)
+
+    def _drain(self, lane: _Lane) -> None:
+        """Apply every event queued for `lane` to its engine (holding its lock)."""
         with self._queue_lock:
-            batch = list(self._queue.items())
-            self._queue.clear()
+            batch = list(lane.queue.items())
+            lane.queue.clear()
         if not batch:
             return
         started = time.perf_counter()
         for (kind, key), (etype, obj) in batch:
             label = _label(kind, key)
             try:
-                self._engine.apply(etype, obj)  # type: ignore[arg-type]
+                lane.engine.apply(etype, obj)  # type: ignore[arg-type]
             except fitcore.InputError as exc:
                 with self._problems_lock:
                     self._problems[label] = str(exc)
@@ -221,12 +272,13 @@ class ClusterInventory:
                     self._problems.pop(label, None)
         APPLY_SECONDS.observe(time.perf_counter() - started)
 
-    def _decide(self, name: str, fn: Callable[[], Any]) -> Any:
-        with self._lock:
+    def _decide(self, name: str, fn: Callable[[fitcore.Inventory], Any]) -> Any:
+        lane = self._lane
+        with lane.lock:
             started = time.perf_counter()
-            self._drain()
+            self._drain(lane)
             try:
-                return fn()
+                return fn(lane.engine)
             finally:
                 DECISION_SECONDS.labels(name).observe(time.perf_counter() - started)
 
@@ -237,7 +289,7 @@ class ClusterInventory:
         """Does the gang fit the existing nodes now (no new nodes considered)? `held`:
         nodes held for other workloads (left out, named apart in the reasons)."""
         result: PlanResult = self._decide(
-            "fit", lambda: self._engine.fit(gang_, node_filter=node_filter, held=held))
+            "fit", lambda engine: engine.fit(gang_, node_filter=node_filter, held=held))
         return result
 
     def plan(self, gang_: fitcore.Gang, *, shapes: Iterable[str] | None = None,
@@ -247,7 +299,7 @@ class ClusterInventory:
         (`shapes`: names; None = all) that make the gang fit."""
         allowed = None if shapes is None else sorted(set(shapes))
         result: PlanResult = self._decide(
-            "plan", lambda: self._engine.plan(gang_, shapes=allowed, node_filter=node_filter,
+            "plan", lambda engine: engine.plan(gang_, shapes=allowed, node_filter=node_filter,
                                               held=held))
         return result
 
@@ -257,14 +309,39 @@ class ClusterInventory:
         """After provisioning: does the gang fit the real inventory, and how do the new
         nodes differ from what their shapes promised?"""
         result: VerifyResult = self._decide(
-            "verify", lambda: self._engine.verify(gang_, plan_, node_filter=node_filter,
+            "verify", lambda engine: engine.verify(gang_, plan_, node_filter=node_filter,
                                                   held=held))
         return result
 
     async def _off_loop(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await asyncio.wait_for(
-            loop.run_in_executor(self._executor, lambda: fn(*args, **kw)), self.timeout)
+        future = self._executor.submit(lambda: fn(*args, **kw))
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout)
+        except TimeoutError:
+            # Not started (queued behind another decision): cancelled. Started: it
+            # overran and holds the engine; leave it and go on with a fresh one.
+            if not future.cancel() and not future.done():
+                self._abandon(future)
+            raise
+
+    def _abandon(self, running: concurrent.futures.Future[Any]) -> None:
+        """Leave the decision `running` (past its deadline) to finish on the current
+        engine and thread, and decide from now on with a fresh engine and thread, fed
+        every object the stores hold (module docstring)."""
+        self._abandoned = [f for f in self._abandoned if not f.done()]
+        if len(self._abandoned) >= MAX_ABANDONED:
+            return  # decisions wait for the engine the overrunning one holds
+        self._abandoned.append(running)
+        ABANDONED.inc()
+        old = self._executor
+        self._executor = self._new_executor()
+        with self._queue_lock:
+            self._lane = _Lane(self._new_engine())
+        self._drain_scheduled = False
+        for kind in self._kinds:
+            for obj in self._store_of(kind).list():
+                self._on_event(kind, client.WatchEvent("ADDED", obj), None)
+        old.shutdown(wait=False, cancel_futures=True)
 
     def _too_long(self) -> str:
         return (f"the decision took longer than {self.timeout:g} s (fitgate's "
@@ -307,8 +384,9 @@ class ClusterInventory:
     def sync(self) -> None:
         """Apply every queued event now (waits for a decision in progress): afterwards
         `problems()` and `stats()` describe everything the stores held."""
-        with self._lock:
-            self._drain()
+        lane = self._lane
+        with lane.lock:
+            self._drain(lane)
 
     def shapes(self) -> list[NodeShape]:
         """The NodeShapes that parse, by name."""
@@ -330,9 +408,10 @@ class ClusterInventory:
 
     def stats(self) -> dict[str, int]:
         """The engine's sizes (objects, kept work), after applying what is queued."""
-        with self._lock:
-            self._drain()
-            return self._engine.stats()
+        lane = self._lane
+        with lane.lock:
+            self._drain(lane)
+            return lane.engine.stats()
 
     def close(self) -> None:
         """Stop the decision thread (a decision still running finishes on its own)."""

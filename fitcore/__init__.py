@@ -9,7 +9,8 @@ own business (tests and benchmarks may go deeper).
   hands it to the scheduler), `node_shape`, `References`, `Bundle`, `Document`, `load`;
   file reading for the offline CLI: `read_one`, `flatten`, `load_yaml`, `load_json`,
   `LimitError`.
-- One error type for bad input: `InputError` (every `FieldError`, naming object and field).
+- One error type for bad input: `InputError` (every `FieldError`, naming object and field);
+  `CelError` for a CEL selector that does not compile or cannot be evaluated.
 - The engine: the stateful `Inventory` (`apply`, `fit`, `plan`, `verify`, `shapes`,
   `stats`).
 - Results: `Gang`, `PodSet`, `Placement`, `NodeShape`, `Node`, `Plan`, `ShapeCount`,
@@ -20,6 +21,7 @@ own business (tests and benchmarks may go deeper).
 """
 
 from fitcore import reasons
+from fitcore.cel import CelError
 from fitcore.errors import FieldError, InputError
 from fitcore.gang import Gang, Placement, PodSet
 from fitcore.inventory import Inventory
@@ -41,7 +43,8 @@ from fitcore.workload import (
 )
 
 __all__ = [
-    "DEFAULT_KUBE_VERSION", "KUBE_VERSIONS", "Bundle", "Document", "FieldError", "Gang",
+    "DEFAULT_KUBE_VERSION", "KUBE_VERSIONS", "Bundle", "CelError", "Document", "FieldError",
+    "Gang",
     "InputError", "Inventory", "LimitError", "Node", "NodeShape", "Placement", "Plan",
     "PlanResult", "PodSet", "Progress", "Reason", "References", "ShapeCount", "VerifyResult",
     "flatten", "gang_of", "load", "load_json", "load_yaml", "node_shape", "price_str",

@@ -39,7 +39,6 @@ the API, so a second reconciler over the same state finds what the first created
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import json
@@ -63,7 +62,7 @@ from admission import (
     serve,
 )
 from admission.check import constants as c
-from admission.check import events, podsetupdates, predicates
+from admission.check import containment, events, podsetupdates, predicates, promises, trusted
 from admission.check.predicates import Verdict
 from admission.kube import client, errors, kinds, store
 
@@ -109,6 +108,8 @@ class Settings:
     promise_seconds: int = 600
     #: Re-decide after this while a gang waits only for promised nodes' pods to bind.
     promise_poll_seconds: int = 2
+    #: A question to the idle engine unanswered after this is not waited for (Retry).
+    decision_timeout_seconds: float = 30.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -175,16 +176,19 @@ class WorkloadReconciler:
         # The gate's question, "could the gang ever fit as configured?" (an engine over
         # the idle cluster), asked before a gang is Rejected (see `never_fits`).
         self.idle = idle
-        self._idle_lock = asyncio.Lock()
         self.stores = stores
         self.inventory = inventory
         self.clock = clock or clock_.SystemClock()
         self.settings = settings or Settings()
+        self._idle_questions = containment.Bounded(self.settings.decision_timeout_seconds)
         self.recorder = recorder or events.Recorder(api, self.clock)
         self._finished: set[str] = set()  # uids whose placements were deleted
         # uid -> (namespace, pods placed per node, when): nodes promised to a gang this
         # reconciler admitted, until its pods have bound there (see promised_nodes).
         self._promised: dict[str, tuple[str, dict[str, int], float]] = {}
+        # Promises an earlier leader made, read back from what it persisted (promises.py).
+        self._recovery = promises.Recovery(api, stores.workloads, stores.admission_checks,
+                                           self.clock, self.settings.promise_seconds)
         self.policies = (policy.Policies(stores.fit_policies)
                          if stores.fit_policies is not None else None)
 
@@ -242,6 +246,7 @@ class WorkloadReconciler:
                 await self._delete(kinds.CONFIG_MAP, c.PLACEMENTS_PREFIX + uid, namespace)
             return None
         await self.sync_cleanup(namespace, name, keep_uid=_meta(wl).get("uid"))
+        await self._recovery.into(self._promised)
         waits: list[float] = []
         for entry in mine:
             try:
@@ -249,6 +254,8 @@ class WorkloadReconciler:
             except errors.Conflict:
                 bound.debug("workload changed while deciding; again", check=entry["name"])
                 wait = 1.0
+            except Exception as exc:  # this Workload's failure only (containment.py)
+                wait = await containment.contain(self, wl, entry, exc)
             if wait is not None:
                 waits.append(wait)
         return min(waits) if waits else None
@@ -283,9 +290,10 @@ class WorkloadReconciler:
         be placed on the same devices. Until every pod placed on a node has bound there,
         that node is left out of other gangs' decisions (a whole node: coarse, never
         double-booked). A promise ends when the pods have bound, or after
-        `promise_seconds` (pods that never come). Promises are kept in memory: a
-        replica that takes over leadership starts without them, and trusts the
-        inventory (the pods of a gang admitted just before are then its only guard)."""
+        `promise_seconds` (pods that never come). Promises are kept in memory and
+        persisted in what fitgate writes before Ready (the placements ConfigMap and the
+        Ready entry): a replica that takes over leadership reads them back
+        (`promises.Recovery`) before it decides."""
         out: set[str] = set()
         now = self.clock.monotonic()
         for uid, (namespace, nodes, since) in list(self._promised.items()):
@@ -318,11 +326,9 @@ class WorkloadReconciler:
         gang's node stays out of a plan until that gang is admitted (then
         `promised_nodes` holds it until its pods bind), and a request waits for a node
         of its own instead of verifying on another's."""
-        requests = sorted(
-            (r for r in self.stores.provisioning_requests.list()
-             if _labels(r).get(c.MANAGED_LABEL) == "fitgate"),
-            key=lambda r: (str(_meta(r).get("creationTimestamp") or ""),
-                           _int(_meta(r).get("resourceVersion"))))
+        requests = sorted(self.trusted_requests(),  # only what fitgate wrote (trusted.py)
+                          key=lambda r: (str(_meta(r.obj).get("creationTimestamp") or ""),
+                                         _int(_meta(r.obj).get("resourceVersion"))))
         if not requests:
             return {}
         node_shapes, _ = self.node_shapes()
@@ -332,18 +338,11 @@ class WorkloadReconciler:
         names = predicates.ours(self.stores.admission_checks.list())
         out: dict[str, tuple[str, str, bool]] = {}
         for r in requests:
-            key = workload_of_request(r)
-            wl = self.stores.workloads.get(key[1], key[0]) if key else None
-            admitted = wl is not None and any(
-                e.get("state") == c.READY for e in predicates.entries(wl, names))
-            since = predicates.parse_time(_meta(r).get("creationTimestamp"))
-            try:
-                planned = provisioning.plan_from_json(
-                    (_meta(r).get("annotations") or {}).get(c.PLAN_ANNOTATION) or "")
-            except (ValueError, KeyError, TypeError):
-                continue
-            owner = (str(_meta(r).get("name")), str(_labels(r).get(c.WORKLOAD_UID_LABEL)),
-                     admitted)
+            admitted = any(e.get("state") == c.READY for e in predicates.entries(r.workload,
+                                                                                 names))
+            since = predicates.parse_time(_meta(r.obj).get("creationTimestamp"))
+            planned = r.plan
+            owner = (r.name, r.workload_uid, admitted)
             for sc in planned.shapes:
                 shape = node_shapes.get(sc.shape)
                 if shape is None:
@@ -454,10 +453,13 @@ class WorkloadReconciler:
                                                + "; ".join(result.reasons)),
                 "configuration"))
         if result.verdict == "undecided":
-            return await self.sync_status(wl, entry, self.retry(
+            undecided = self.retry(
                 entry, "configuration", "fitgate could not decide within its work budget "
                 "(the gang's device requests are too many or too alike to search): "
-                + "; ".join(result.reasons)))
+                + "; ".join(result.reasons))
+            wait = await self.sync_status(wl, entry, undecided)
+            await self.recorder.record(wl, "Warning", containment.UNDECIDED, undecided.message)
+            return wait
         return await self.sync_status(wl, entry, self.retry(
             entry, "capacity", "does not fit now, and the node shapes' limits allow no plan: "
             + "; ".join(result.reasons)))
@@ -470,11 +472,11 @@ class WorkloadReconciler:
         Without an idle engine, the real usage's answer stands."""
         if self.idle is None:
             return True
-        async with self._idle_lock:  # one engine, one decision at a time
-            idle = await asyncio.to_thread(
-                self.idle.plan, gang_, scope.shapes if scope else None,
-                scope.node_filter if scope else None)
-        return idle.verdict == "unsatisfiable" and idle.category == "configuration"
+        idle = await self._idle_questions.ask(  # one at a time, bounded (containment.py)
+            self.idle.plan, gang_, scope.shapes if scope else None,
+            scope.node_filter if scope else None)
+        return idle is not None and idle.verdict == "unsatisfiable" \
+            and idle.category == "configuration"
 
     def retry(self, entry: Mapping[str, Any], category: predicates.Category, text: str
               ) -> Verdict:
@@ -554,11 +556,13 @@ class WorkloadReconciler:
         annotations = _meta(request).get("annotations") or {}
         state, cond = provisioning.state(request)
         try:
+            trusted.read(request, self.stores.workloads,  # every annotation reads back
+                         predicates.ours(self.stores.admission_checks.list()))
             planned = provisioning.plan_from_json(annotations.get(c.PLAN_ANNOTATION, ""),
                                                   self.existing_nodes(request))
             alternatives = provisioning.plans_from_json(
                 annotations.get(c.ALTERNATIVES_ANNOTATION, "[]"))
-        except provisioning.PlanFormatError as exc:
+        except (provisioning.PlanFormatError, trusted.Untrusted) as exc:
             log.warning("unreadable plan on our request; asking again", request=name,
                         error=str(exc))
             await self.delete_request(request, "unreadable plan")
@@ -839,6 +843,7 @@ class WorkloadReconciler:
             per_node[p.node] = per_node.get(p.node, 0) + 1
         self._promised[str(meta.get("uid"))] = (str(meta.get("namespace") or ""), per_node,
                                                 self.clock.monotonic())
+        self._recovery.made(str(meta.get("uid")))
         wait = await self.sync_status(wl, entry, Verdict(
             c.READY, predicates.message(None, text), None,
             pod_set_updates=updates.pod_set_updates))
@@ -900,19 +905,23 @@ class WorkloadReconciler:
 
     # ----------------------------------------------------------------- cleanup
 
+    def trusted_requests(self, namespace: str | None = None,
+                         unreadable: list[client.Obj] | None = None) -> list[trusted.Request]:
+        """The ProvisioningRequests fitgate wrote for Workloads it knows (`trusted`)."""
+        return trusted.trusted_requests(self.stores.provisioning_requests, self.stores.workloads,
+                                        predicates.ours(self.stores.admission_checks.list()),
+                                        namespace, unreadable)
+
     def requests_of(self, wl: client.Obj, check: str | None = None) -> list[client.Obj]:
         meta = _meta(wl)
         uid = str(meta.get("uid", ""))
-        out = []
-        for r in self.stores.provisioning_requests.list(meta.get("namespace")):
-            labels = _meta(r).get("labels") or {}
-            if labels.get(c.WORKLOAD_UID_LABEL) != uid:
-                continue
-            if check is not None and labels.get(c.CHECK_LABEL) != provisioning.label_value(
-                    check):
-                continue
-            out.append(r)
-        return out
+        unreadable: list[client.Obj] = []  # fitgate's, annotations unreadable: sync_request
+        mine = [r.obj for r in self.trusted_requests(str(meta.get("namespace") or ""),
+                                                     unreadable)
+                if r.workload_uid == uid and (check is None or r.check == check)]
+        return mine + [r for r in unreadable if _labels(r).get(c.WORKLOAD_UID_LABEL) == uid
+                       and (check is None or _labels(r).get(c.CHECK_LABEL)
+                            == provisioning.label_value(check))]
 
     async def sync_cleanup(self, namespace: str, name: str, keep_uid: str | None,
                            uid: str | None = None) -> None:
@@ -1035,7 +1044,8 @@ def component(ctx: serve.Context) -> serve.Component:
     """For `admission.components`: the Workload reconciler and the pod release controller
     (both leader only)."""
     settings = Settings(node_wait_seconds=int(ctx.config.provisioning_wait),
-                        request_timeout_seconds=ctx.config.provisioning_timeout)
+                        request_timeout_seconds=ctx.config.provisioning_timeout,
+                        decision_timeout_seconds=ctx.config.decision_timeout)
     stores = Stores.of({k: ctx.informers.store(k) for k in (
         kinds.WORKLOAD, kinds.ADMISSION_CHECK, kinds.RESOURCE_FLAVOR,
         kinds.RESOURCE_CLAIM_TEMPLATE, kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE,

@@ -68,7 +68,8 @@ def component(ctx: serve.Context) -> serve.Component:
     stores: dict[kinds.Kind, store.Store] = {k: ctx.informers.store(k) for k in KINDS}
     version = ctx.config.kube_version
     gate_controller = gate.GateController(
-        ctx.api, stores, ctx.idle_engine(), clock=ctx.clock)
+        ctx.api, stores, ctx.idle_engine(), clock=ctx.clock,
+        config=gate.GateConfig(decision_timeout=ctx.config.decision_timeout))
     servers: list[serve.Server] = []
     if ctx.config.cert_dir:
         deciding: fitting.Engine | decider.ProcessDecider = (
