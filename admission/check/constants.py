@@ -82,3 +82,8 @@ NODE_POLL_SECONDS = 10
 #: within half an hour. Queued classes that answer in hours want 0 (no deadline).
 PROVISIONING_TIMEOUT_SECONDS = 1800
 MESSAGE_LIMIT = 1024
+
+# Topology-aware scheduling (admission.check.topology): the Job annotation recording the
+# domain fitgate steers Kueue's next reservation to, and Kueue's requeue after such a Retry.
+TOPOLOGY_DOMAIN_ANNOTATION = "fitgate.io/topology-domain"
+TOPOLOGY_STEER_RETRY_SECONDS = 5

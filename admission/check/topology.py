@@ -1,0 +1,429 @@
+"""The check on a gang Kueue's topology-aware scheduling has placed (issue #25).
+
+With a TAS ResourceFlavor (`kueue.x-k8s.io/podset-required-topology` or
+`-preferred-topology`), Kueue assigns each pod set topology domains at quota reservation
+(`status.admission.podSetAssignments[].topologyAssignment`), counting CPU and memory
+only, and its ungater pins the pods there. A decision of fitgate's that holds elsewhere is
+worth nothing then. So, for such a Workload:
+
+- `assignment` reads the assigned domains and pod counts (v1beta2: `levels`, and `slices`
+  of `domainCount` domains, each level's value `universal` or `individual` prefix+root+
+  suffix, pod counts `universal` or `individual`);
+- `within_assignment` holds the gang to exactly those domains and counts
+  (`fitcore.within_domains`: one pod set per domain, its nodeSelector extended with the
+  domain's labels); every decision of the reconciler (plan, fit while a request is
+  pending, verify after provisioning) then runs on that gang, and `unsplit` turns its
+  placements back into the Workload's pod sets before Ready;
+- `sync_plan` decides (`decide`, pure):
+  fits in the assigned domains → Ready; does not fit there but fits existing nodes
+  elsewhere → Retry saying so, and no ProvisioningRequest (nodes in a domain Kueue will
+  not use, or outside the one it did, help nobody); needs nodes → a request whose new
+  nodes land inside the assigned domains (a NodeShape whose nodes carry the domain's
+  labels), or Retry saying which shapes cannot help (their new nodes land in fresh
+  domains).
+
+Making Kueue choose again. Kueue v0.19.2 answers a Retry by evicting the Workload (quota
+released, checks reset to Pending, `retryCount` + 1) and requeueing it after
+`requeueAfterSeconds`; the next reservation runs the same TAS algorithm (BestFit: the
+tightest domain that holds the pod set by CPU and memory) on the same free capacity, so it
+picks the same domain again, forever. TAS does honour the pod set's nodeSelector (and
+required node affinity), and Kueue rewrites a Workload that is not reserved to match its
+suspended Job's template. So when fitgate disagrees and knows a domain where the gang fits,
+it *steers*: it writes the domain to the Job's annotation `fitgate.io/topology-domain`
+before the Retry, and once Kueue has released the quota (`steer`, called for evicted
+Workloads), it adds that domain to the suspended, never started Job's
+`spec.template.spec.nodeSelector`. Kueue updates the Workload, and its next reservation
+lands in that domain. This changes the user's Job (on purpose, visibly, and only a
+batch/v1 Job that has never run); other kinds get the Retry without steering.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+
+import fitcore
+from admission import gangs, gating
+from admission.check import constants as c
+from admission.check import predicates
+from admission.check.predicates import Verdict
+from admission.kube import client, errors, kinds
+
+if TYPE_CHECKING:
+    from admission.check import workload
+
+log = structlog.get_logger(__name__)
+
+#: The Job annotation that records the domain fitgate steers Kueue to, per pod set:
+#: {"main": {"rack": "rack-b"}}.
+DOMAIN_ANNOTATION = c.TOPOLOGY_DOMAIN_ANNOTATION
+#: Kueue's requeue after a Retry that steers it to another domain: nothing needs time to
+#: change, only Kueue needs to see the Job's new nodeSelector first.
+STEER_RETRY_SECONDS = c.TOPOLOGY_STEER_RETRY_SECONDS
+
+Assigned = Mapping[str, tuple[fitcore.Domain, ...]]
+
+
+# ------------------------------------------------------------------ reading
+
+
+def assignment(wl: Mapping[str, Any]) -> dict[str, tuple[fitcore.Domain, ...]]:
+    """The topology domains Kueue assigned, per pod set name ({} when none has any).
+    Raises fitcore.InputError naming the Workload and the field of every problem."""
+    who = gangs.describe(wl)
+    status = wl.get("status")
+    admission = status.get("admission") if isinstance(status, Mapping) else None
+    raw = admission.get("podSetAssignments") if isinstance(admission, Mapping) else None
+    if not isinstance(raw, list):
+        return {}
+    out: dict[str, tuple[fitcore.Domain, ...]] = {}
+    problems: list[fitcore.FieldError] = []
+    for i, psa in enumerate(raw):
+        if not isinstance(psa, Mapping) or psa.get("topologyAssignment") is None:
+            continue
+        path = f"status.admission.podSetAssignments[{i}].topologyAssignment"
+        domains = _domains(who, path, psa["topologyAssignment"], problems)
+        if domains:
+            out[str(psa.get("name") or "main")] = domains
+    if problems:
+        raise fitcore.InputError(problems)
+    return out
+
+
+def _domains(who: str, path: str, ta: Any, problems: list[fitcore.FieldError]
+             ) -> tuple[fitcore.Domain, ...]:
+    def bad(field: str, text: str) -> tuple[fitcore.Domain, ...]:
+        problems.append(fitcore.FieldError(who, f"{path}{field}", text))
+        return ()
+
+    if not isinstance(ta, Mapping):
+        return bad("", "must be an object")
+    levels = ta.get("levels")
+    if not isinstance(levels, list) or not levels or not all(
+            isinstance(x, str) and x for x in levels):
+        return bad(".levels", "must be a non-empty list of node label keys")
+    slices = ta.get("slices")
+    if not isinstance(slices, list):
+        return bad(".slices", "must be a list")
+    out: list[fitcore.Domain] = []
+    for s, sl in enumerate(slices):
+        spath = f".slices[{s}]"
+        if not isinstance(sl, Mapping):
+            bad(spath, "must be an object")
+            continue
+        count = sl.get("domainCount")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            bad(f"{spath}.domainCount", f"must be an integer of at least 1, got {count!r}")
+            continue
+        values = sl.get("valuesPerLevel")
+        if not isinstance(values, list) or len(values) != len(levels):
+            bad(f"{spath}.valuesPerLevel", f"must have one entry per level ({len(levels)})")
+            continue
+        per_level: list[list[str]] = []
+        for k, v in enumerate(values):
+            got = _level_values(v, count)
+            if isinstance(got, str):
+                bad(f"{spath}.valuesPerLevel[{k}]", got)
+                break
+            per_level.append(got)
+        else:
+            pods = _pod_counts(sl.get("podCounts"), count)
+            if isinstance(pods, str):
+                bad(f"{spath}.podCounts", pods)
+                continue
+            for j in range(count):
+                out.append(fitcore.Domain(
+                    {levels[k]: per_level[k][j] for k in range(len(levels))}, pods[j]))
+    return tuple(out)
+
+
+def _level_values(v: Any, count: int) -> list[str] | str:
+    """The values of one level for `count` domains, or what is wrong."""
+    if not isinstance(v, Mapping) or ("universal" in v) == ("individual" in v):
+        return "must set exactly one of universal and individual"
+    if "universal" in v:
+        u = v["universal"]
+        return [u] * count if isinstance(u, str) and u else "universal must be a value"
+    ind = v["individual"]
+    roots = ind.get("roots") if isinstance(ind, Mapping) else None
+    if not isinstance(roots, list) or len(roots) != count or not all(
+            isinstance(r, str) for r in roots):
+        return f"individual.roots must be {count} values (domainCount)"
+    prefix, suffix = ind.get("prefix") or "", ind.get("suffix") or ""
+    if not isinstance(prefix, str) or not isinstance(suffix, str):
+        return "individual.prefix and suffix must be strings"
+    return [f"{prefix}{r}{suffix}" for r in roots]
+
+
+def _pod_counts(p: Any, count: int) -> list[int] | str:
+    if not isinstance(p, Mapping) or ("universal" in p) == ("individual" in p):
+        return "must set exactly one of universal and individual"
+    if "universal" in p:
+        u = p["universal"]
+        if isinstance(u, bool) or not isinstance(u, int) or u < 1:
+            return f"universal must be an integer of at least 1, got {u!r}"
+        return [u] * count
+    ind = p["individual"]
+    if not isinstance(ind, list) or len(ind) != count or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in ind):
+        return f"individual must be {count} integers of at least 1 (domainCount)"
+    return list(ind)
+
+
+# ------------------------------------------------------------------ the gang
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TasGang(gangs.WorkloadGang):
+    """A Workload's gang held to the domains Kueue assigned: `gang` is the split gang
+    (what every decision runs on), `original` the Workload's own."""
+
+    original: gangs.WorkloadGang
+    within: fitcore.Within
+
+
+def within_assignment(wg: gangs.WorkloadGang, wl: Mapping[str, Any]) -> gangs.WorkloadGang:
+    """`wg` held to Kueue's topology assignment, or `wg` itself when there is none.
+    Raises fitcore.InputError for an assignment that cannot be read or does not match."""
+    assigned = assignment(wl)
+    if not assigned:
+        return wg
+    w = fitcore.within_domains(wg.gang, assigned)
+    return TasGang(w.gang, wg.assignments, wg, w)
+
+
+def domain_pins(original: fitcore.Gang, assigned: Assigned) -> dict[str, str]:
+    """Per pod set with a required topology level: the one value its domains share at that
+    level (the pod-set-wide pin `podsetupdates` adds)."""
+    out = {}
+    for ps in original.pod_sets:
+        values = {d.labels.get(ps.topology) for d in assigned.get(ps.name, ())} \
+            if ps.topology else set()
+        if len(values) == 1 and None not in values:
+            out[ps.name] = str(values.pop())
+    return out
+
+
+def unsplit(wg: gangs.WorkloadGang, placements: Sequence[fitcore.Placement],
+            domains: Mapping[str, str]
+            ) -> tuple[gangs.WorkloadGang, Sequence[fitcore.Placement], Mapping[str, str]]:
+    """The Workload's own gang, placements and domain pins for a decision taken on the
+    split gang (unchanged for any other gang)."""
+    if not isinstance(wg, TasGang):
+        return wg, placements, domains
+    pins = {wg.within.pod_set_of(k): v for k, v in domains.items()}
+    pins.update(domain_pins(wg.original.gang, wg.within.assigned))
+    return wg.original, wg.within.merge(placements), pins
+
+
+def describe(assigned: Assigned) -> str:
+    """Kueue's choice in words: `rack=rack-a` or `main: rack=rack-a (2 pods), ...`."""
+    parts = []
+    for name, domains in assigned.items():
+        shown = ", ".join(f"{d.describe()} ({d.count} pods)" for d in domains[:4])
+        if len(domains) > 4:
+            shown += f" and {len(domains) - 4} more domains"
+        parts.append(f"{name}: {shown}")
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------ the decision
+
+
+Action = Literal["ready", "request", "retry"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    text: str
+    #: Retry: per pod set, the domain (level label -> value) where the gang fits, for
+    #: steering Kueue there; empty when fitgate knows none it can steer to.
+    pins: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+
+
+def decide(wg: TasGang, there: fitcore.PlanResult, elsewhere: fitcore.PlanResult | None,
+           node_shapes: Mapping[str, fitcore.NodeShape]) -> Decision:
+    """What the check says about a gang Kueue placed (module docstring). `there`: the
+    plan on the split gang (assigned domains, shapes whose nodes land there);
+    `elsewhere`: the plan of the Workload's own gang anywhere (None when not asked, i.e.
+    `there` fits); only its `fits` (existing nodes) counts here."""
+    assigned = wg.within.assigned
+    kueue = f"the topology domain Kueue assigned ({describe(assigned)})"
+    if there.verdict == "fits":
+        return Decision("ready", f"fits in {kueue}: " + _where(wg.within.merge(
+            there.placements)))
+    why = "; ".join(there.reasons) or there.verdict
+    if elsewhere is not None and elsewhere.verdict == "fits":
+        pins = _pins(wg, elsewhere)
+        where = "; ".join(f"{k}={v}" for p in pins.values() for k, v in p.items())
+        text = (f"does not fit in {kueue}, which Kueue chose by CPU and memory only: {why}; "
+                "it fits existing nodes elsewhere"
+                + (f" ({where}): {_where(elsewhere.placements)}" if where else
+                   f": {_where(elsewhere.placements)}")
+                + ("; fitgate asks Kueue to reserve again there (the Job's nodeSelector)"
+                   if pins else "; Kueue must reserve again"))
+        return Decision("retry", text, pins)
+    if there.verdict == "needs-capacity" and there.plan is not None:
+        return Decision("request", f"needs new nodes inside {kueue}")
+    fresh = _fresh_domain_shapes(assigned, node_shapes)
+    text = f"does not fit in {kueue}: {why}"
+    if fresh:
+        text += ("; no NodeShape can add nodes there: " + ", ".join(
+            f"NodeShape {s} puts new nodes in fresh {label} domains, which cannot help a "
+            f"gang Kueue pinned to an existing one" for s, label in fresh))
+    return Decision("retry", text)
+
+
+def _where(placements: Sequence[fitcore.Placement]) -> str:
+    nodes = sorted({p.node for p in placements})
+    shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
+    return f"{len(placements)} pods on {len(nodes)} nodes ({shown})"
+
+
+def _pins(wg: TasGang, elsewhere: fitcore.PlanResult) -> dict[str, dict[str, str]]:
+    """Per pod set: the domain fitgate's own placement chose at the highest level Kueue
+    assigned, when all its pods share it and the pod set does not select that label
+    already (then Kueue's choice was the pod set's own, and steering cannot change it)."""
+    out: dict[str, dict[str, str]] = {}
+    by_name = {ps.name: ps for ps in wg.original.gang.pod_sets}
+    for name, domains in wg.within.assigned.items():
+        ps = by_name.get(name)
+        level = next(iter(domains[0].labels)) if domains else None
+        if ps is None or level is None or level in ps.node_selector:
+            continue
+        value = elsewhere.domains.get(name) if ps.topology == level else None
+        if value is None:
+            continue
+        out[name] = {level: value}
+    return out
+
+
+def _fresh_domain_shapes(assigned: Assigned, node_shapes: Mapping[str, fitcore.NodeShape]
+                         ) -> list[tuple[str, str]]:
+    levels = {k for domains in assigned.values() for d in domains for k in d.labels}
+    return [(s.name, s.domain_label) for s in sorted(node_shapes.values(), key=lambda s: s.name)
+            if s.domain_label in levels and s.domain_label not in s.node_labels]
+
+
+# ------------------------------------------------------------------ the step
+
+
+async def sync_plan(r: workload.WorkloadReconciler, wl: client.Obj, entry: Mapping[str, Any],
+                    wg: TasGang, attempt: int) -> float | None:
+    """The reconciler's plan step for a gang Kueue placed (module docstring)."""
+    scope = r.scope_of(wl)
+    shapes = scope.shapes if scope else None
+    node_filter = scope.node_filter if scope else None
+    there = await r.around_promises(wl, lambda held: r.inventory.plan_async(
+        wg.gang, shapes=shapes, node_filter=node_filter, held=held))
+    if there is None:
+        return r.settings.promise_poll_seconds
+    elsewhere = None
+    if there.verdict != "fits":
+        elsewhere = await r.inventory.plan_async(wg.original.gang, shapes=shapes,
+                                                 node_filter=node_filter,
+                                                 held=r.held_for_others(wl))
+    node_shapes, _ = r.node_shapes()
+    d = decide(wg, there, elsewhere, node_shapes)
+    bound = log.bind(workload=f"{wl['metadata'].get('namespace')}/{wl['metadata'].get('name')}")
+    bound.info("topology assignment decided", action=d.action, text=d.text)
+    if d.action == "ready":
+        return await r.sync_ready(wl, entry, wg, there.placements, there.domains, d.text)
+    if d.action == "request" and there.plan is not None:
+        return await r.sync_new_request(wl, entry, wg, attempt, 0, there.plan,
+                                        list(there.alternatives), why=list(there.reasons))
+    if (elsewhere is not None and elsewhere.verdict == "unsatisfiable"
+            and elsewhere.category == "configuration"
+            and await r.never_fits(wg.original.gang, scope)):
+        # Not a matter of the domain: the gang fits no node and no shape anywhere.
+        return await r.sync_status(wl, entry, Verdict(
+            c.REJECTED, predicates.message("configuration", "the gang can never fit: "
+                                           + "; ".join(elsewhere.reasons)), "configuration"))
+    verdict = r.retry(entry, "capacity", d.text)
+    if d.pins and await mark(r.api, wl, d.pins):
+        verdict = dataclasses.replace(
+            verdict, requeue_after=STEER_RETRY_SECONDS,
+            message=predicates.message("capacity", f"{d.text} (retry in "
+                                       f"{STEER_RETRY_SECONDS}s)"))
+    return await r.sync_status(wl, entry, verdict)
+
+
+# ------------------------------------------------------------------ steering
+
+
+def job_of(wl: Mapping[str, Any]) -> str | None:
+    """The batch/v1 Job that owns the Workload (the only kind fitgate steers)."""
+    owner = gating.owner(wl, [kinds.JOB])
+    return owner[1] if owner else None
+
+
+async def mark(api: client.Client, wl: Mapping[str, Any],
+               pins: Mapping[str, Mapping[str, str]]) -> bool:
+    """Record on the Workload's Job where fitgate will steer Kueue (the template follows
+    in `steer`, once the quota is released). False when the Job cannot be steered."""
+    name = job_of(wl)
+    namespace = str((wl.get("metadata") or {}).get("namespace") or "")
+    if name is None or set(pins) != {"main"}:
+        return False  # a batch/v1 Job has the one pod set "main"
+    value = json.dumps({k: dict(v) for k, v in pins.items()}, sort_keys=True)
+    try:
+        await api.patch(kinds.JOB, name, {"metadata": {"annotations": {DOMAIN_ANNOTATION:
+                                                                         value}}},
+                        namespace=namespace)
+    except errors.NotFound:
+        return False
+    return True
+
+
+def template_patch(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The merge patch that adds the marked domain to a suspended, never started Job's
+    pod template nodeSelector (None: nothing to do, or the Job may not be changed)."""
+    meta = job.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(DOMAIN_ANNOTATION)
+    spec = job.get("spec") or {}
+    if not raw or not spec.get("suspend") or (job.get("status") or {}).get("startTime"):
+        return None
+    try:
+        pins = json.loads(raw)
+        pin = pins["main"]
+    except (ValueError, KeyError, TypeError):
+        log.warning("unreadable topology-domain annotation; not steering",
+                    job=f"{meta.get('namespace')}/{meta.get('name')}")
+        return None
+    if not isinstance(pin, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in pin.items()):
+        return None
+    selector = ((spec.get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+    missing = {k: v for k, v in pin.items() if k not in selector}
+    if not missing:
+        return None  # there already (or the user's own choice for that label stands)
+    return {"spec": {"template": {"spec": {"nodeSelector": missing}}}}
+
+
+async def steer(api: client.Client, wl: Mapping[str, Any]) -> None:
+    """For a Workload Kueue evicted after fitgate's Retry and no longer reserved: move its
+    Job's template to the marked domain, so Kueue's next reservation lands there."""
+    if predicates.quota_reserved(wl):
+        return
+    cond = predicates.condition(wl, c.EVICTED) or {}
+    if cond.get("reason") != "AdmissionCheck":
+        return
+    name = job_of(wl)
+    if name is None:
+        return
+    namespace = str((wl.get("metadata") or {}).get("namespace") or "")
+    try:
+        job = await api.get(kinds.JOB, name, namespace)
+    except errors.NotFound:
+        return
+    patch = template_patch(job)
+    if patch is None:
+        return
+    await api.patch(kinds.JOB, name, patch, namespace=namespace)
+    log.info("steered Kueue's topology assignment", job=f"{namespace}/{name}",
+             nodeSelector=patch["spec"]["template"]["spec"]["nodeSelector"])
