@@ -23,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from fitcore import errors, gang
+from fitcore import errors
+from fitcore import gang as gangs  # `gang` is a field name below
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -42,11 +43,11 @@ class Domain:
 class Within:
     """The split gang, and for each of its pod sets: (original pod set, first index)."""
 
-    gang: gang.Gang
+    gang: gangs.Gang
     origin: Mapping[str, tuple[str, int]]
     assigned: Mapping[str, tuple[Domain, ...]]
 
-    def merge(self, placements: Iterable[gang.Placement]) -> tuple[gang.Placement, ...]:
+    def merge(self, placements: Iterable[gangs.Placement]) -> tuple[gangs.Placement, ...]:
         """Placements of the split gang as placements of the original pod sets."""
         out = []
         for p in placements:
@@ -64,7 +65,7 @@ def sub_name(pod_set: str, domain: Domain) -> str:
     return f"{pod_set}@{'/'.join(domain.labels.values())}"
 
 
-def within(g: gang.Gang, assigned: Mapping[str, Sequence[Domain]]) -> Within:
+def within(g: gangs.Gang, assigned: Mapping[str, Sequence[Domain]]) -> Within:
     """The gang with each pod set of `assigned` split into one pod set per domain (see the
     module docstring). Raises errors.InputError when an assigned pod set does not exist,
     or the domains' pod counts do not add up to the pod set's count."""
@@ -91,10 +92,10 @@ def within(g: gang.Gang, assigned: Mapping[str, Sequence[Domain]]) -> Within:
                         f"nodeSelector[{k!r}] is {ps.node_selector[k]!r}"))
     if problems:
         raise errors.InputError(problems)
-    pod_sets: list[gang.PodSet] = []
+    pod_sets: list[gangs.PodSet] = []
     origin: dict[str, tuple[str, int]] = {}
     for ps in g.pod_sets:
-        domains = assigned.get(ps.name)
+        domains = assigned.get(ps.name) or ()
         if not domains:
             pod_sets.append(ps)
             origin[ps.name] = (ps.name, 0)

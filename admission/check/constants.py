@@ -87,3 +87,4 @@ MESSAGE_LIMIT = 1024
 # domain fitgate steers Kueue's next reservation to, and Kueue's requeue after such a Retry.
 TOPOLOGY_DOMAIN_ANNOTATION = "fitgate.io/topology-domain"
 TOPOLOGY_STEER_RETRY_SECONDS = 5
+TOPOLOGY_DISAGREEMENT_ANNOTATION = "fitgate.io/topology-disagreement"

@@ -39,6 +39,7 @@ batch/v1 Job that has never run); other kinds get the Retry without steering.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
@@ -61,6 +62,9 @@ log = structlog.get_logger(__name__)
 #: The Job annotation that records the domain fitgate steers Kueue to, per pod set:
 #: {"main": {"rack": "rack-b"}}.
 DOMAIN_ANNOTATION = c.TOPOLOGY_DOMAIN_ANNOTATION
+#: The job annotation recording fitgate's last disagreement with Kueue's domain (JSON:
+#: assigned, message, at, steeredTo).
+DISAGREEMENT_ANNOTATION = c.TOPOLOGY_DISAGREEMENT_ANNOTATION
 #: Kueue's requeue after a Retry that steers it to another domain: nothing needs time to
 #: change, only Kueue needs to see the Job's new nodeSelector first.
 STEER_RETRY_SECONDS = c.TOPOLOGY_STEER_RETRY_SECONDS
@@ -345,7 +349,8 @@ async def sync_plan(r: workload.WorkloadReconciler, wl: client.Obj, entry: Mappi
             c.REJECTED, predicates.message("configuration", "the gang can never fit: "
                                            + "; ".join(elsewhere.reasons)), "configuration"))
     verdict = r.retry(entry, "capacity", d.text)
-    if d.pins and await mark(r.api, wl, d.pins):
+    if await mark(r.api, wl, wg.within.assigned, d.text, d.pins,
+                  predicates.timestamp(r.clock.now())):
         verdict = dataclasses.replace(
             verdict, requeue_after=STEER_RETRY_SECONDS,
             message=predicates.message("capacity", f"{d.text} (retry in "
@@ -362,22 +367,55 @@ def job_of(wl: Mapping[str, Any]) -> str | None:
     return owner[1] if owner else None
 
 
-async def mark(api: client.Client, wl: Mapping[str, Any],
-               pins: Mapping[str, Mapping[str, str]]) -> bool:
-    """Record on the Workload's Job where fitgate will steer Kueue (the template follows
-    in `steer`, once the quota is released). False when the Job cannot be steered."""
-    name = job_of(wl)
+async def mark(api: client.Client, wl: Mapping[str, Any], assigned: Assigned, text: str,
+               pins: Mapping[str, Mapping[str, str]], at: str) -> bool:
+    """Record on the Workload's job why fitgate disagreed with Kueue's domain
+    (`fitgate.io/topology-disagreement`, for `fitgate explain`: Kueue resets the check's
+    message at the eviction) and, for a batch/v1 Job, where fitgate steers Kueue
+    (`fitgate.io/topology-domain`; the template follows in `steer`, once the quota is
+    released). Returns whether Kueue is steered."""
+    owner = gating.owner(wl, kinds.JOB_KINDS)
+    if owner is None:
+        return False
+    kind, name = owner
     namespace = str((wl.get("metadata") or {}).get("namespace") or "")
-    if name is None or set(pins) != {"main"}:
-        return False  # a batch/v1 Job has the one pod set "main"
-    value = json.dumps({k: dict(v) for k, v in pins.items()}, sort_keys=True)
+    # A batch/v1 Job has the one pod set "main".
+    steered = kind is kinds.JOB and set(pins) == {"main"}
+    annotations = {DISAGREEMENT_ANNOTATION: json.dumps(
+        {"assigned": describe(assigned), "message": text, "at": at,
+         "steeredTo": {k: dict(v) for k, v in pins.items()} if steered else None},
+        sort_keys=True)}
+    if steered:
+        annotations[DOMAIN_ANNOTATION] = json.dumps({k: dict(v) for k, v in pins.items()},
+                                                    sort_keys=True)
     try:
-        await api.patch(kinds.JOB, name, {"metadata": {"annotations": {DOMAIN_ANNOTATION:
-                                                                         value}}},
+        await api.patch(kind, name, {"metadata": {"annotations": annotations}},
                         namespace=namespace)
     except errors.NotFound:
         return False
-    return True
+    return steered
+
+
+def report(wl: Mapping[str, Any], job: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """For `fitgate explain`: the domains Kueue assigned now (if reserved), the last
+    disagreement fitgate recorded on the job and where it steers Kueue (None: no TAS)."""
+    try:
+        assigned = describe(assignment(wl)) or None
+    except fitcore.InputError as exc:
+        assigned = f"unreadable: {exc}"
+    annotations = gating.annotations_of(job) if job is not None else {}
+    record = None
+    raw = annotations.get(DISAGREEMENT_ANNOTATION)
+    if isinstance(raw, str):
+        with contextlib.suppress(ValueError):
+            record = json.loads(raw)
+    if assigned is None and record is None:
+        return None
+    spec = (job or {}).get("spec") or {}
+    selector = ((spec.get("template") or {}).get("spec") or {}).get("nodeSelector") \
+        if isinstance(spec, Mapping) else None
+    return {"assigned": assigned, "disagreement": record,
+            "jobNodeSelector": dict(selector) if isinstance(selector, Mapping) else None}
 
 
 def template_patch(job: Mapping[str, Any]) -> dict[str, Any] | None:

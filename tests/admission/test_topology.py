@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import fitcore
+from admission import explain
 from admission.check import constants as c
 from admission.check import topology
 from admission.kube import kinds
@@ -102,7 +103,7 @@ def test_no_assignment_is_no_domains() -> None:
     assert topology.assignment(placed("rack-a", reserved=False)) == {}
 
 
-BAD = {
+BAD: dict[str, tuple[dict[str, Any], str]] = {
     "no-levels": ({"levels": [], "slices": []}, ".levels"),
     "values-per-level": ({"levels": [RACK], "slices": [{"domainCount": 1, "valuesPerLevel": [],
                                                          "podCounts": {"universal": 2}}]},
@@ -264,3 +265,37 @@ async def test_does_not_steer(world: w.World, case: str) -> None:
     got = world.api.find(kinds.JOB, "train", "default")
     assert got is not None
     assert got["spec"]["template"]["spec"]["nodeSelector"] == {"team": "a"}
+
+
+# ------------------------------------------------------------------ explain
+
+
+async def test_explain_says_which_domain_kueue_chose_and_why_fitgate_disagreed(
+        world: w.World) -> None:
+
+    seed(world, job(), *racks(), placed("rack-a"))
+    await world.reconcile()
+    report = await explain.explain(world.api, "default", "train", None, fit=False)
+    assert report.topology is not None
+    assert report.topology["assigned"] == "main: topology.example.com/rack=rack-a (2 pods)"
+    record = report.topology["disagreement"]
+    assert record["steeredTo"] == {"main": {RACK: "rack-b"}}
+    assert "does not fit in the topology domain Kueue assigned" in record["message"]
+    text = report.to_text()
+    assert "topology: Kueue assigned main: topology.example.com/rack=rack-a (2 pods)" in text
+    assert "fitgate steered Kueue's next reservation to main: " \
+           "topology.example.com/rack=rack-b" in text
+    # After the eviction Kueue resets the check's message; the record on the Job stays.
+    world.seed(evicted(world.workload()))
+    after = await explain.explain(world.api, "default", "train", None, fit=False)
+    assert after.topology is not None and after.topology["assigned"] is None
+    assert after.topology["disagreement"] == record
+    assert "topology: no domain assigned now" in after.to_text()
+
+
+async def test_explain_without_tas_has_no_topology(world: w.World) -> None:
+
+    seed(world, job(), *racks(), placed(None))
+    report = await explain.explain(world.api, "default", "train", None, fit=False)
+    assert report.topology is None
+    assert "topology:" not in report.to_text()
