@@ -290,20 +290,21 @@ def _where(placements: Sequence[fitcore.Placement]) -> str:
 
 
 def _pins(wg: TasGang, elsewhere: fitcore.PlanResult) -> dict[str, dict[str, str]]:
-    """Per pod set: the domain fitgate's own placement chose at the highest level Kueue
-    assigned, when all its pods share it and the pod set does not select that label
-    already (then Kueue's choice was the pod set's own, and steering cannot change it)."""
+    """Per pod set with a required topology level that Kueue's assignment names: the
+    domain of that level where fitgate's own placement put it, unless the pod set selects
+    that label already (then Kueue's choice was the pod set's own, and steering cannot
+    change it). Pod sets with only a preferred topology get none."""
     out: dict[str, dict[str, str]] = {}
     by_name = {ps.name: ps for ps in wg.original.gang.pod_sets}
     for name, domains in wg.within.assigned.items():
         ps = by_name.get(name)
-        level = next(iter(domains[0].labels)) if domains else None
-        if ps is None or level is None or level in ps.node_selector:
+        level = ps.topology if ps is not None else None
+        if ps is None or level is None or not domains or level not in domains[0].labels \
+                or level in ps.node_selector:
             continue
-        value = elsewhere.domains.get(name) if ps.topology == level else None
-        if value is None:
-            continue
-        out[name] = {level: value}
+        value = elsewhere.domains.get(name)
+        if value is not None:
+            out[name] = {level: value}
     return out
 
 
