@@ -27,14 +27,14 @@ released, checks reset to Pending, `retryCount` + 1) and requeueing it after
 `requeueAfterSeconds`; the next reservation runs the same TAS algorithm (BestFit: the
 tightest domain that holds the pod set by CPU and memory) on the same free capacity, so it
 picks the same domain again, forever. TAS does honour the pod set's nodeSelector (and
-required node affinity), and Kueue rewrites a Workload that is not reserved to match its
-suspended Job's template. So when fitgate disagrees and knows a domain where the gang fits,
-it *steers*: it writes the domain to the Job's annotation `fitgate.io/topology-domain`
-before the Retry, and once Kueue has released the quota (`steer`, called for evicted
-Workloads), it adds that domain to the suspended, never started Job's
-`spec.template.spec.nodeSelector`. Kueue updates the Workload, and its next reservation
-lands in that domain. This changes the user's Job (on purpose, visibly, and only a
-batch/v1 Job that has never run); other kinds get the Retry without steering.
+required node affinity), and `spec.podSets` may change while the Workload holds no quota.
+So when fitgate disagrees and knows a domain where the gang fits, it *steers*: after the
+Retry it writes the domain to the Workload's annotation `fitgate.io/topology-domain`, and
+once Kueue has released the quota (`steer`, called for evicted Workloads), it adds that
+domain to the pod set's nodeSelector in the Workload. Kueue's next reservation lands
+there. The job is not changed (changing its template would not reach the Workload: Kueue's
+job/Workload equivalence ignores nodeSelectors); only the disagreement is recorded on it,
+for `fitgate explain`.
 """
 
 from __future__ import annotations
@@ -269,7 +269,7 @@ def decide(wg: TasGang, there: fitcore.PlanResult, elsewhere: fitcore.PlanResult
                 "it fits existing nodes elsewhere"
                 + (f" ({where}): {_where(elsewhere.placements)}" if where else
                    f": {_where(elsewhere.placements)}")
-                + ("; fitgate asks Kueue to reserve again there (the Job's nodeSelector)"
+                + ("; fitgate asks Kueue to reserve again there (the pod set's nodeSelector)"
                    if pins else "; Kueue must reserve again"))
         return Decision("retry", text, pins)
     if there.verdict == "needs-capacity" and there.plan is not None:
@@ -350,51 +350,111 @@ async def sync_plan(r: workload.WorkloadReconciler, wl: client.Obj, entry: Mappi
             c.REJECTED, predicates.message("configuration", "the gang can never fit: "
                                            + "; ".join(elsewhere.reasons)), "configuration"))
     verdict = r.retry(entry, "capacity", d.text)
-    if await mark(r.api, wl, wg.within.assigned, d.text, d.pins,
-                  predicates.timestamp(r.clock.now())):
+    if d.pins:
         verdict = dataclasses.replace(
             verdict, requeue_after=STEER_RETRY_SECONDS,
             message=predicates.message("capacity", f"{d.text} (retry in "
                                        f"{STEER_RETRY_SECONDS}s)"))
-    return await r.sync_status(wl, entry, verdict)
+    # The check first (it names the resourceVersion decided on), then the marks.
+    wait = await r.sync_status(wl, entry, verdict)
+    await mark(r.api, wl, wg.within.assigned, d.text, d.pins,
+               predicates.timestamp(r.clock.now()))
+    return wait
 
 
 # ------------------------------------------------------------------ steering
 
 
-def job_of(wl: Mapping[str, Any]) -> str | None:
-    """The batch/v1 Job that owns the Workload (the only kind fitgate steers)."""
-    owner = gating.owner(wl, [kinds.JOB])
-    return owner[1] if owner else None
-
-
 async def mark(api: client.Client, wl: Mapping[str, Any], assigned: Assigned, text: str,
-               pins: Mapping[str, Mapping[str, str]], at: str) -> bool:
-    """Record on the Workload's job why fitgate disagreed with Kueue's domain
+               pins: Mapping[str, Mapping[str, str]], at: str) -> None:
+    """Record why fitgate disagreed with Kueue's domain on the Workload's job
     (`fitgate.io/topology-disagreement`, for `fitgate explain`: Kueue resets the check's
-    message at the eviction) and, for a batch/v1 Job, where fitgate steers Kueue
-    (`fitgate.io/topology-domain`; the template follows in `steer`, once the quota is
-    released). Returns whether Kueue is steered."""
+    message at the eviction, and the job outlives its Workloads) and, when fitgate knows
+    where the gang fits, the domain to steer to on the Workload
+    (`fitgate.io/topology-domain`; `steer` moves the pod sets there once Kueue has
+    released the quota)."""
+    meta = wl.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    steer_to = {k: dict(v) for k, v in pins.items()}
     owner = gating.owner(wl, kinds.JOB_KINDS)
-    if owner is None:
-        return False
-    kind, name = owner
-    namespace = str((wl.get("metadata") or {}).get("namespace") or "")
-    # A batch/v1 Job has the one pod set "main".
-    steered = kind is kinds.JOB and set(pins) == {"main"}
-    annotations = {DISAGREEMENT_ANNOTATION: json.dumps(
-        {"assigned": describe(assigned), "message": text, "at": at,
-         "steeredTo": {k: dict(v) for k, v in pins.items()} if steered else None},
-        sort_keys=True)}
-    if steered:
-        annotations[DOMAIN_ANNOTATION] = json.dumps({k: dict(v) for k, v in pins.items()},
-                                                    sort_keys=True)
+    if owner is not None:
+        record = json.dumps({"assigned": describe(assigned), "message": text, "at": at,
+                             "steeredTo": steer_to or None}, sort_keys=True)
+        with contextlib.suppress(errors.NotFound):
+            await api.patch(owner[0], owner[1], {"metadata": {"annotations": {
+                DISAGREEMENT_ANNOTATION: record}}}, namespace=namespace)
+    if steer_to:
+        with contextlib.suppress(errors.NotFound):
+            await api.patch(kinds.WORKLOAD, str(meta.get("name")), {"metadata": {
+                "annotations": {DOMAIN_ANNOTATION: json.dumps(steer_to, sort_keys=True)}}},
+                namespace=namespace)
+
+
+def steer_patch(wl: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON patch that adds the marked domain to the nodeSelector of each marked pod
+    set of a Workload holding no quota ([]: nothing to do). A label the pod set already
+    selects is left as it is (the user's choice, or an earlier steer, stands)."""
+    if predicates.quota_reserved(wl):
+        return []
+    meta = wl.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(DOMAIN_ANNOTATION)
+    if not raw:
+        return []
     try:
-        await api.patch(kind, name, {"metadata": {"annotations": annotations}},
-                        namespace=namespace)
-    except errors.NotFound:
-        return False
-    return steered
+        pins = json.loads(raw)
+    except ValueError:
+        pins = None
+    if not isinstance(pins, Mapping):
+        log.warning("unreadable topology-domain annotation; not steering",
+                    workload=f"{meta.get('namespace')}/{meta.get('name')}")
+        return []
+    ops: list[dict[str, Any]] = []
+    pod_sets = (wl.get("spec") or {}).get("podSets") or []
+    for i, ps in enumerate(pod_sets):
+        pin = pins.get(str(ps.get("name") or "main")) if isinstance(ps, Mapping) else None
+        if not isinstance(pin, Mapping):
+            continue
+        spec = (ps.get("template") or {}).get("spec") or {}
+        selector = spec.get("nodeSelector")
+        missing = {str(k): str(v) for k, v in pin.items()
+                   if not isinstance(selector, Mapping) or k not in selector}
+        if not missing:
+            continue
+        base = f"/spec/podSets/{i}/template/spec/nodeSelector"
+        ops.append({"op": "test", "path": f"/spec/podSets/{i}/name", "value": ps.get("name")})
+        if isinstance(selector, Mapping):
+            ops += [{"op": "add", "path": f"{base}/{gating.escape_pointer(k)}", "value": v}
+                    for k, v in missing.items()]
+        else:
+            ops.append({"op": "add", "path": base, "value": missing})
+    return ops
+
+
+async def steer(api: client.Client, wl: Mapping[str, Any]) -> None:
+    """For a Workload Kueue evicted after fitgate's Retry and that holds no quota: move
+    its marked pod sets to the domain where the gang fits (`steer_patch`), so Kueue's next
+    reservation lands there. Kueue allows changing `spec.podSets` while no quota is
+    reserved, reads the nodeSelector for its topology assignment, and does not copy it
+    back from the job (its job/Workload equivalence compares counts, containers and
+    tolerations only)."""
+    cond = predicates.condition(wl, c.EVICTED) or {}
+    if cond.get("reason") != "AdmissionCheck":
+        return
+    ops = steer_patch(wl)
+    if not ops:
+        return
+    meta = wl.get("metadata") or {}
+    try:
+        await api.patch(kinds.WORKLOAD, str(meta.get("name")), ops,
+                        namespace=str(meta.get("namespace") or ""), patch_type="json")
+    except errors.ApiError as exc:
+        # Reserved again meanwhile (pod sets are immutable then), or changed: the next
+        # Retry steers again.
+        log.info("could not steer Kueue's topology assignment", error=str(exc),
+                 workload=f"{meta.get('namespace')}/{meta.get('name')}")
+        return
+    log.info("steered Kueue's topology assignment",
+             workload=f"{meta.get('namespace')}/{meta.get('name')}", patch=ops)
 
 
 def report(wl: Mapping[str, Any], job: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -417,52 +477,3 @@ def report(wl: Mapping[str, Any], job: Mapping[str, Any] | None) -> dict[str, An
         if isinstance(spec, Mapping) else None
     return {"assigned": assigned, "disagreement": record,
             "jobNodeSelector": dict(selector) if isinstance(selector, Mapping) else None}
-
-
-def template_patch(job: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The merge patch that adds the marked domain to a suspended, never started Job's
-    pod template nodeSelector (None: nothing to do, or the Job may not be changed)."""
-    meta = job.get("metadata") or {}
-    raw = (meta.get("annotations") or {}).get(DOMAIN_ANNOTATION)
-    spec = job.get("spec") or {}
-    if not raw or not spec.get("suspend") or (job.get("status") or {}).get("startTime"):
-        return None
-    try:
-        pins = json.loads(raw)
-        pin = pins["main"]
-    except (ValueError, KeyError, TypeError):
-        log.warning("unreadable topology-domain annotation; not steering",
-                    job=f"{meta.get('namespace')}/{meta.get('name')}")
-        return None
-    if not isinstance(pin, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in pin.items()):
-        return None
-    selector = ((spec.get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
-    missing = {k: v for k, v in pin.items() if k not in selector}
-    if not missing:
-        return None  # there already (or the user's own choice for that label stands)
-    return {"spec": {"template": {"spec": {"nodeSelector": missing}}}}
-
-
-async def steer(api: client.Client, wl: Mapping[str, Any]) -> None:
-    """For a Workload Kueue evicted after fitgate's Retry and no longer reserved: move its
-    Job's template to the marked domain, so Kueue's next reservation lands there."""
-    if predicates.quota_reserved(wl):
-        return
-    cond = predicates.condition(wl, c.EVICTED) or {}
-    if cond.get("reason") != "AdmissionCheck":
-        return
-    name = job_of(wl)
-    if name is None:
-        return
-    namespace = str((wl.get("metadata") or {}).get("namespace") or "")
-    try:
-        job = await api.get(kinds.JOB, name, namespace)
-    except errors.NotFound:
-        return
-    patch = template_patch(job)
-    if patch is None:
-        return
-    await api.patch(kinds.JOB, name, patch, namespace=namespace)
-    log.info("steered Kueue's topology assignment", job=f"{namespace}/{name}",
-             nodeSelector=patch["spec"]["template"]["spec"]["nodeSelector"])

@@ -10,10 +10,10 @@ The gang: a Job of 2 pods, each 10 CPUs and 8 GPUs that share one PCIe root, req
 one rack (``kueue.x-k8s.io/podset-required-topology``). Kueue counts CPU and memory only:
 ``split`` holds exactly 2 such pods, ``whole`` 6, and its BestFit takes the tightest
 domain that holds the pod set, ``split``, where no node has 8 GPUs on one root. fitgate
-says Retry (the gang fits existing nodes on ``whole``), records that on the Job and, once
-Kueue has released the quota, adds ``rack: whole`` to the suspended Job's template
-nodeSelector; Kueue's next reservation lands on ``whole``, fitgate says Ready, the pods
-run there. No ProvisioningRequest is made.
+says Retry (the gang fits existing nodes on ``whole``), records why on the Job and, once
+Kueue has released the quota, adds ``rack: whole`` to the Workload's pod set nodeSelector;
+Kueue's next reservation lands on ``whole``, fitgate says Ready, the pods run there. No
+ProvisioningRequest is made.
 
 Measured: seconds from submit to both pods Running, and how many quota reservations it
 took (the check's ``retryCount`` + 1: Kueue increments it at every eviction).

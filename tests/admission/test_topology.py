@@ -173,11 +173,16 @@ async def test_fits_elsewhere_only_is_retry_without_a_request_and_marks_the_job(
     assert "fits existing nodes elsewhere (topology.example.com/rack=rack-b)" in e["message"]
     assert e["requeueAfterSeconds"] == c.TOPOLOGY_STEER_RETRY_SECONDS
     assert world.requests() == []
+    # The domain to steer to, on the Workload; its pod sets change only once Kueue has
+    # released the quota (see steering below). The job carries the disagreement only.
+    wl = world.workload()
+    assert json.loads(wl["metadata"]["annotations"][c.TOPOLOGY_DOMAIN_ANNOTATION]) == {
+        "main": {RACK: "rack-b"}}
+    assert "nodeSelector" not in wl["spec"]["podSets"][0]["template"]["spec"]
     marked = world.api.find(kinds.JOB, "train", "default")
     assert marked is not None
-    assert json.loads(marked["metadata"]["annotations"][c.TOPOLOGY_DOMAIN_ANNOTATION]) == {
-        "main": {RACK: "rack-b"}}
-    # The template follows only once Kueue has released the quota (see steering below).
+    record = json.loads(marked["metadata"]["annotations"][c.TOPOLOGY_DISAGREEMENT_ANNOTATION])
+    assert record["steeredTo"] == {"main": {RACK: "rack-b"}}
     assert marked["spec"]["template"]["spec"]["nodeSelector"] == {"team": "a"}
 
 
@@ -246,25 +251,40 @@ def evicted(wl: dict[str, Any]) -> dict[str, Any]:
 MARK = {c.TOPOLOGY_DOMAIN_ANNOTATION: json.dumps({"main": {RACK: "rack-b"}})}
 
 
-async def test_steers_the_suspended_jobs_template_once_quota_is_released(
-        world: w.World) -> None:
-    seed(world, *racks(), job(annotations=MARK), evicted(placed("rack-a")))
+def marked(wl: dict[str, Any], selector: dict[str, str] | None = None) -> dict[str, Any]:
+    wl = copy.deepcopy(wl)
+    wl["metadata"]["annotations"] = dict(MARK)
+    if selector is not None:
+        wl["spec"]["podSets"][0]["template"]["spec"]["nodeSelector"] = dict(selector)
+    return wl
+
+
+@pytest.mark.parametrize("selector", [None, {"team": "a"}], ids=["no-selector", "selector"])
+async def test_steers_the_workloads_pod_set_once_quota_is_released(
+        world: w.World, selector: dict[str, str] | None) -> None:
+    seed(world, *racks(), job(), marked(evicted(placed("rack-a")), selector))
     await world.reconcile()
+    spec = world.workload()["spec"]["podSets"][0]["template"]["spec"]
+    assert spec["nodeSelector"] == {**(selector or {}), RACK: "rack-b"}
+    # The job is not touched (Kueue would not carry its nodeSelector over anyway).
     got = world.api.find(kinds.JOB, "train", "default")
-    assert got is not None
-    assert got["spec"]["template"]["spec"]["nodeSelector"] == {"team": "a", RACK: "rack-b"}
+    assert got is not None and got["spec"]["template"]["spec"]["nodeSelector"] == {"team": "a"}
 
 
-@pytest.mark.parametrize("case", ["started", "running", "reserved", "unmarked"])
+@pytest.mark.parametrize("case", ["reserved", "unmarked", "already-selected",
+                                  "evicted-otherwise"])
 async def test_does_not_steer(world: w.World, case: str) -> None:
     wl = placed("rack-a") if case == "reserved" else evicted(placed("rack-a"))
-    j = job(suspended=case != "running", started=case == "started",
-            annotations={} if case == "unmarked" else MARK)
-    seed(world, *racks(), j, wl)
+    if case != "unmarked":
+        wl = marked(wl, {RACK: "rack-a"} if case == "already-selected" else None)
+    if case == "evicted-otherwise":
+        wl["status"]["conditions"][1]["reason"] = "Preempted"
+    before = copy.deepcopy(wl["spec"])
+    seed(world, *racks(), job(), wl)
     await world.reconcile()
-    got = world.api.find(kinds.JOB, "train", "default")
-    assert got is not None
-    assert got["spec"]["template"]["spec"]["nodeSelector"] == {"team": "a"}
+    if case == "reserved":  # decided again (Retry), pod sets unchanged
+        assert world.entry()["state"] == "Retry"
+    assert world.workload()["spec"] == before
 
 
 # ------------------------------------------------------------------ explain
