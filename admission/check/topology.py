@@ -188,6 +188,11 @@ class TasGang(gangs.WorkloadGang):
 
     original: gangs.WorkloadGang
     within: fitcore.Within
+    assigned: Assigned
+    #: Why the assignment does not match the pod sets as they are now ("" when it does):
+    #: Kueue reserved from a copy taken before fitgate steered the pod set (see `steer`).
+    #: Then `gang` is the Workload's own and the check only asks Kueue to reserve again.
+    stale: str = ""
 
 
 def within_assignment(wg: gangs.WorkloadGang, wl: Mapping[str, Any]) -> gangs.WorkloadGang:
@@ -196,8 +201,26 @@ def within_assignment(wg: gangs.WorkloadGang, wl: Mapping[str, Any]) -> gangs.Wo
     assigned = assignment(wl)
     if not assigned:
         return wg
+    stale = _conflicts(wg.gang, assigned)
+    if stale:
+        return TasGang(wg.gang, wg.assignments, wg, fitcore.within_domains(wg.gang, {}),
+                       assigned, stale)
     w = fitcore.within_domains(wg.gang, assigned)
-    return TasGang(w.gang, wg.assignments, wg, w)
+    return TasGang(w.gang, wg.assignments, wg, w, assigned)
+
+
+def _conflicts(g: fitcore.Gang, assigned: Assigned) -> str:
+    by_name = {ps.name: ps for ps in g.pod_sets}
+    out = []
+    for name, domains in assigned.items():
+        ps = by_name.get(name)
+        for d in domains if ps is not None else ():
+            for k, v in d.labels.items():
+                have = ps.node_selector.get(k, v) if ps is not None else v
+                if have != v:
+                    out.append(f"pod set {name} is assigned {k}={v}, but its nodeSelector "
+                               f"now says {k}={have}")
+    return "; ".join(dict.fromkeys(out))
 
 
 def domain_pins(original: fitcore.Gang, assigned: Assigned) -> dict[str, str]:
@@ -220,7 +243,7 @@ def unsplit(wg: gangs.WorkloadGang, placements: Sequence[fitcore.Placement],
     if not isinstance(wg, TasGang):
         return wg, placements, domains
     pins = {wg.within.pod_set_of(k): v for k, v in domains.items()}
-    pins.update(domain_pins(wg.original.gang, wg.within.assigned))
+    pins.update(domain_pins(wg.original.gang, wg.assigned))
     return wg.original, wg.within.merge(placements), pins
 
 
@@ -256,7 +279,7 @@ def decide(wg: TasGang, there: fitcore.PlanResult, elsewhere: fitcore.PlanResult
     plan on the split gang (assigned domains, shapes whose nodes land there);
     `elsewhere`: the plan of the Workload's own gang anywhere (None when not asked, i.e.
     `there` fits); only its `fits` (existing nodes) counts here."""
-    assigned = wg.within.assigned
+    assigned = wg.assigned
     kueue = f"the topology domain Kueue assigned ({describe(assigned)})"
     if there.verdict == "fits":
         return Decision("ready", f"fits in {kueue}: " + _where(wg.within.merge(
@@ -296,7 +319,7 @@ def _pins(wg: TasGang, elsewhere: fitcore.PlanResult) -> dict[str, dict[str, str
     change it). Pod sets with only a preferred topology get none."""
     out: dict[str, dict[str, str]] = {}
     by_name = {ps.name: ps for ps in wg.original.gang.pod_sets}
-    for name, domains in wg.within.assigned.items():
+    for name, domains in wg.assigned.items():
         ps = by_name.get(name)
         level = ps.topology if ps is not None else None
         if ps is None or level is None or not domains or level not in domains[0].labels \
@@ -321,6 +344,13 @@ def _fresh_domain_shapes(assigned: Assigned, node_shapes: Mapping[str, fitcore.N
 async def sync_plan(r: workload.WorkloadReconciler, wl: client.Obj, entry: Mapping[str, Any],
                     wg: TasGang, attempt: int) -> float | None:
     """The reconciler's plan step for a gang Kueue placed (module docstring)."""
+    if wg.stale:
+        return await r.sync_status(wl, entry, Verdict(
+            c.RETRY, predicates.message(
+                "coordination", f"Kueue assigned {describe(wg.assigned)} from an earlier "
+                f"version of the pod set ({wg.stale}); reserving again (retry in "
+                f"{STEER_RETRY_SECONDS}s)"), "coordination",
+            requeue_after=STEER_RETRY_SECONDS))
     scope = r.scope_of(wl)
     shapes = scope.shapes if scope else None
     node_filter = scope.node_filter if scope else None
@@ -357,7 +387,7 @@ async def sync_plan(r: workload.WorkloadReconciler, wl: client.Obj, entry: Mappi
                                        f"{STEER_RETRY_SECONDS}s)"))
     # The check first (it names the resourceVersion decided on), then the marks.
     wait = await r.sync_status(wl, entry, verdict)
-    await mark(r.api, wl, wg.within.assigned, d.text, d.pins,
+    await mark(r.api, wl, wg.assigned, d.text, d.pins,
                predicates.timestamp(r.clock.now()))
     return wait
 

@@ -234,6 +234,26 @@ def test_exact_pod_counts_per_domain() -> None:
     assert inv.fit(both_on_n1.gang).verdict != "fits"
 
 
+async def test_an_assignment_from_before_the_steer_is_reserved_again_at_once(
+        world: w.World) -> None:
+    # Kueue re-reserved from its queue's copy taken before fitgate steered the pod set
+    # (seen in e2e: within a second of the eviction): the assignment names rack-a, the
+    # pod set now selects rack-b. Not a broken Workload: reserve again, soon.
+    wl = placed("rack-a")
+    wl["spec"]["podSets"][0]["template"]["spec"]["nodeSelector"] = {RACK: "rack-b"}
+    seed(world, job(), *racks(), wl)
+    await world.reconcile()
+    e = world.entry()
+    assert e["state"] == "Retry", e
+    assert e["message"].startswith(
+        "coordination: Kueue assigned main: topology.example.com/rack=rack-a (2 pods) from "
+        "an earlier version of the pod set (pod set main is assigned "
+        "topology.example.com/rack=rack-a, but its nodeSelector now says "
+        "topology.example.com/rack=rack-b)"), e
+    assert e["requeueAfterSeconds"] == c.TOPOLOGY_STEER_RETRY_SECONDS
+    assert world.requests() == []
+
+
 # ------------------------------------------------------------------ steering
 
 
