@@ -288,12 +288,19 @@ def decide(wg: TasGang, there: fitcore.PlanResult, elsewhere: fitcore.PlanResult
     if elsewhere is not None and elsewhere.verdict == "fits":
         pins = _pins(wg, elsewhere)
         where = "; ".join(f"{k}={v}" for p in pins.values() for k, v in p.items())
-        text = (f"does not fit in {kueue}, which Kueue chose by CPU and memory only: {why}; "
-                "it fits existing nodes elsewhere"
-                + (f" ({where}): {_where(elsewhere.placements)}" if where else
-                   f": {_where(elsewhere.placements)}")
-                + ("; fitgate asks Kueue to reserve again there (the pod set's nodeSelector)"
-                   if pins else "; Kueue must reserve again"))
+        if where:
+            where = f"{where}, "
+        text = (f"does not fit in {kueue}, which Kueue chose by CPU and memory only; "
+                f"it fits existing nodes elsewhere ({where}{_where(elsewhere.placements)})")
+        if pins:
+            text += "; fitgate asks Kueue to reserve again there (the pod set's nodeSelector)"
+        elif not node_level(assigned):
+            text += (f"; Kueue must reserve again, but fitgate cannot steer it: Kueue honours "
+                     f"a pod set's nodeSelector only in a Topology whose lowest level is "
+                     f"{HOSTNAME}, so it may choose the same domain")
+        else:
+            text += "; Kueue must reserve again"
+        text += f"; in the assigned domain: {why}"  # last: the message may be cut short
         return Decision("retry", text, pins)
     if there.verdict == "needs-capacity" and there.plan is not None:
         return Decision("request", f"needs new nodes inside {kueue}")
@@ -312,12 +319,27 @@ def _where(placements: Sequence[fitcore.Placement]) -> str:
     return f"{len(placements)} pods on {len(nodes)} nodes ({shown})"
 
 
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def node_level(assigned: Assigned) -> bool:
+    """Whether the assignment goes down to single nodes (the Topology's lowest level is
+    the hostname): only then does Kueue's TAS match nodes against the pod set's
+    nodeSelector and affinity (v0.19.2: a leaf domain without a node passes every node
+    check), so only then can fitgate steer it."""
+    return bool(assigned) and all(
+        list(d.labels)[-1:] == [HOSTNAME] for domains in assigned.values() for d in domains)
+
+
 def _pins(wg: TasGang, elsewhere: fitcore.PlanResult) -> dict[str, dict[str, str]]:
     """Per pod set with a required topology level that Kueue's assignment names: the
     domain of that level where fitgate's own placement put it, unless the pod set selects
     that label already (then Kueue's choice was the pod set's own, and steering cannot
-    change it). Pod sets with only a preferred topology get none."""
+    change it). Pod sets with only a preferred topology get none, and so does every pod
+    set when the assignment does not go down to nodes (`node_level`)."""
     out: dict[str, dict[str, str]] = {}
+    if not node_level(wg.assigned):
+        return out
     by_name = {ps.name: ps for ps in wg.original.gang.pod_sets}
     for name, domains in wg.assigned.items():
         ps = by_name.get(name)

@@ -1,7 +1,8 @@
 """Scenario 12 (issue #25): Kueue's topology-aware scheduling picks the wrong rack.
 
-Two racks of two kwok nodes behind one TAS ResourceFlavor (a Topology with one level, the
-rack label):
+Two racks of two kwok nodes behind one TAS ResourceFlavor (a Topology with two levels, the
+rack label and ``kubernetes.io/hostname``: Kueue honours a pod set's nodeSelector only when
+the lowest level is the node, which steering needs):
 
 - ``split``: 12 CPUs per node, 8 GPUs split over two PCIe roots (4 + 4);
 - ``whole``: 32 CPUs per node, 8 GPUs on one PCIe root.
@@ -31,6 +32,7 @@ from e2e.scenarios import figures, more
 
 SCENARIO = "12 TAS picks the wrong rack"
 RACK_LABEL = more.RACK_LABEL
+HOSTNAME = "kubernetes.io/hostname"
 REQUIRED_TOPOLOGY = more.REQUIRED_TOPOLOGY
 DOMAIN_ANNOTATION = "fitgate.io/topology-domain"
 DISAGREEMENT_ANNOTATION = "fitgate.io/topology-disagreement"
@@ -78,7 +80,8 @@ async def run(e2e: harness.Harness, check: str) -> Result:
     topo = f"s12-{e2e.namespace}"
     await more.cluster_object(e2e, {"apiVersion": builders.KUEUE, "kind": "Topology",
                                     "metadata": {"name": topo},
-                                    "spec": {"levels": [{"nodeLabel": RACK_LABEL}]}})
+                                    "spec": {"levels": [{"nodeLabel": RACK_LABEL},
+                                                        {"nodeLabel": HOSTNAME}]}})
     flavor = builders.resource_flavor(topo, {more.RUN_LABEL: run_id})
     flavor["spec"]["topologyName"] = topo
     await e2e.kube.create(more.claim_template("eight-gpus-one-root", e2e.namespace, 8,

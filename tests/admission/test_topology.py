@@ -36,6 +36,17 @@ def universal(*values: str, pods: int, levels: tuple[str, ...] = (RACK,)) -> dic
         "podCounts": {"universal": pods}}]}
 
 
+def hosts(rack: str, pods: int = 2) -> dict[str, Any]:
+    """A node-level assignment (the Topology's lowest level is the hostname): one pod on
+    each of `rack`'s nodes `<rack>-0`, `<rack>-1`, ..."""
+    return {"levels": [RACK, HOST], "slices": [{
+        "domainCount": pods,
+        "valuesPerLevel": [{"universal": rack},
+                           {"individual": {"prefix": f"{rack}-",
+                                           "roots": [str(i) for i in range(pods)]}}],
+        "podCounts": {"universal": 1}}]}
+
+
 def rack_gang(pods: int = 2) -> dict[str, Any]:
     """Pods of 8 GPUs on one PCIe root, the pod set required in one rack."""
     return gb.pod_set("main", pods, templates=("eight",), topology=RACK)
@@ -164,13 +175,17 @@ async def test_fits_elsewhere_only_is_retry_without_a_request_and_marks_the_job(
     # Kueue chose rack-a (by CPU); its GPUs are split over two roots, so a pod of 8 GPUs
     # on one root fits no node there. rack-b holds the gang. Without the TAS check,
     # fitgate said Ready (placing the gang on rack-b, where Kueue's ungater never puts it).
-    seed(world, job(), *racks(), placed("rack-a"))
+    seed(world, job(), *racks(), placed(None, ta=hosts("rack-a")))
     await world.reconcile()
     e = world.entry()
     assert e["state"] == "Retry", e
     assert "does not fit in the topology domain Kueue assigned (main: " \
-           "topology.example.com/rack=rack-a (2 pods))" in e["message"]
-    assert "fits existing nodes elsewhere (topology.example.com/rack=rack-b)" in e["message"]
+           "topology.example.com/rack=rack-a,kubernetes.io/hostname=rack-a-0 (1 pods), " \
+           "topology.example.com/rack=rack-a,kubernetes.io/hostname=rack-a-1 (1 pods))" \
+           in e["message"]
+    assert "fits existing nodes elsewhere (topology.example.com/rack=rack-b, 2 pods on 2 " \
+           "nodes (rack-b-0, rack-b-1)); fitgate asks Kueue to reserve again there" \
+           in e["message"]
     assert e["requeueAfterSeconds"] == c.TOPOLOGY_STEER_RETRY_SECONDS
     assert world.requests() == []
     # The domain to steer to, on the Workload; its pod sets change only once Kueue has
@@ -184,6 +199,21 @@ async def test_fits_elsewhere_only_is_retry_without_a_request_and_marks_the_job(
     record = json.loads(marked["metadata"]["annotations"][c.TOPOLOGY_DISAGREEMENT_ANNOTATION])
     assert record["steeredTo"] == {"main": {RACK: "rack-b"}}
     assert marked["spec"]["template"]["spec"]["nodeSelector"] == {"team": "a"}
+
+
+async def test_without_a_node_level_kueue_cannot_be_steered(world: w.World) -> None:
+    # A Topology whose lowest level is the rack: Kueue's TAS ignores the pod set's
+    # nodeSelector then, so fitgate says Retry with its usual backoff and marks nothing.
+    seed(world, job(), *racks(), placed("rack-a"))
+    await world.reconcile()
+    e = world.entry()
+    assert e["state"] == "Retry", e
+    assert "fitgate cannot steer it: Kueue honours a pod set's nodeSelector only in a " \
+           "Topology whose lowest level is kubernetes.io/hostname" in e["message"]
+    assert e["requeueAfterSeconds"] == c.BACKOFF_BASE_SECONDS
+    assert c.TOPOLOGY_DOMAIN_ANNOTATION not in (world.workload()["metadata"].get(
+        "annotations") or {})
+    assert world.requests() == []
 
 
 async def test_needs_nodes_inside_the_assigned_rack_asks_for_a_shape_that_lands_there(
@@ -313,16 +343,17 @@ async def test_does_not_steer(world: w.World, case: str) -> None:
 async def test_explain_says_which_domain_kueue_chose_and_why_fitgate_disagreed(
         world: w.World) -> None:
 
-    seed(world, job(), *racks(), placed("rack-a"))
+    seed(world, job(), *racks(), placed(None, ta=hosts("rack-a")))
     await world.reconcile()
     report = await explain.explain(world.api, "default", "train", None, fit=False)
     assert report.topology is not None
-    assert report.topology["assigned"] == "main: topology.example.com/rack=rack-a (2 pods)"
+    assert report.topology["assigned"].startswith(
+        "main: topology.example.com/rack=rack-a,kubernetes.io/hostname=rack-a-0 (1 pods)")
     record = report.topology["disagreement"]
     assert record["steeredTo"] == {"main": {RACK: "rack-b"}}
     assert "does not fit in the topology domain Kueue assigned" in record["message"]
     text = report.to_text()
-    assert "topology: Kueue assigned main: topology.example.com/rack=rack-a (2 pods)" in text
+    assert "topology: Kueue assigned main: topology.example.com/rack=rack-a," in text
     assert "fitgate steered Kueue's next reservation to main: " \
            "topology.example.com/rack=rack-b" in text
     # After the eviction Kueue resets the check's message; the record on the Job stays.
