@@ -42,7 +42,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
@@ -70,6 +70,7 @@ DISAGREEMENT_ANNOTATION = c.TOPOLOGY_DISAGREEMENT_ANNOTATION
 STEER_RETRY_SECONDS = c.TOPOLOGY_STEER_RETRY_SECONDS
 
 Assigned = Mapping[str, tuple[fitcore.Domain, ...]]
+HOSTNAME = "kubernetes.io/hostname"
 
 
 # ------------------------------------------------------------------ reading
@@ -195,13 +196,17 @@ class TasGang(gangs.WorkloadGang):
     stale: str = ""
 
 
-def within_assignment(wg: gangs.WorkloadGang, wl: Mapping[str, Any]) -> gangs.WorkloadGang:
+def within_assignment(wg: gangs.WorkloadGang, wl: Mapping[str, Any],
+                      node_labels: Callable[[], Mapping[str, Mapping[str, str]]] | None = None
+                      ) -> gangs.WorkloadGang:
     """`wg` held to Kueue's topology assignment, or `wg` itself when there is none.
-    Raises fitcore.InputError for an assignment that cannot be read or does not match."""
+    `node_labels`: the nodes' labels by name, to see that an assigned node still matches
+    the pod set's nodeSelector. Raises fitcore.InputError for an assignment that cannot be
+    read or does not add up."""
     assigned = assignment(wl)
     if not assigned:
         return wg
-    stale = _conflicts(wg.gang, assigned)
+    stale = _conflicts(wg.gang, assigned, node_labels() if node_labels else {})
     if stale:
         return TasGang(wg.gang, wg.assignments, wg, fitcore.within_domains(wg.gang, {}),
                        assigned, stale)
@@ -209,17 +214,27 @@ def within_assignment(wg: gangs.WorkloadGang, wl: Mapping[str, Any]) -> gangs.Wo
     return TasGang(w.gang, wg.assignments, wg, w, assigned)
 
 
-def _conflicts(g: fitcore.Gang, assigned: Assigned) -> str:
+def _conflicts(g: fitcore.Gang, assigned: Assigned,
+               node_labels: Mapping[str, Mapping[str, str]]) -> str:
+    """Why the assignment cannot be for the pod sets as they are now: a domain value or
+    an assigned node that the pod set's nodeSelector excludes ("" when none)."""
     by_name = {ps.name: ps for ps in g.pod_sets}
     out = []
     for name, domains in assigned.items():
         ps = by_name.get(name)
         for d in domains if ps is not None else ():
-            for k, v in d.labels.items():
-                have = ps.node_selector.get(k, v) if ps is not None else v
-                if have != v:
-                    out.append(f"pod set {name} is assigned {k}={v}, but its nodeSelector "
-                               f"now says {k}={have}")
+            assert ps is not None
+            labels = dict(d.labels)
+            node = node_labels.get(labels.get(HOSTNAME, ""))
+            if node is not None:
+                labels = {**node, **labels}
+            for k, want in ps.node_selector.items():
+                have = labels.get(k)
+                if have is not None and have != want:
+                    where = (f"node {d.labels[HOSTNAME]}" if HOSTNAME in d.labels
+                             and k not in d.labels else f"{k}={have}")
+                    out.append(f"pod set {name} is assigned {where}, but its nodeSelector "
+                               f"now says {k}={want}")
     return "; ".join(dict.fromkeys(out))
 
 
@@ -319,9 +334,6 @@ def _where(placements: Sequence[fitcore.Placement]) -> str:
     return f"{len(placements)} pods on {len(nodes)} nodes ({shown})"
 
 
-HOSTNAME = "kubernetes.io/hostname"
-
-
 def node_level(assigned: Assigned) -> bool:
     """Whether the assignment goes down to single nodes (the Topology's lowest level is
     the hostname): only then does Kueue's TAS match nodes against the pod set's
@@ -332,8 +344,8 @@ def node_level(assigned: Assigned) -> bool:
 
 
 def _pins(wg: TasGang, elsewhere: fitcore.PlanResult) -> dict[str, dict[str, str]]:
-    """Per pod set with a required topology level that Kueue's assignment names: the
-    domain of that level where fitgate's own placement put it, unless the pod set selects
+    """Per pod set with a required topology level: the domain of that level where
+    fitgate's own placement put it, unless the pod set selects
     that label already (then Kueue's choice was the pod set's own, and steering cannot
     change it). Pod sets with only a preferred topology get none, and so does every pod
     set when the assignment does not go down to nodes (`node_level`)."""
@@ -344,8 +356,9 @@ def _pins(wg: TasGang, elsewhere: fitcore.PlanResult) -> dict[str, dict[str, str
     for name, domains in wg.assigned.items():
         ps = by_name.get(name)
         level = ps.topology if ps is not None else None
-        if ps is None or level is None or not domains or level not in domains[0].labels \
-                or level in ps.node_selector:
+        # Kueue names only the hostname level of a node-level assignment (the node
+        # implies the rest), so the pod set's level is pinned whether it is named or not.
+        if ps is None or level is None or not domains or level in ps.node_selector:
             continue
         value = elsewhere.domains.get(name)
         if value is not None:

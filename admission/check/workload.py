@@ -419,7 +419,7 @@ class WorkloadReconciler:
         assigned, when it did (`topology.within_assignment`)."""
         return topology.within_assignment(gangs.gang_of(
             wl, templates=self.stores.claim_templates, flavors=self.stores.resource_flavors,
-            claims=self.stores.claims), wl)
+            claims=self.stores.claims), wl, self.node_labels)
 
     async def sync_plan(self, wl: client.Obj, entry: Mapping[str, Any], attempt: int
                         ) -> float | None:
