@@ -320,12 +320,14 @@ def decide(wg: TasGang, there: fitcore.PlanResult, elsewhere: fitcore.PlanResult
     if there.verdict == "needs-capacity" and there.plan is not None:
         return Decision("request", f"needs new nodes inside {kueue}")
     fresh = _fresh_domain_shapes(assigned, node_shapes)
-    text = f"does not fit in {kueue}: {why}"
+    text = f"does not fit in {kueue}"
+    if node_level(assigned):
+        text += "; Kueue assigned single existing nodes, which new nodes cannot join"
     if fresh:
         text += ("; no NodeShape can add nodes there: " + ", ".join(
             f"NodeShape {s} puts new nodes in fresh {label} domains, which cannot help a "
             f"gang Kueue pinned to an existing one" for s, label in fresh))
-    return Decision("retry", text)
+    return Decision("retry", f"{text}; in the assigned domain: {why}")
 
 
 def _where(placements: Sequence[fitcore.Placement]) -> str:

@@ -241,6 +241,18 @@ async def test_no_shape_lands_in_the_assigned_rack_is_retry_saying_why(world: w.
             "which cannot help a gang Kueue pinned to an existing one") in e["message"]
 
 
+async def test_no_new_node_can_join_an_assignment_of_single_nodes(world: w.World) -> None:
+    in_a = w.shape("in-a", roots=1)
+    in_a["spec"]["nodeLabels"][RACK] = "rack-a"
+    seed(world, *racks(split="rack-a", whole="rack-x")[:6], in_a,
+         placed(None, ta=hosts("rack-a")))
+    await world.reconcile()
+    e = world.entry()
+    assert e["state"] == "Retry", e
+    assert world.requests() == []
+    assert "Kueue assigned single existing nodes, which new nodes cannot join" in e["message"]
+
+
 def test_exact_pod_counts_per_domain() -> None:
     """Kueue's assignment to single hosts is held to exactly: 2 pods on a node with room
     for 1 do not fit, though the gang fits both nodes."""
