@@ -4,13 +4,16 @@ Two racks of two kwok nodes behind one TAS ResourceFlavor (a Topology with two l
 rack label and ``kubernetes.io/hostname``: Kueue honours a pod set's nodeSelector only when
 the lowest level is the node, which steering needs):
 
-- ``split``: 12 CPUs per node, 8 GPUs split over two PCIe roots (4 + 4);
-- ``whole``: 32 CPUs per node, 8 GPUs on one PCIe root.
+- ``split``: 2 nodes of 12 CPUs, 8 GPUs split over two PCIe roots (4 + 4);
+- ``whole``: 3 nodes of 12 CPUs, 8 GPUs on one PCIe root.
 
 The gang: a Job of 2 pods, each 10 CPUs and 8 GPUs that share one PCIe root, required in
 one rack (``kueue.x-k8s.io/podset-required-topology``). Kueue counts CPU and memory only:
-``split`` holds exactly 2 such pods, ``whole`` 6, and its BestFit takes the tightest
-domain that holds the pod set, ``split``, where no node has 8 GPUs on one root. fitgate
+``split`` holds exactly 2 such pods, ``whole`` 3 (one per node either way), and its
+BestFit takes the tightest domain that holds the pod set, ``split``, where no node has 8
+GPUs on one root. (One pod per node by CPU in both racks: within a rack Kueue assigns
+nodes by CPU too, and two pods packed onto one node of 8 GPUs would be a second wrong
+choice, which fitgate refuses but cannot steer: it pins domains, not nodes.) fitgate
 says Retry (the gang fits existing nodes on ``whole``), records why on the Job and, once
 Kueue has released the quota, adds ``rack: whole`` to the Workload's pod set nodeSelector;
 Kueue's next reservation lands on ``whole``, fitgate says Ready, the pods run there. No
@@ -39,7 +42,8 @@ DISAGREEMENT_ANNOTATION = "fitgate.io/topology-disagreement"
 GANG_PODS = 2
 GANG_CPU = "10"
 RUN_TIMEOUT_S = 180.0
-RACKS = {"split": ("12", 4), "whole": ("32", 8)}  # rack -> (CPUs per node, GPUs per root)
+# rack -> (nodes, CPUs per node, GPUs per PCIe root)
+RACKS = {"split": (2, "12", 4), "whole": (3, "12", 8)}
 
 
 @dataclasses.dataclass
@@ -71,9 +75,9 @@ def rack(e2e: harness.Harness, name: str) -> str:
 async def run(e2e: harness.Harness, check: str) -> Result:
     run_id = f"s12-{e2e.namespace}"
     nodes: dict[str, str] = {}
-    for name, (cpu, per_root) in RACKS.items():
+    for name, (count, cpu, per_root) in RACKS.items():
         for node in await e2e.create_node_pool(
-                rack(e2e, name), 2, builders.gpu_devices(8, per_pcie_root=per_root),
+                rack(e2e, name), count, builders.gpu_devices(8, per_pcie_root=per_root),
                 labels={more.RUN_LABEL: run_id, RACK_LABEL: rack(e2e, name)},
                 allocatable={"cpu": cpu, "memory": "256Gi", "pods": "110"}):
             nodes[node] = name
