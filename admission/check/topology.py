@@ -42,13 +42,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
 import fitcore
-from admission import gangs, gating
+from admission import gangs, gating, metrics
 from admission.check import constants as c
 from admission.check import predicates
 from admission.check.predicates import Verdict
@@ -388,6 +389,7 @@ async def sync_plan(r: workload.WorkloadReconciler, wl: client.Obj, entry: Mappi
                 f"version of the pod set ({wg.stale}); reserving again (retry in "
                 f"{STEER_RETRY_SECONDS}s)"), "coordination",
             requeue_after=STEER_RETRY_SECONDS))
+    started = time.perf_counter()
     scope = r.scope_of(wl)
     shapes = scope.shapes if scope else None
     node_filter = scope.node_filter if scope else None
@@ -400,6 +402,7 @@ async def sync_plan(r: workload.WorkloadReconciler, wl: client.Obj, entry: Mappi
         elsewhere = await r.inventory.plan_async(wg.original.gang, shapes=shapes,
                                                  node_filter=node_filter,
                                                  held=r.held_for_others(wl))
+    metrics.DECISION_SECONDS.labels(operation="plan").observe(time.perf_counter() - started)
     node_shapes, _ = r.node_shapes()
     d = decide(wg, there, elsewhere, node_shapes)
     bound = log.bind(workload=f"{wl['metadata'].get('namespace')}/{wl['metadata'].get('name')}")
