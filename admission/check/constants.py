@@ -83,8 +83,9 @@ NODE_POLL_SECONDS = 10
 PROVISIONING_TIMEOUT_SECONDS = 1800
 MESSAGE_LIMIT = 1024
 
-# Topology-aware scheduling (admission.check.topology): the Job annotation recording the
-# domain fitgate steers Kueue's next reservation to, and Kueue's requeue after such a Retry.
+# Topology-aware scheduling (admission.check.topology): the Workload annotation recording
+# the domain fitgate steers Kueue's next reservation to, Kueue's requeue after such a
+# Retry, and the job annotation recording fitgate's last disagreement with Kueue's domain.
 TOPOLOGY_DOMAIN_ANNOTATION = "fitgate.io/topology-domain"
 TOPOLOGY_STEER_RETRY_SECONDS = 5
 TOPOLOGY_DISAGREEMENT_ANNOTATION = "fitgate.io/topology-disagreement"

@@ -22,19 +22,23 @@ worth nothing then. So, for such a Workload:
   labels), or Retry saying which shapes cannot help (their new nodes land in fresh
   domains).
 
-Making Kueue choose again. Kueue v0.19.2 answers a Retry by evicting the Workload (quota
-released, checks reset to Pending, `retryCount` + 1) and requeueing it after
-`requeueAfterSeconds`; the next reservation runs the same TAS algorithm (BestFit: the
-tightest domain that holds the pod set by CPU and memory) on the same free capacity, so it
-picks the same domain again, forever. TAS does honour the pod set's nodeSelector (and
-required node affinity), and `spec.podSets` may change while the Workload holds no quota.
-So when fitgate disagrees and knows a domain where the gang fits, it *steers*: after the
-Retry it writes the domain to the Workload's annotation `fitgate.io/topology-domain`, and
-once Kueue has released the quota (`steer`, called for evicted Workloads), it adds that
-domain to the pod set's nodeSelector in the Workload. Kueue's next reservation lands
-there. The job is not changed (changing its template would not reach the Workload: Kueue's
-job/Workload equivalence ignores nodeSelectors); only the disagreement is recorded on it,
-for `fitgate explain`.
+Making Kueue choose again. Kueue v0.19.2 answers a Retry, once `requeueAfterSeconds` have
+passed, by evicting the Workload (quota released, checks reset to Pending, `retryCount` +
+1) and reserving again at once; the next reservation runs the same TAS algorithm
+(BestFit: the tightest domain that holds the pod set by CPU and memory) on the same free
+capacity, so it picks the same domain again, forever. TAS does honour the pod set's
+nodeSelector and required node affinity, but only in a Topology whose lowest level is
+`kubernetes.io/hostname` (then Kueue's assignment names single nodes, and only the
+hostname level), and `spec.podSets` may change while the Workload holds no quota. So when
+fitgate disagrees about a node-level assignment and knows a domain of the pod set's
+required level where the gang fits, it *steers*: with the Retry (requeue after 5 s) it
+writes the domain to the Workload's annotation `fitgate.io/topology-domain`, and once
+Kueue has evicted the Workload (`steer`) it adds that domain to the pod set's nodeSelector
+in the Workload. Kueue may still reserve once from the copy its queue took before the
+steer (`TasGang.stale`: a coordination Retry, 5 s); the reservation after that lands in
+the steered domain. The job is not changed (a nodeSelector added to its template would not
+reach the Workload: Kueue's job/Workload equivalence ignores nodeSelectors); only the
+disagreement is recorded on it, for `fitgate explain`. fitgate steers domains, not nodes.
 """
 
 from __future__ import annotations
@@ -60,14 +64,14 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-#: The Job annotation that records the domain fitgate steers Kueue to, per pod set:
+#: The Workload annotation that records the domain fitgate steers Kueue to, per pod set:
 #: {"main": {"rack": "rack-b"}}.
 DOMAIN_ANNOTATION = c.TOPOLOGY_DOMAIN_ANNOTATION
 #: The job annotation recording fitgate's last disagreement with Kueue's domain (JSON:
 #: assigned, message, at, steeredTo).
 DISAGREEMENT_ANNOTATION = c.TOPOLOGY_DISAGREEMENT_ANNOTATION
-#: Kueue's requeue after a Retry that steers it to another domain: nothing needs time to
-#: change, only Kueue needs to see the Job's new nodeSelector first.
+#: Kueue's requeue after a Retry that steers it to another domain (or answers a stale
+#: assignment): nothing needs time to change.
 STEER_RETRY_SECONDS = c.TOPOLOGY_STEER_RETRY_SECONDS
 
 Assigned = Mapping[str, tuple[fitcore.Domain, ...]]
