@@ -31,6 +31,7 @@ from typing import Any
 import fitcore
 from admission import fitting, gating, policy, provisioning
 from admission.check import constants as c
+from admission.check import topology
 from admission.kube import client, errors, kinds, store
 
 STAGES = ("no workload yet", "gated", "waiting for quota", "planning", "provisioning",
@@ -56,6 +57,7 @@ class Report:
     provisioning_request: dict[str, Any] | None = None
     plan: dict[str, Any] | None = None
     fit: dict[str, Any] | None = None
+    topology: dict[str, Any] | None = None  # Kueue's TAS domains, fitgate's disagreement
     problems: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -65,7 +67,7 @@ class Report:
             "stage": self.stage, "summary": self.summary, "category": self.category,
             "queue": self.queue, "check": self.check, "gate": self.gate,
             "provisioningRequest": self.provisioning_request, "plan": self.plan,
-            "fit": self.fit, "problems": self.problems,
+            "fit": self.fit, "topology": self.topology, "problems": self.problems,
         }
 
     def to_text(self) -> str:
@@ -82,6 +84,7 @@ class Report:
         if self.check:
             msg = f": {self.check['message']}" if self.check.get("message") else ""
             lines.append(f"check {self.check['name']}: {self.check['state']}{msg}")
+        lines.extend(_topology_lines(self.topology))
         if self.gate and self.gate.get("explanation"):
             ex = self.gate["explanation"]
             lines.append(f"gate: holds it ({ex.get('category')}"
@@ -116,6 +119,24 @@ class Report:
                 lines.append(f"  - {r}")
         lines.extend(f"problem: {p}" for p in self.problems)
         return "\n".join(lines)
+
+
+def _topology_lines(t: Mapping[str, Any] | None) -> list[str]:
+    if not t:
+        return []
+    out = [f"topology: Kueue assigned {t['assigned']}" if t.get("assigned") else
+           "topology: no domain assigned now (no quota reserved)"]
+    d = t.get("disagreement")
+    if isinstance(d, Mapping):
+        out.append(f"  fitgate disagreed at {d.get('at')} with Kueue's {d.get('assigned')}: "
+                   f"{d.get('message')}")
+        steered = d.get("steeredTo")
+        if isinstance(steered, Mapping):
+            out.append("  fitgate steered Kueue's next reservation to " + "; ".join(
+                f"{ps}: {', '.join(f'{k}={v}' for k, v in pin.items())}"
+                for ps, pin in steered.items() if isinstance(pin, Mapping))
+                + " (the Job's template nodeSelector)")
+    return out
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -259,6 +280,7 @@ async def explain(api: client.Client, namespace: str, name: str, kind: str | Non
             except provisioning.PlanFormatError as exc:
                 report.problems.append(f"ProvisioningRequest {_meta(request).get('name')}: "
                                        f"{exc}")
+    report.topology = topology.report(wl, job[1] if job else None)
     report.stage, report.summary = _stage(wl, job, entry, request, report.gate["gated"])
     report.category = _category(report, explanation, entry)
     if fit:

@@ -13,6 +13,8 @@ own business (tests and benchmarks may go deeper).
   `CelError` for a CEL selector that does not compile or cannot be evaluated.
 - The engine: the stateful `Inventory` (`apply`, `fit`, `plan`, `verify`, `shapes`,
   `stats`).
+- Topology domains someone else chose (Kueue's TAS assignment): `Domain`,
+  `within_domains` (the gang held to exactly those domains and pod counts), `Within`.
 - Results: `Gang`, `PodSet`, `Placement`, `NodeShape`, `Node`, `Plan`, `ShapeCount`,
   `PlanResult`, `VerifyResult`, `price_str`; a Plan's one codec is `Plan.to_json` /
   `Plan.from_json`.
@@ -22,6 +24,8 @@ own business (tests and benchmarks may go deeper).
 
 from fitcore import reasons
 from fitcore.cel import CelError
+from fitcore.domains import Domain, Within
+from fitcore.domains import within as within_domains
 from fitcore.errors import FieldError, InputError
 from fitcore.gang import Gang, Placement, PodSet
 from fitcore.inventory import Inventory
@@ -43,10 +47,11 @@ from fitcore.workload import (
 )
 
 __all__ = [
-    "DEFAULT_KUBE_VERSION", "KUBE_VERSIONS", "Bundle", "CelError", "Document", "FieldError",
-    "Gang",
+    "DEFAULT_KUBE_VERSION", "KUBE_VERSIONS", "Bundle", "CelError", "Document", "Domain",
+    "FieldError", "Gang",
     "InputError", "Inventory", "LimitError", "Node", "NodeShape", "Placement", "Plan",
     "PlanResult", "PodSet", "Progress", "Reason", "References", "ShapeCount", "VerifyResult",
+    "Within",
     "flatten", "gang_of", "load", "load_json", "load_yaml", "node_shape", "price_str",
-    "read_one", "reasons",
+    "read_one", "reasons", "within_domains",
 ]

@@ -82,3 +82,10 @@ NODE_POLL_SECONDS = 10
 #: within half an hour. Queued classes that answer in hours want 0 (no deadline).
 PROVISIONING_TIMEOUT_SECONDS = 1800
 MESSAGE_LIMIT = 1024
+
+# Topology-aware scheduling (admission.check.topology): the Workload annotation recording
+# the domain fitgate steers Kueue's next reservation to, Kueue's requeue after such a
+# Retry, and the job annotation recording fitgate's last disagreement with Kueue's domain.
+TOPOLOGY_DOMAIN_ANNOTATION = "fitgate.io/topology-domain"
+TOPOLOGY_STEER_RETRY_SECONDS = 5
+TOPOLOGY_DISAGREEMENT_ANNOTATION = "fitgate.io/topology-disagreement"

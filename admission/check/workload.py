@@ -62,7 +62,15 @@ from admission import (
     serve,
 )
 from admission.check import constants as c
-from admission.check import containment, events, podsetupdates, predicates, promises, trusted
+from admission.check import (
+    containment,
+    events,
+    podsetupdates,
+    predicates,
+    promises,
+    topology,
+    trusted,
+)
 from admission.check.predicates import Verdict
 from admission.kube import client, errors, kinds, store
 
@@ -238,6 +246,8 @@ class WorkloadReconciler:
         mine = predicates.entries(wl, names)
         if predicates.finished(wl) or predicates.evicted(wl) or not mine:
             uid = str(_meta(wl).get("uid") or "")
+            if mine and predicates.evicted(wl):
+                await topology.steer(self.api, wl)  # after a Retry on Kueue's TAS domain
             await self.sync_cleanup(namespace, name, keep_uid=None, uid=uid)
             if mine and predicates.finished(wl) and uid not in self._finished:
                 # The placements outlive an eviction (the next Ready overwrites them) but
@@ -412,8 +422,11 @@ class WorkloadReconciler:
         return scope if scope.restricted else None
 
     def gang_of(self, wl: client.Obj) -> gangs.WorkloadGang:
-        return gangs.gang_of(wl, templates=self.stores.claim_templates,
-                             flavors=self.stores.resource_flavors, claims=self.stores.claims)
+        """The Workload's gang; held to the domains Kueue's topology-aware scheduling
+        assigned, when it did (`topology.within_assignment`)."""
+        return topology.within_assignment(gangs.gang_of(
+            wl, templates=self.stores.claim_templates, flavors=self.stores.resource_flavors,
+            claims=self.stores.claims), wl, self.node_labels)
 
     async def sync_plan(self, wl: client.Obj, entry: Mapping[str, Any], attempt: int
                         ) -> float | None:
@@ -423,6 +436,8 @@ class WorkloadReconciler:
             return await self.sync_status(wl, entry, self.retry(
                 entry, "configuration", "the workload cannot be read: "
                 + "; ".join(str(e) for e in exc.errors)))
+        if isinstance(wg, topology.TasGang):
+            return await topology.sync_plan(self, wl, entry, wg, attempt)
         started = time.perf_counter()
         scope = self.scope_of(wl)
         decided = await self.around_promises(wl, lambda held: self.inventory.plan_async(
@@ -831,6 +846,7 @@ class WorkloadReconciler:
                          wg: gangs.WorkloadGang, placements: Sequence[fitcore.Placement],
                          domains: Mapping[str, str], text: str,
                          annotations: Mapping[str, str] | None = None) -> float | None:
+        wg, placements, domains = topology.unsplit(wg, placements, domains)
         updates = podsetupdates.build(wl, str(entry["name"]), wg, placements, domains,
                                       annotations)
         if updates.notes:

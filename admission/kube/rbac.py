@@ -50,7 +50,10 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.RESOURCE_CLAIM, ""): frozenset({"get", "list", "watch"}),
     (kinds.RESOURCE_CLAIM_TEMPLATE, ""): frozenset({"get", "list", "watch"}),
     (kinds.DEVICE_CLASS, ""): frozenset({"get", "list", "watch"}),
-    (kinds.WORKLOAD, ""): frozenset({"get", "list", "watch"}),
+    # patch: after a Retry on the domain Kueue's TAS assigned, the domain where the gang
+    # fits goes into the pod set's nodeSelector while the Workload holds no quota
+    # (admission.check.topology.steer), and the pin into an annotation.
+    (kinds.WORKLOAD, ""): frozenset({"get", "list", "watch", "patch"}),
     (kinds.WORKLOAD, "status"): frozenset({"patch"}),
     (kinds.ADMISSION_CHECK, ""): frozenset({"get", "list", "watch"}),
     (kinds.ADMISSION_CHECK, "status"): frozenset({"patch"}),
