@@ -121,7 +121,11 @@ def json_patch(target: Any, ops: list[Mapping[str, Any]]) -> Any:
 class FakeClient:
     """In-memory objects, watch events and injected failures; see the module docstring."""
 
-    def __init__(self, *, history: int = 10_000) -> None:
+    def __init__(self, *, history: int = 10_000,
+                 permissions: dict[tuple[kinds.Kind, str], frozenset[str]] | None = None
+                 ) -> None:
+        #: The RBAC table calls are checked against (default: `fitgate serve`'s).
+        self.permissions = permissions
         self._objects: dict[str, dict[Key, client.Obj]] = {k.kind: {} for k in kinds.ALL}
         self._rv = itertools.count(1)
         self._last_rv = 0
@@ -192,7 +196,7 @@ class FakeClient:
 
     def _enter(self, verb: str, kind: kinds.Kind, namespace: str | None, name: str | None,
                subresource: str | None = None, body: Any = None) -> None:
-        rbac.check(kind, verb, subresource)
+        rbac.check(kind, verb, subresource, self.permissions)
         self.calls.append(Call(verb, kind.kind, namespace, name, subresource,
                                copy.deepcopy(body)))
         for i, (v, k, err) in enumerate(self._failures):
