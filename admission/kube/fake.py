@@ -35,14 +35,18 @@ class Call:
     body: Any = None
 
 
-def _selector(label_selector: str | None) -> dict[str, str]:
-    """Equality-based label selectors (`a=b,c=d`), what fitgate uses."""
-    return dict(p.split("=", 1) for p in label_selector.split(",")) if label_selector else {}
+def _selector(label_selector: str | None) -> dict[str, str | None]:
+    """Equality and existence label selectors (`a=b,c`), what fitgate uses; None: the
+    label exists with any value."""
+    if not label_selector:
+        return {}
+    parts = (p.split("=", 1) for p in label_selector.split(","))
+    return {p[0]: (p[1] if len(p) == 2 else None) for p in parts}
 
 
-def _matches(obj: Mapping[str, Any], want: Mapping[str, str]) -> bool:
+def _matches(obj: Mapping[str, Any], want: Mapping[str, str | None]) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in want.items())
+    return all(k in labels if v is None else labels.get(k) == v for k, v in want.items())
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
