@@ -52,6 +52,16 @@ State gauges, for alerts (the chart's PrometheusRule) and the dashboard:
 
 The first three are computed at each scrape from the caches (`StateCollector`),
 so they are right after a restart and on every replica.
+
+Defined next to what they measure:
+
+- `admission.controller`: `fitgate_reconcile_total{controller, result}` (ok, requeue,
+  error), `fitgate_reconcile_seconds{controller}`, `fitgate_workqueue_depth{controller}`.
+- `admission.kube.cache`: `fitgate_informer_synced{kind}` (1 once the kind's cache has
+  listed), `fitgate_informer_lists_total{kind}`, `fitgate_informer_reconnects_total{kind}`,
+  `fitgate_informer_events_total{kind}`.
+- `admission.inventory`: `fitgate_inventory_event_seconds`,
+  `fitgate_inventory_apply_seconds`, `fitgate_inventory_decision_seconds{decision}`.
 """
 
 from __future__ import annotations
