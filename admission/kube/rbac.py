@@ -149,8 +149,9 @@ def _rules(table: dict[tuple[kinds.Kind, str], frozenset[Verb]], namespaced: boo
 
 def chart_rules() -> dict[str, Any]:
     """The chart's RBAC rules: `clusterRole` and `role` always, `selfManagedCerts` when
-    fitgate manages its certificate, `releaseHook` for the uninstall hook's ServiceAccount. A rule with `resourceName` is restricted to the
-    object the chart names by that key."""
+    fitgate manages its certificate, `releaseHook` for the uninstall hook's
+    ServiceAccount. A rule with `resourceName` is restricted to the object the chart names
+    by that key."""
     return {
         "clusterRole": _rules(PERMISSIONS, namespaced=False),
         "role": _rules(PERMISSIONS, namespaced=True),

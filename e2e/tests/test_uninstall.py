@@ -114,7 +114,8 @@ async def test_uninstall_releases_gated_jobs_and_leaves_no_request_or_template(
         await _run_hook(local_cluster, argv, account, fg.namespace)
 
         never = await e2e.kube.get("batch/v1", "Job", "never", ns)
-        assert never is not None and not gating.gated_by_us(never), never["metadata"]
+        assert never is not None
+        assert not gating.gated_by_us(never), never["metadata"]
         assert await _owned(e2e, "ProvisioningRequest", builders.AUTOSCALING) == []
         assert await _owned(e2e, "PodTemplate", "v1") == []
 

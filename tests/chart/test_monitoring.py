@@ -226,7 +226,7 @@ def test_the_dashboards_queries_are_valid_promql(helm: Helm, promtool: pathlib.P
 
 
 def test_metrics_docstring_lists_every_metric() -> None:
-    assert serve.Service  # imported: every module that registers a metric is loaded
+    assert callable(serve.serve)  # imported: every module that registers a metric is loaded
     doc = metrics.__doc__ or ""
     families = {f.name for f in prometheus_client.REGISTRY.collect()
                 if f.name.startswith("fitgate_")}

@@ -20,9 +20,16 @@ def hooks(objects: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
             if HOOK in ((o.get("metadata") or {}).get("annotations") or {})}
 
 
+def test_the_release_objects_leave_the_hooks_out(helm: Helm) -> None:
+    """The other chart tests see the release's own objects (`helm template --no-hooks`):
+    the hook's ClusterRole is not the one `fitgate serve` runs with."""
+    assert hooks(helm.template()) == {}
+    assert len(helm.template(hooks=True)) == len(helm.template()) + 4
+
+
 def test_the_hook_runs_release_all_before_and_after_the_release_is_deleted(
         helm: Helm) -> None:
-    found = hooks(helm.template())
+    found = hooks(helm.template(hooks=True))
     assert sorted(found) == ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"]
     for obj in found.values():
         ann = obj["metadata"]["annotations"]
@@ -47,7 +54,7 @@ def test_the_hook_runs_release_all_before_and_after_the_release_is_deleted(
 
 
 def test_the_hooks_rbac_is_exactly_what_release_all_declares(helm: Helm) -> None:
-    role = hooks(helm.template())["ClusterRole"]
+    role = hooks(helm.template(hooks=True))["ClusterRole"]
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
     declared = {(kind.group, kind.plural + (f"/{sub}" if sub else ""), verb)
@@ -59,16 +66,16 @@ def test_the_hooks_rbac_is_exactly_what_release_all_declares(helm: Helm) -> None
 
 def test_the_hook_objects_are_valid_against_the_api_schemas(
         helm: Helm, schemas: openapi.Schemas) -> None:
-    for obj in hooks(helm.template()).values():
+    for obj in hooks(helm.template(hooks=True)).values():
         assert schemas.validate(obj) == [], obj["kind"]
 
 
 def test_no_hook_when_disabled_or_in_local_development_mode(helm: Helm) -> None:
-    assert hooks(helm.template({"releaseOnUninstall": {"enabled": False}})) == {}
-    assert hooks(helm.template(SCENARIOS["external"])) == {}
+    assert hooks(helm.template({"releaseOnUninstall": {"enabled": False}}, hooks=True)) == {}
+    assert hooks(helm.template(SCENARIOS["external"], hooks=True)) == {}
 
 
 def test_hook_values_reach_the_job(helm: Helm) -> None:
     job = hooks(helm.template({"releaseOnUninstall": {
-        "backoffLimit": 0, "activeDeadlineSeconds": 60}}))["Job"]
+        "backoffLimit": 0, "activeDeadlineSeconds": 60}}, hooks=True))["Job"]
     assert (job["spec"]["backoffLimit"], job["spec"]["activeDeadlineSeconds"]) == (0, 60)
