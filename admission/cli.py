@@ -445,9 +445,14 @@ def run_release(args: argparse.Namespace, connect: Any = None) -> int:
     from admission import release_all
     from admission.kube import client as kube_client
     from admission.kube import errors as kube_errors
+    from admission.kube import rbac
 
     async def run() -> release_all.Report:
-        api = await (connect or kube_client.ApiClient.connect)(args.kubeconfig, args.context)
+        if connect is None:
+            api = await kube_client.ApiClient.connect(args.kubeconfig, args.context,
+                                                      permissions=rbac.RELEASE_ALL)
+        else:
+            api = await connect(args.kubeconfig, args.context)
         try:
             return await release_all.release_all(api, dry_run=args.dry_run)
         finally:

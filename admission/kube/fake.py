@@ -126,7 +126,7 @@ class FakeClient:
     """In-memory objects, watch events and injected failures; see the module docstring."""
 
     def __init__(self, *, history: int = 10_000,
-                 permissions: dict[tuple[kinds.Kind, str], frozenset[str]] | None = None
+                 permissions: rbac.Table | None = None
                  ) -> None:
         #: The RBAC table calls are checked against (default: `fitgate serve`'s).
         self.permissions = permissions

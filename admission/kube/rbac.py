@@ -23,6 +23,8 @@ import yaml
 from admission.kube import kinds
 
 Verb = str  # get, list, watch, create, patch, update, delete
+#: (kind, subresource or "") -> verbs
+Table = dict[tuple[kinds.Kind, str], frozenset[Verb]]
 
 #: (kind, subresource or "") -> verbs
 PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
@@ -102,7 +104,7 @@ class Undeclared(Exception):
 
 
 def check(kind: kinds.Kind, verb: Verb, subresource: str | None = None,
-          table: dict[tuple[kinds.Kind, str], frozenset[Verb]] | None = None) -> None:
+          table: Table | None = None) -> None:
     """Raise `Undeclared` unless `table` (default: every call of `fitgate serve`) declares
     the call."""
     allowed = (ALL_PERMISSIONS if table is None else table).get(

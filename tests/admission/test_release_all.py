@@ -151,3 +151,22 @@ def test_cli_release_needs_all(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["release"])
     assert exc.value.code == 2
     assert "--all" in capsys.readouterr().err
+
+
+def test_cli_release_connects_with_the_hooks_permissions(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real client checks each call against the table it is given: `fitgate release`
+    gives it RELEASE_ALL (not serve's table, which has no list on JobSets)."""
+    from admission.kube import client
+
+    seen: dict[str, Any] = {}
+
+    async def connect(kubeconfig: str | None, context: str | None, **kw: Any
+                      ) -> fake.FakeClient:
+        seen.update(kw)
+        return world()
+
+    monkeypatch.setattr(client.ApiClient, "connect", connect)
+    assert cli.main(["release", "--all"]) == 0
+    assert seen["permissions"] is rbac.RELEASE_ALL
+    assert "removed fitgate's admission gate from 3 job(s)" in capsys.readouterr().out
