@@ -129,7 +129,8 @@ async def test_uninstall_releases_gated_jobs_and_leaves_no_request_or_template(
         assert (again["jobs"], again["pods"], again["provisioning_requests"],
                 again["pod_templates"]) == ([], [], [], [])
     finally:
-        local_cluster.start_autoscaler()
+        if "cluster-autoscaler" in local_cluster.stopped:
+            local_cluster.start_autoscaler()
         await fg.uninstall()
         for obj in hook_objects:
             if obj["kind"] != "Job":
