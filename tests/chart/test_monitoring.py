@@ -112,28 +112,37 @@ CASES: dict[str, dict[str, Any]] = {
         # provisioning.timeoutSeconds 1800, pendingFactor 2: over 3600 s for 10 min.
         "fire": [_series("fitgate_oldest_pending_check_seconds", "3000+60x40")],
         "quiet": [_series("fitgate_oldest_pending_check_seconds", "1700+0x40")],
-        "at": "40m", "labels": {"severity": "warning"}},
+        "at": "40m", "labels": {"severity": "warning"}, "value": "1h 30m 0s"},
     "FitgateNoLeader": {
         "fire": [_series("fitgate_leader", "1 1 1 0x20", pod="fitgate-0"),
                  _series("fitgate_leader", "0x23", pod="fitgate-1")],
         "quiet": [_series("fitgate_leader", "1 1 1 0x20", pod="fitgate-0"),
                   _series("fitgate_leader", "0 0 0 1x20", pod="fitgate-1")],
-        "at": "20m", "labels": {"severity": "critical"}},
+        "at": "20m", "labels": {"severity": "critical"}, "value": ""},
     "FitgateCertificateExpiring": {
         # time() is 0 at the start of a promtool test: expiry 3 days vs. 60 days out.
         "fire": [_series("fitgate_serving_certificate_expiry_timestamp_seconds",
                          f"{3 * DAY}+0x30")],
         "quiet": [_series("fitgate_serving_certificate_expiry_timestamp_seconds",
                           f"{60 * DAY}+0x30")],
-        "at": "30m", "labels": {"severity": "warning"}},
+        "at": "30m", "labels": {"severity": "warning"}, "value": "2d 23h 30m 0s"},
     "FitgateWebhookErrors": {
         # 30 reviews a minute; 9 of them failed (30 %) against none.
         "fire": [_series("fitgate_webhook_validations_total", "0+21x40", outcome="decided"),
                  _series("fitgate_webhook_validations_total", "0+9x40", outcome="failed")],
         "quiet": [_series("fitgate_webhook_validations_total", "0+30x40", outcome="decided"),
                   _series("fitgate_webhook_validations_total", "0+0x40", outcome="failed")],
-        "at": "40m", "labels": {"severity": "warning"}},
+        "at": "40m", "labels": {"severity": "warning"}, "value": "30%"},
 }
+VALUE = re.compile(r"\{\{ \$value \| \w+ \}\}")
+
+
+def expected(rule: Mapping[str, Any], case: Mapping[str, Any]) -> dict[str, Any]:
+    """The alert promtool must find: the rule's labels, and its annotations with $value
+    expanded as Prometheus prints it (the case's `value`)."""
+    return {"exp_labels": case["labels"],
+            "exp_annotations": {k: VALUE.sub(case["value"], v)
+                                for k, v in rule["annotations"].items()}}
 
 
 def test_every_alert_has_a_firing_and_a_quiet_case(helm: Helm) -> None:
@@ -143,13 +152,14 @@ def test_every_alert_has_a_firing_and_a_quiet_case(helm: Helm) -> None:
 @pytest.mark.parametrize("alert", sorted(CASES))
 def test_promtool_fires_each_alert_on_failure_and_not_on_health(
         helm: Helm, promtool: pathlib.Path, tmp_path: pathlib.Path, alert: str) -> None:
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules_of(helm)))
+    rules = rules_of(helm)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
     case = CASES[alert]
     # Every expression aggregates over the replicas: an alert carries only its own labels.
     tests = [
         {"interval": "1m", "input_series": case["fire"],
          "alert_rule_test": [{"eval_time": case["at"], "alertname": alert,
-                              "exp_alerts": [{"exp_labels": case["labels"]}]}]},
+                              "exp_alerts": [expected(alerts(rules)[alert], case)]}]},
         {"interval": "1m", "input_series": case["quiet"],
          "alert_rule_test": [{"eval_time": case["at"], "alertname": alert,
                               "exp_alerts": []}]},
@@ -162,11 +172,13 @@ def test_promtool_fires_each_alert_on_failure_and_not_on_health(
 
 def test_no_leader_fires_when_no_replica_is_scraped(helm: Helm, promtool: pathlib.Path,
                                                     tmp_path: pathlib.Path) -> None:
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules_of(helm)))
+    rules = rules_of(helm)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
+    want = expected(alerts(rules)["FitgateNoLeader"], CASES["FitgateNoLeader"])
     tests = [{"interval": "1m", "input_series": [
         _series("fitgate_leader", "1 1 1", pod="fitgate-0")],
         "alert_rule_test": [{"eval_time": "15m", "alertname": "FitgateNoLeader",
-                             "exp_alerts": [{"exp_labels": {"severity": "critical"}}]}]}]
+                             "exp_alerts": [want]}]}]
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(
         {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}))
     run(promtool, "test", "rules", "test.yaml", cwd=tmp_path)
