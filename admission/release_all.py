@@ -58,17 +58,12 @@ class Report:
         return dataclasses.asdict(self)
 
     def to_text(self, dry_run: bool = False) -> str:
-        verb = "would " if dry_run else ""
+        remove, delete = ("would remove", "would delete") if dry_run else ("removed", "deleted")
         lines = [
-            f"{verb}remove fitgate's admission gate from {len(self.jobs)} job(s)"
-            if dry_run else f"removed fitgate's admission gate from {len(self.jobs)} job(s)",
-            f"{verb}remove fitgate's scheduling gate from {len(self.pods)} pod(s)"
-            if dry_run else f"removed fitgate's scheduling gate from {len(self.pods)} pod(s)",
-            f"{verb}delete {len(self.provisioning_requests)} ProvisioningRequest(s) and "
-            f"{len(self.pod_templates)} PodTemplate(s) fitgate created"
-            if dry_run else f"deleted {len(self.provisioning_requests)} "
-            f"ProvisioningRequest(s) and {len(self.pod_templates)} PodTemplate(s) fitgate "
-            "created",
+            f"{remove} fitgate's admission gate from {len(self.jobs)} job(s)",
+            f"{remove} fitgate's scheduling gate from {len(self.pods)} pod(s)",
+            f"{delete} {len(self.provisioning_requests)} ProvisioningRequest(s) and "
+            f"{len(self.pod_templates)} PodTemplate(s) fitgate created",
         ]
         lines += [f"  {what}" for what in (*self.jobs, *self.pods,
                                             *self.provisioning_requests, *self.pod_templates)]
