@@ -35,10 +35,11 @@ lint: setup
 	$(VENV)/bin/mypy fitcore admission e2e
 	$(VENV)/bin/lint-imports
 
-## The helm binary the chart tests (tests/chart) render with: built from Go modules and
-## cached like the local control plane's binaries (warm: nothing to do).
+## The helm binary the chart tests (tests/chart) render with, and promtool, which checks
+## the chart's PrometheusRule: built from Go modules and cached like the local control
+## plane's binaries (warm: nothing to do).
 helm-bin: setup
-	$(PY) -c 'from e2e.cluster.local import build; build.ensure(["helm"])'
+	$(PY) -c 'from e2e.cluster.local import build; build.ensure(["helm", "promtool"])'
 
 unit: setup helm-bin
 	$(PY) -m pytest tests -q

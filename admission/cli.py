@@ -422,7 +422,52 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--no-fit", action="store_true",
                          help="do not read the inventory to plan the gang now")
     sub.add_parser("version", help="print the version")
+    rel = sub.add_parser(
+        "release", help="take fitgate out of the path of every Job and Pod it holds "
+                        "(uninstall, break glass)",
+        description="Removes fitgate's admission gate from every job and its scheduling "
+                    "gate from every pod, and deletes the ProvisioningRequests and "
+                    "PodTemplates fitgate created; idempotent. The chart's uninstall hook "
+                    "runs it. See docs/platform-guide.md, 'Break glass'.")
+    rel.add_argument("--all", action="store_true", required=True, dest="all_objects",
+                     help="every namespace (required: there is no narrower scope yet)")
+    rel.add_argument("--dry-run", action="store_true", help="only say what would change")
+    rel.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    rel.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, "
+                                          "~/.kube/config, or in-cluster)")
+    rel.add_argument("--context", help="kubeconfig context")
     return parser
+
+
+def run_release(args: argparse.Namespace, connect: Any = None) -> int:
+    """`fitgate release --all`; `connect(kubeconfig, context)` makes the client (tests pass
+    a fake)."""
+    from admission import release_all
+    from admission.kube import client as kube_client
+    from admission.kube import errors as kube_errors
+    from admission.kube import rbac
+
+    async def run() -> release_all.Report:
+        if connect is None:
+            api = await kube_client.ApiClient.connect(args.kubeconfig, args.context,
+                                                      permissions=rbac.RELEASE_ALL)
+        else:
+            api = await connect(args.kubeconfig, args.context)
+        try:
+            return await release_all.release_all(api, dry_run=args.dry_run)
+        finally:
+            close = getattr(api, "close", None)
+            if close is not None:
+                await close()
+
+    try:
+        report = asyncio.run(run())
+    except kube_errors.ApiError as exc:
+        print(f"fitgate release: the API server refused: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report.to_json(), indent=2) if args.output == "json"
+          else report.to_text(dry_run=args.dry_run))
+    return 0
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -540,6 +585,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_serve(args)
     if args.command == "explain":
         return run_explain(args)
+    if args.command == "release":
+        return run_release(args)
     if args.command == "version":
         try:
             version = metadata.version("fitgate")

@@ -45,7 +45,7 @@ import structlog
 
 import fitcore
 from admission import clock as clock_
-from admission import controller, fitting, gating, policy
+from admission import controller, fitting, gating, metrics, policy
 from admission.check import events
 from admission.kube import client, errors, kinds, store
 
@@ -291,6 +291,7 @@ class GateController:
         note = f"fitgate holds this gang before quota: {lead}: " + "; ".join(want["reasons"])
         log.info("held", workload=key, category=want["category"],
                  violation=verdict.violation)
+        metrics.job_held("gate", "policy" if verdict.violation else str(want["category"]))
         await self._event(wl, kinds.WORKLOAD, "Warning", "GateHeld", note)
         await self._event(job, job_kind, "Warning", "GateHeld", note)
         return recheck

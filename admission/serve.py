@@ -42,7 +42,7 @@ import structlog
 from aiohttp import web
 
 from admission import clock as clock_
-from admission import components, config, controller, fitting, inventory
+from admission import components, config, controller, fitting, inventory, metrics
 from admission import logging as flog
 from admission.kube import cache, client, lease
 
@@ -145,6 +145,7 @@ class Service:
         self.cfg = cfg
         self.api = api
         self.clock = clock or clock_.SystemClock()
+        metrics.build_info(metrics.version(), cfg.kube_version)
         self.informers = cache.Informers(api, specs)
         self.inventory = inventory.ClusterInventory(self.informers.store,
                                                     timeout=cfg.decision_timeout,
@@ -231,6 +232,7 @@ class Service:
     async def _lead(self) -> None:
         """Run the leader-only controllers while this replica leads."""
         if self.elector is None:
+            metrics.LEADER.set(1)
             self.runtime.start(leader_only=True)
             await asyncio.Event().wait()
             return
@@ -240,11 +242,14 @@ class Service:
             while True:
                 await elector.leading.wait()
                 log.info("serve.leading", identity=self.cfg.identity)
+                metrics.LEADER.set(1)
                 self.runtime.start(leader_only=True)
                 await elector.lost.wait()
                 log.warning("serve.not_leading", identity=self.cfg.identity)
+                metrics.LEADER.set(0)
                 await self.runtime.stop(leader_only=True)
         finally:
+            metrics.LEADER.set(0)
             await self.runtime.stop(leader_only=True)
             campaign.cancel()  # releases the Lease
             await asyncio.gather(campaign, return_exceptions=True)

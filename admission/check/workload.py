@@ -1067,6 +1067,8 @@ def component(ctx: serve.Context) -> serve.Component:
         kinds.RESOURCE_CLAIM_TEMPLATE, kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE,
         kinds.NODE, kinds.RESOURCE_SLICE, kinds.NODE_SHAPE, kinds.RESOURCE_CLAIM,
         kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE, kinds.POD)})
+    metrics.STATE.watch(stores.workloads, stores.admission_checks,
+                        stores.provisioning_requests, lambda: ctx.clock.now().timestamp())
     return serve.Component(controllers=[
         WorkloadReconciler(ctx.api, stores, ctx.inventory, clock=ctx.clock,
                            settings=settings, idle=ctx.idle_engine()),

@@ -127,13 +127,17 @@ class ApiClient:
     """`Client` over kubernetes_asyncio (see the module docstring). Build it with
     `connect`; close it with `close`."""
 
-    def __init__(self, api: Any, *, request_timeout: float = 30.0) -> None:
+    def __init__(self, api: Any, *, request_timeout: float = 30.0,
+                 permissions: rbac.Table | None = None) -> None:
         self._api = api
         self._timeout = request_timeout
+        #: The calls this client may make (default: `fitgate serve`'s, rbac.py).
+        self.permissions = permissions
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
-                      request_timeout: float = 30.0) -> ApiClient:
+                      request_timeout: float = 30.0, permissions: rbac.Table | None = None
+                      ) -> ApiClient:
         """In-cluster configuration when `kubeconfig` is None and the process runs in a
         pod; otherwise the kubeconfig file (default ~/.kube/config or $KUBECONFIG) and
         its `context` (default: the file's current context)."""
@@ -157,7 +161,8 @@ class ApiClient:
             reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
             raise errors.ConfigError(
                 f"cannot use {where}: {reason or type(exc).__name__}") from exc
-        return cls(k8s.ApiClient(configuration), request_timeout=request_timeout)
+        return cls(k8s.ApiClient(configuration), request_timeout=request_timeout,
+                   permissions=permissions)
 
     async def close(self) -> None:
         await self._api.close()
@@ -201,12 +206,12 @@ class ApiClient:
         return data if isinstance(data, dict) else {}
 
     async def get(self, kind: kinds.Kind, name: str, namespace: str | None = None) -> Obj:
-        rbac.check(kind, "get")
+        rbac.check(kind, "get", None, self.permissions)
         return await self._json("GET", path(kind, namespace, name), what=f"get {kind.kind}")
 
     async def list(self, kind: kinds.Kind, namespace: str | None = None,
                    label_selector: str | None = None) -> Listing:
-        rbac.check(kind, "list")
+        rbac.check(kind, "list", None, self.permissions)
         items: list[Obj] = []
         query: list[tuple[str, str]] = [("limit", "500")]
         if label_selector:
@@ -231,7 +236,7 @@ class ApiClient:
                     ) -> AsyncIterator[WatchEvent]:
         import aiohttp
 
-        rbac.check(kind, "watch")
+        rbac.check(kind, "watch", None, self.permissions)
         query = [("watch", "true"), ("allowWatchBookmarks", "true"),
                  ("resourceVersion", resource_version),
                  ("timeoutSeconds", str(WATCH_TIMEOUT_SECONDS))]
@@ -270,7 +275,7 @@ class ApiClient:
             resp.release()
 
     async def create(self, kind: kinds.Kind, obj: Mapping[str, Any]) -> Obj:
-        rbac.check(kind, "create")
+        rbac.check(kind, "create", None, self.permissions)
         body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
         ns = (body.get("metadata") or {}).get("namespace")
         return await self._json("POST", path(kind, ns), body=body,
@@ -279,7 +284,7 @@ class ApiClient:
     async def patch(self, kind: kinds.Kind, name: str, patch: Any, *,
                     namespace: str | None = None, patch_type: PatchType = "merge",
                     subresource: str | None = None) -> Obj:
-        rbac.check(kind, "patch", subresource)
+        rbac.check(kind, "patch", subresource, self.permissions)
         return await self._json("PATCH", path(kind, namespace, name, subresource),
                                 body=patch, content_type=_PATCH_TYPES[patch_type],
                                 what=f"patch {kind.kind} {name}")
@@ -287,7 +292,7 @@ class ApiClient:
     async def apply(self, kind: kinds.Kind, obj: Mapping[str, Any], *,
                     field_manager: str, subresource: str | None = None,
                     force: bool = False) -> Obj:
-        rbac.check(kind, "patch", subresource)
+        rbac.check(kind, "patch", subresource, self.permissions)
         body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
         meta = body.get("metadata") or {}
         query = [("fieldManager", field_manager)]
@@ -301,7 +306,7 @@ class ApiClient:
     async def update(self, kind: kinds.Kind, obj: Mapping[str, Any]) -> Obj:
         """Replace the object (PUT), guarded by its metadata.resourceVersion: raises
         Conflict when someone wrote it since (a Lease's optimistic concurrency)."""
-        rbac.check(kind, "update")
+        rbac.check(kind, "update", None, self.permissions)
         meta = obj.get("metadata") or {}
         body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
         return await self._json("PUT", path(kind, meta.get("namespace"), meta["name"]),
@@ -309,7 +314,7 @@ class ApiClient:
 
     async def delete(self, kind: kinds.Kind, name: str, namespace: str | None = None,
                      *, precondition_uid: str | None = None) -> None:
-        rbac.check(kind, "delete")
+        rbac.check(kind, "delete", None, self.permissions)
         body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions",
                      "propagationPolicy": "Background"}
         if precondition_uid:

@@ -35,14 +35,18 @@ class Call:
     body: Any = None
 
 
-def _selector(label_selector: str | None) -> dict[str, str]:
-    """Equality-based label selectors (`a=b,c=d`), what fitgate uses."""
-    return dict(p.split("=", 1) for p in label_selector.split(",")) if label_selector else {}
+def _selector(label_selector: str | None) -> dict[str, str | None]:
+    """Equality and existence label selectors (`a=b,c`), what fitgate uses; None: the
+    label exists with any value."""
+    if not label_selector:
+        return {}
+    parts = (p.split("=", 1) for p in label_selector.split(","))
+    return {p[0]: (p[1] if len(p) == 2 else None) for p in parts}
 
 
-def _matches(obj: Mapping[str, Any], want: Mapping[str, str]) -> bool:
+def _matches(obj: Mapping[str, Any], want: Mapping[str, str | None]) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in want.items())
+    return all(k in labels if v is None else labels.get(k) == v for k, v in want.items())
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -121,7 +125,11 @@ def json_patch(target: Any, ops: list[Mapping[str, Any]]) -> Any:
 class FakeClient:
     """In-memory objects, watch events and injected failures; see the module docstring."""
 
-    def __init__(self, *, history: int = 10_000) -> None:
+    def __init__(self, *, history: int = 10_000,
+                 permissions: rbac.Table | None = None
+                 ) -> None:
+        #: The RBAC table calls are checked against (default: `fitgate serve`'s).
+        self.permissions = permissions
         self._objects: dict[str, dict[Key, client.Obj]] = {k.kind: {} for k in kinds.ALL}
         self._rv = itertools.count(1)
         self._last_rv = 0
@@ -192,7 +200,7 @@ class FakeClient:
 
     def _enter(self, verb: str, kind: kinds.Kind, namespace: str | None, name: str | None,
                subresource: str | None = None, body: Any = None) -> None:
-        rbac.check(kind, verb, subresource)
+        rbac.check(kind, verb, subresource, self.permissions)
         self.calls.append(Call(verb, kind.kind, namespace, name, subresource,
                                copy.deepcopy(body)))
         for i, (v, k, err) in enumerate(self._failures):

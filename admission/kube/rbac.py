@@ -31,6 +31,8 @@ import yaml
 from admission.kube import kinds
 
 Verb = str  # get, list, watch, create, patch, update, delete
+#: (kind, subresource or "") -> verbs
+Table = dict[tuple[kinds.Kind, str], frozenset[Verb]]
 
 #: (kind, subresource or "") -> verbs
 PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
@@ -102,13 +104,29 @@ JOB_KIND_VERBS: dict[kinds.Kind, frozenset[Verb]] = {
 ALL_PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     **PERMISSIONS, **SELF_MANAGED_CERTS}
 
+#: The calls of `fitgate release --all` (admission/release_all.py), which the chart's
+#: uninstall hook Job makes with a ServiceAccount of its own, granted exactly these
+#: (cluster-wide: gated jobs and pods are in every namespace).
+RELEASE_ALL: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
+    **{(k, ""): frozenset({"get", "list", "patch"}) for k in kinds.JOB_KINDS},
+    (kinds.POD, ""): frozenset({"get", "list", "patch"}),
+    (kinds.PROVISIONING_REQUEST, ""): frozenset({"list", "delete"}),
+    (kinds.POD_TEMPLATE, ""): frozenset({"list", "delete"}),
+    (kinds.ADMISSION_CHECK, ""): frozenset({"list"}),
+    (kinds.CLUSTER_QUEUE, ""): frozenset({"list"}),
+}
+
 
 class Undeclared(Exception):
     """Code called the API in a way `PERMISSIONS` does not declare (and RBAC would refuse)."""
 
 
-def check(kind: kinds.Kind, verb: Verb, subresource: str | None = None) -> None:
-    allowed = ALL_PERMISSIONS.get((kind, subresource or ""), frozenset())
+def check(kind: kinds.Kind, verb: Verb, subresource: str | None = None,
+          table: Table | None = None) -> None:
+    """Raise `Undeclared` unless `table` (default: every call of `fitgate serve`) declares
+    the call."""
+    allowed = (ALL_PERMISSIONS if table is None else table).get(
+        (kind, subresource or ""), frozenset())
     if verb not in allowed:
         target = kind.plural + (f"/{subresource}" if subresource else "")
         raise Undeclared(f"{verb} {kind.group or 'core'}/{target} is not declared in "
@@ -155,8 +173,9 @@ def _rules(table: dict[tuple[kinds.Kind, str], frozenset[Verb]], namespaced: boo
 
 def chart_rules() -> dict[str, Any]:
     """The chart's RBAC rules: `clusterRole` and `role` always, `selfManagedCerts` when
-    fitgate manages its certificate. A rule with `resourceName` is restricted to the
-    object the chart names by that key."""
+    fitgate manages its certificate, `releaseHook` for the uninstall hook's
+    ServiceAccount. A rule with `resourceName` is restricted to the object the chart names
+    by that key."""
     return {
         "clusterRole": _rules(PERMISSIONS, namespaced=False),
         "role": _rules(PERMISSIONS, namespaced=True),
@@ -169,6 +188,7 @@ def chart_rules() -> dict[str, Any]:
             "clusterRole": _rules(SELF_MANAGED_CERTS, namespaced=False),
             "role": _rules(SELF_MANAGED_CERTS, namespaced=True),
         },
+        "releaseHook": {"clusterRole": _rules(RELEASE_ALL, namespaced=False)},
     }
 
 

@@ -283,6 +283,7 @@ class Hooks:
                 + ("its FitPolicy forbids every node and shape that could host it"
                    if verdict.violation else "no node and no NodeShape can host it"))
         if scope.enforcement == "deny":
+            metrics.job_held("validate-jobs", "policy" if verdict.violation else "configuration")
             return models.deny(request, "fitgate: " + "\n".join([head, *verdict.messages]),
                                code=403, reason="Forbidden", audit=audit)
         return models.allow(request, warnings=_short(["fitgate: " + head, *verdict.messages]),

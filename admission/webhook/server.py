@@ -31,6 +31,7 @@ import pydantic
 import structlog
 from aiohttp import web
 
+from admission import metrics
 from admission.webhook import connections, models, review
 
 log = structlog.get_logger("fitgate.webhook")
@@ -66,6 +67,7 @@ class Certificates:
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._stamp = self._mtimes()
         self.context.load_cert_chain(cert_file, key_file)
+        metrics.serving_certificate(cert_file)
         self.reloads = 0
 
     def _mtimes(self) -> tuple[int, int]:
@@ -88,6 +90,7 @@ class Certificates:
             return False
         self._stamp = stamp
         self.reloads += 1
+        metrics.serving_certificate(self.cert_file)
         log.info("certificate reloaded", cert=self.cert_file, reloads=self.reloads)
         return True
 

@@ -83,14 +83,16 @@ class Fitgate:
         (cert_dir / "tls.key").write_bytes(pair.key.read_bytes())
         return cert_dir, ca.ca_bundle_b64()
 
-    async def install(self, replicas: int = 1, order: tuple[int, ...] | None = None) -> None:
-        """helm install in local development mode, then ``replicas`` serve processes
-        started in ``order`` (default 0, 1, ...); the first one started leads (each
-        waits until the AdmissionCheck is Active before the next starts)."""
+    async def install(self, replicas: int = 1, order: tuple[int, ...] | None = None,
+                      chart: pathlib.Path = CHART) -> None:
+        """helm install (of ``chart``, default the repository's) in local development
+        mode, then ``replicas`` serve processes started in ``order`` (default 0, 1, ...);
+        the first one started leads (each waits until the AdmissionCheck is Active before
+        the next starts)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         _, ca_bundle = self.webhook_cert()
         started = time.monotonic()
-        self.helm("upgrade", "--install", RELEASE, str(CHART), "--namespace",
+        self.helm("upgrade", "--install", RELEASE, str(chart), "--namespace",
                   self.namespace, "--create-namespace",
                   "--set", f"externalWebhook.url=https://127.0.0.1:{self.webhook_port}",
                   "--set", f"externalWebhook.caBundle={ca_bundle}",

@@ -388,8 +388,9 @@ async def test_fitgate_serve_runs_as_the_charts_service_account_behind_its_webho
             return gating.gated_by_us(got)
         await e2e.wait_for(gated, 60, "a Job gated through the chart's webhook configuration")
     finally:
+        # --no-hooks: the uninstall hook Job's pod would never finish on kwok's nodes.
         tools.helm("uninstall", release, "--namespace", ns, "--timeout", "120s",
-                   check=False)
+                   "--no-hooks", check=False)
         tools.kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false",
                       check=False)
 
@@ -471,7 +472,8 @@ async def test_self_managed_certificates_with_only_the_charts_rbac(
         peer = await e2e.wait_for(handshake, 30, "a TLS handshake the caBundle verifies")
         assert ("DNS", service) in peer["subjectAltName"]
     finally:
+        # --no-hooks: the uninstall hook Job's pod would never finish on kwok's nodes.
         tools.helm("uninstall", release, "--namespace", ns, "--timeout", "120s",
-                   check=False)
+                   "--no-hooks", check=False)
         tools.kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false",
                       check=False)

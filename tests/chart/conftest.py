@@ -62,9 +62,11 @@ class Helm:
         return proc.stdout
 
     def template(self, values: Mapping[str, Any] | None = None,
-                 extra: Sequence[str] = ()) -> list[dict[str, Any]]:
-        """The rendered objects of the chart for these values."""
-        args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+                 extra: Sequence[str] = (), hooks: bool = False) -> list[dict[str, Any]]:
+        """The rendered objects of the chart for these values: the release's own, and
+        with `hooks` the hook objects too (the uninstall hook, test_release_hook.py)."""
+        args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                *(() if hooks else ("--no-hooks",))]
         out = self.run(*args, *_set_json(values), *extra)
         return [d for d in yaml.safe_load_all(out) if d]
 

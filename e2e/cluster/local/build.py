@@ -52,6 +52,9 @@ KUEUE_VERSION = "v0.19.2"
 KWOK_VERSION = "v0.8.0"
 ETCD_VERSION = "v3.6.16"
 HELM_VERSION = "v4.3.2"
+# Prometheus v3.16.0, whose Go module is versioned v0.316.0; only promtool is built (the
+# chart tests check the PrometheusRule with `promtool check rules` / `test rules`).
+PROMETHEUS_VERSION = "v0.316.0"
 # The module proxy serves no release of cluster-autoscaler; this pseudo-version (commit
 # 1959f5f6 of kubernetes/autoscaler, June 2025) is the one it serves. Its own version
 # constant says 1.33.0.
@@ -90,6 +93,7 @@ class Component:
     ldflags: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # extra environment for this build only
     module_subdir: str = ""  # "" = modules/<name>; else modules/<subdir>/<name>
+    cluster: bool = True  # False: a test tool only, not built for the local control plane
 
     @property
     def module_dir(self) -> pathlib.Path:
@@ -140,6 +144,10 @@ def components(minor: str | None = None) -> tuple[Component, ...]:
                   env=(("GONOSUMDB", "k8s.io/autoscaler/cluster-autoscaler"),)),
         Component("helm", HELM_VERSION, package="helm.sh/helm/v4/cmd/helm",
                   ldflags=(f"-X helm.sh/helm/v4/internal/version.version={HELM_VERSION}",)),
+        Component("promtool", PROMETHEUS_VERSION,
+                  package="github.com/prometheus/prometheus/cmd/promtool",
+                  ldflags=("-X github.com/prometheus/common/version.Version=3.16.0",),
+                  cluster=False),
     )
 
 
@@ -247,7 +255,8 @@ def build_one(component: Component, go_version: str) -> pathlib.Path:
 
 
 def ensure(names: list[str] | None = None, minor: str | None = None) -> dict[str, pathlib.Path]:
-    """Make sure every binary (or those named) is in the cache; build what is missing.
+    """Make sure every binary of the local control plane (or those named, test tools
+    included) is in the cache; build what is missing.
 
     ``minor`` picks the Kubernetes components (default: ``FITGATE_KUBE_VERSION`` or
     ``DEFAULT_KUBE_MINOR``). Returns name -> binary path. Prints progress and timings to
@@ -260,7 +269,7 @@ def ensure(names: list[str] | None = None, minor: str | None = None) -> dict[str
     go_version = _go_version()
     minor = minor or kube_minor()
     every = by_name(minor)
-    wanted = [every[n] for n in names] if names else list(every.values())
+    wanted = [every[n] for n in names] if names else [c for c in every.values() if c.cluster]
     paths = {c.name: binary_path(c, go_version) for c in wanted}
     missing = [c for c in wanted if not paths[c.name].exists()]
     if not missing:
