@@ -12,9 +12,9 @@ own business (tests and benchmarks may go deeper).
 - One error type for bad input: `InputError` (every `FieldError`, naming object and field).
 - The engine: the stateful `Inventory` (`apply`, `fit`, `plan`, `verify`, `shapes`,
   `stats`).
-- Results: `Gang`, `PodSet`, `Placement`, `NodeShape`, `Node`, `Plan`, `ShapeCount`,
-  `PlanResult`, `VerifyResult`, `price_str`; a Plan's one codec is `Plan.to_json` /
-  `Plan.from_json`.
+- Results: `Gang`, `PodSet`, `Placement`, `NodeShape` (with `KarpenterProvisioning`),
+  `Node`, `Plan`, `ShapeCount`, `PlanResult`, `VerifyResult`, `price_str`; a Plan's one
+  codec is `Plan.to_json` / `Plan.from_json`.
 - Reasons: `Reason` and the codes (`reasons`, e.g. `reasons.SHAPE_MISMATCH`).
 - Kubernetes versions: `DEFAULT_KUBE_VERSION`, `KUBE_VERSIONS`.
 """
@@ -28,7 +28,7 @@ from fitcore.plan import Plan, PlanResult, ShapeCount, VerifyResult, price_str
 from fitcore.read import LimitError, flatten, load_json, load_yaml
 from fitcore.read import one as read_one
 from fitcore.reasons import Reason
-from fitcore.shapes import NodeShape
+from fitcore.shapes import KarpenterProvisioning, NodeShape
 from fitcore.workload import (
     DEFAULT_KUBE_VERSION,
     KUBE_VERSIONS,
@@ -42,8 +42,8 @@ from fitcore.workload import (
 
 __all__ = [
     "DEFAULT_KUBE_VERSION", "KUBE_VERSIONS", "Bundle", "Document", "FieldError", "Gang",
-    "InputError", "Inventory", "LimitError", "Node", "NodeShape", "Placement", "Plan",
-    "PlanResult", "PodSet", "Reason", "References", "ShapeCount", "VerifyResult",
-    "flatten", "gang_of", "load", "load_json", "load_yaml", "node_shape", "price_str",
-    "read_one", "reasons",
+    "InputError", "Inventory", "KarpenterProvisioning", "LimitError", "Node", "NodeShape",
+    "Placement", "Plan", "PlanResult", "PodSet", "Reason", "References", "ShapeCount",
+    "VerifyResult", "flatten", "gang_of", "load", "load_json", "load_yaml", "node_shape",
+    "price_str", "read_one", "reasons",
 ]

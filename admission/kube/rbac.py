@@ -26,7 +26,6 @@ Verb = str  # get, list, watch, create, patch, update, delete
 
 #: (kind, subresource or "") -> verbs
 PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
-    (kinds.NODE, ""): frozenset({"get", "list", "watch"}),
     # FitPolicy subjects select namespaces by label (webhook, gate).
     (kinds.NAMESPACE, ""): frozenset({"get", "list", "watch"}),
     (kinds.POD, ""): frozenset({"get", "list", "watch", "patch"}),
@@ -55,6 +54,12 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.FIT_POLICY, ""): frozenset({"get", "list", "watch"}),
     # The Valid condition on each FitPolicy (admission/policy_status.py).
     (kinds.FIT_POLICY, "status"): frozenset({"patch"}),
+    # Karpenter shapes (admission.check.karpenter): one NodeClaim per planned node, owned
+    # by the shape's NodePool (read for its uid and template); do-not-disrupt is dropped
+    # from the NodeClaim and its Node once the gang's pods are bound.
+    (kinds.NODE_CLAIM, ""): frozenset({"get", "list", "watch", "create", "patch", "delete"}),
+    (kinds.NODE_POOL, ""): frozenset({"get", "list", "watch"}),
+    (kinds.NODE, ""): frozenset({"get", "list", "watch", "patch"}),
 }
 
 #: Calls made only when fitgate manages its own serving certificate (chart value
