@@ -74,7 +74,8 @@ class KarpenterBackend:
 
     @property
     def enabled(self) -> bool:
-        """Whether the process caches NodeClaims (the chart's Karpenter support is on)."""
+        """Whether the process caches NodeClaims (config `karpenter`, chart value
+        `karpenter.enabled`)."""
         return self.r.stores.node_claims is not None
 
     def claims(self) -> list[client.Obj]:

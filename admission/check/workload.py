@@ -196,14 +196,17 @@ class WorkloadReconciler:
         self.requests = requests.ProvisioningRequestBackend(self)
         self.karpenter = karpenter.KarpenterBackend(self)
         self.backends: tuple[backends.Backend, ...] = (self.requests, self.karpenter)
+        if stores.node_claims is not None:
+            self.watches = (*type(self).watches, kinds.NODE_CLAIM)
 
     # ------------------------------------------------------------------ pipeline
 
     # The controller runtime's interface (admission.controller).
     name = "workload"
     leader_only = True
-    watches = (kinds.WORKLOAD, kinds.ADMISSION_CHECK, kinds.PROVISIONING_REQUEST,
-               kinds.NODE, kinds.RESOURCE_SLICE, kinds.NODE_CLAIM)
+    watches: tuple[kinds.Kind, ...] = (kinds.WORKLOAD, kinds.ADMISSION_CHECK,
+                                       kinds.PROVISIONING_REQUEST, kinds.NODE,
+                                       kinds.RESOURCE_SLICE)
 
     def keys(self, kind: kinds.Kind, event: client.WatchEvent, before: client.Obj | None
              ) -> Iterable[str]:
@@ -1064,12 +1067,12 @@ def component(ctx: serve.Context) -> serve.Component:
     (both leader only)."""
     settings = Settings(node_wait_seconds=int(ctx.config.provisioning_wait),
                         request_timeout_seconds=ctx.config.provisioning_timeout)
+    karpenter_kinds = (kinds.NODE_CLAIM, kinds.NODE_POOL) if ctx.config.karpenter else ()
     stores = Stores.of({k: ctx.informers.store(k) for k in (
         kinds.WORKLOAD, kinds.ADMISSION_CHECK, kinds.RESOURCE_FLAVOR,
         kinds.RESOURCE_CLAIM_TEMPLATE, kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE,
         kinds.NODE, kinds.RESOURCE_SLICE, kinds.NODE_SHAPE, kinds.RESOURCE_CLAIM,
-        kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE, kinds.POD, kinds.NODE_CLAIM,
-        kinds.NODE_POOL)})
+        kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE, kinds.POD, *karpenter_kinds)})
     return serve.Component(controllers=[
         WorkloadReconciler(ctx.api, stores, ctx.inventory, clock=ctx.clock,
                            settings=settings, idle=ctx.idle_engine()),

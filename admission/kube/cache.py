@@ -78,12 +78,15 @@ SERVE = (
     Spec(kinds.POD_TEMPLATE, label_selector=POD_TEMPLATE_SELECTOR),
     Spec(kinds.NODE_SHAPE, optional=True),
     Spec(kinds.FIT_POLICY, optional=True), Spec(kinds.JOB),
-    # Karpenter (optional: a cluster without it serves neither): fitgate's own NodeClaims
-    # only, and the NodePools its shapes name.
-    Spec(kinds.NODE_CLAIM, label_selector=POD_TEMPLATE_SELECTOR, optional=True),
-    Spec(kinds.NODE_POOL, optional=True),
     # FitPolicy subjects select namespaces by label (the webhook and the gate).
     Spec(kinds.NAMESPACE),
+)
+
+#: With Karpenter support on (config `karpenter`): fitgate's own NodeClaims only, and the
+#: NodePools its shapes name.
+KARPENTER = (
+    Spec(kinds.NODE_CLAIM, label_selector=POD_TEMPLATE_SELECTOR, optional=True),
+    Spec(kinds.NODE_POOL, optional=True),
 )
 
 

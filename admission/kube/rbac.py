@@ -10,7 +10,8 @@ generates from these tables (`python -m admission.kube.rbac > charts/fitgate/fil
 a test fails when the file and the tables differ). Where a rule goes follows from the
 tables: kinds in `OWN_NAMESPACE` go to a Role in fitgate's namespace, the rest to the
 ClusterRole; kinds in `NAMED` are granted on one name only; `SELF_MANAGED_CERTS` is granted
-only when fitgate manages its own serving certificate.
+only when fitgate manages its own serving certificate, `KARPENTER` only when it serves
+shapes Karpenter serves.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ Verb = str  # get, list, watch, create, patch, update, delete
 
 #: (kind, subresource or "") -> verbs
 PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
+    (kinds.NODE, ""): frozenset({"get", "list", "watch"}),
     # FitPolicy subjects select namespaces by label (webhook, gate).
     (kinds.NAMESPACE, ""): frozenset({"get", "list", "watch"}),
     (kinds.POD, ""): frozenset({"get", "list", "watch", "patch"}),
@@ -54,12 +56,17 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.FIT_POLICY, ""): frozenset({"get", "list", "watch"}),
     # The Valid condition on each FitPolicy (admission/policy_status.py).
     (kinds.FIT_POLICY, "status"): frozenset({"patch"}),
-    # Karpenter shapes (admission.check.karpenter): one NodeClaim per planned node, owned
-    # by the shape's NodePool (read for its uid and template); do-not-disrupt is dropped
-    # from the NodeClaim and its Node once the gang's pods are bound.
+}
+
+#: Calls made only when fitgate serves shapes Karpenter serves (chart value
+#: `karpenter.enabled`, config `karpenter`; `admission/check/karpenter.py`): one NodeClaim
+#: per planned node, owned by the shape's NodePool (read for its uid and template);
+#: do-not-disrupt is dropped from the NodeClaim and from its Node (where Karpenter reads
+#: it once the node has registered) when the gang's pods are bound.
+KARPENTER: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.NODE_CLAIM, ""): frozenset({"get", "list", "watch", "create", "patch", "delete"}),
     (kinds.NODE_POOL, ""): frozenset({"get", "list", "watch"}),
-    (kinds.NODE, ""): frozenset({"get", "list", "watch", "patch"}),
+    (kinds.NODE, ""): frozenset({"patch"}),
 }
 
 #: Calls made only when fitgate manages its own serving certificate (chart value
@@ -86,8 +93,17 @@ NAMED: dict[kinds.Kind, str] = {
     kinds.VALIDATING_WEBHOOK_CONFIGURATION: "validatingWebhook",
 }
 
-ALL_PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
-    **PERMISSIONS, **SELF_MANAGED_CERTS}
+def _union(*tables: dict[tuple[kinds.Kind, str], frozenset[Verb]]
+           ) -> dict[tuple[kinds.Kind, str], frozenset[Verb]]:
+    out: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {}
+    for table in tables:
+        for key, verbs in table.items():
+            out[key] = out.get(key, frozenset()) | verbs
+    return out
+
+
+ALL_PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = _union(
+    PERMISSIONS, SELF_MANAGED_CERTS, KARPENTER)
 
 
 class Undeclared(Exception):
@@ -138,14 +154,18 @@ def _rules(table: dict[tuple[kinds.Kind, str], frozenset[Verb]], namespaced: boo
 
 def chart_rules() -> dict[str, Any]:
     """The chart's RBAC rules: `clusterRole` and `role` always, `selfManagedCerts` when
-    fitgate manages its certificate. A rule with `resourceName` is restricted to the
-    object the chart names by that key."""
+    fitgate manages its certificate, `karpenter` when it serves Karpenter shapes. A rule
+    with `resourceName` is restricted to the object the chart names by that key."""
     return {
         "clusterRole": _rules(PERMISSIONS, namespaced=False),
         "role": _rules(PERMISSIONS, namespaced=True),
         "selfManagedCerts": {
             "clusterRole": _rules(SELF_MANAGED_CERTS, namespaced=False),
             "role": _rules(SELF_MANAGED_CERTS, namespaced=True),
+        },
+        "karpenter": {
+            "clusterRole": _rules(KARPENTER, namespaced=False),
+            "role": _rules(KARPENTER, namespaced=True),
         },
     }
 
