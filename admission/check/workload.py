@@ -856,8 +856,11 @@ class WorkloadReconciler:
                          wg: gangs.WorkloadGang, placements: Sequence[fitcore.Placement],
                          domains: Mapping[str, str], text: str,
                          annotations: Mapping[str, str] | None = None) -> float | None:
+        hostnames = {p.node: h for p in placements
+                     if (h := self.node_labels().get(p.node, {}).get(c.HOSTNAME_LABEL))
+                     and h != p.node}
         updates = podsetupdates.build(wl, str(entry["name"]), wg, placements, domains,
-                                      annotations)
+                                      annotations, hostnames)
         if updates.notes:
             log.info("pins given up to avoid collisions", notes=updates.notes,
                      workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
@@ -1076,4 +1079,5 @@ def component(ctx: serve.Context) -> serve.Component:
     return serve.Component(controllers=[
         WorkloadReconciler(ctx.api, stores, ctx.inventory, clock=ctx.clock,
                            settings=settings, idle=ctx.idle_engine()),
-        release.ReleaseController(ctx.api, ctx.informers.store(kinds.POD))])
+        release.ReleaseController(ctx.api, ctx.informers.store(kinds.POD),
+                                  ctx.informers.store(kinds.NODE))])
