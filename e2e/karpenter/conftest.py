@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.cluster.local import cluster
+from e2e.scenarios import figures
 
 # The instance types Karpenter's kwok provider offers: scenario 1's two GPU nodes, and a
 # plain CPU node.
@@ -45,3 +46,10 @@ def karpenter_cluster() -> Iterator[cluster.LocalCluster]:
     finally:
         local.stop()
         atexit.unregister(local.stop)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    text = figures.table()
+    if text:
+        terminalreporter.section("fitgate e2e figures (Karpenter)")
+        terminalreporter.write_line(text)
