@@ -244,28 +244,31 @@ async def run_fitgate(e2e: harness.Harness, local: cluster.LocalCluster, check: 
 #: A NodeClass whose nodes register only after 10 minutes: the NodeClaims of its pool
 #: launch but never initialize within fitgate's deadline.
 SLOW_NODE_CLASS = "slow"
+#: Nodes that register 30 s after their NodeClaim: time to crash fitgate in between.
+DELAYED_NODE_CLASS = "delayed"
 FAST = Pool("aon-fast", "gpu-one-root-8x", 8, "47", "10")
 SLOW = Pool("aon-slow", "gpu-one-root-8x", 8, "47", "20")
+DELAYED = Pool("crash-delayed", "gpu-one-root-8x", 8, "47", "10")
 
 
 def setup_all_or_nothing(local: cluster.LocalCluster) -> None:
-    """Two NodePools of the same node: ``aon-fast`` (at most 2 nodes: its shape's
-    maxNodes) and ``aon-slow`` (nodes that register after 10 minutes)."""
+    """Two NodePools of the same node: ``aon-fast`` and ``aon-slow`` (nodes that register
+    after 10 minutes)."""
     slow = node_pool(SLOW)
     slow["spec"]["template"]["spec"]["nodeClassRef"]["name"] = SLOW_NODE_CLASS
+    delayed = node_pool(DELAYED)
+    delayed["spec"]["template"]["spec"]["nodeClassRef"]["name"] = DELAYED_NODE_CLASS
     local.apply([
         {"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
          "metadata": {"name": SLOW_NODE_CLASS},
          "spec": {"nodeRegistrationDelay": "10m"}},
+        {"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
+         "metadata": {"name": DELAYED_NODE_CLASS},
+         "spec": {"nodeRegistrationDelay": "30s"}},
         {"apiVersion": "v1", "kind": "ConfigMap",
          "metadata": {"name": dra_driver.SHAPES_CONFIGMAP,
                       "namespace": cluster.SYSTEM_NAMESPACE},
          "data": {p.name: yaml.safe_dump(builders.shape(devices(p)), sort_keys=False)
-                  for p in (*POOLS, FAST, SLOW)}},
-        node_pool(FAST), slow])
+                  for p in (*POOLS, FAST, SLOW, DELAYED)}},
+        node_pool(FAST), slow, delayed])
 
-
-def all_or_nothing_shapes() -> list[dict[str, Any]]:
-    fast = node_shape(FAST)
-    fast["spec"]["maxNodes"] = 2
-    return [fast, node_shape(SLOW)]
