@@ -429,3 +429,15 @@ def test_a_plan_across_backends_is_refused() -> None:
     only = fitcore.Plan((fitcore.ShapeCount("h100", 2),), Fraction(0))
     assert backends.backend_of(only, shapes) == backends.KARPENTER
     assert json.loads(provisioning.plan_to_json(only))["shapes"][0]["count"] == 2
+
+
+async def test_a_single_node_pin_names_the_nodes_hostname_label(world: w.World) -> None:
+    # Karpenter's kwok provider (and a kubelet with --hostname-override) labels a node
+    # kubernetes.io/hostname with something other than its name: the pin must name the
+    # label's value, or it matches no node and the admitted gang stays Pending.
+    world.seed(*w.base(), *w.node("kwok-n1-long-name", **{c.HOSTNAME_LABEL: "claim-n1"}),
+               w.admitted())
+    assert await world.reconcile() is None
+    e = world.entry()
+    assert e["state"] == "Ready", e["message"]
+    assert e["podSetUpdates"][0]["nodeSelector"] == {c.HOSTNAME_LABEL: "claim-n1"}
