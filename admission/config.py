@@ -86,6 +86,11 @@ class Config(pydantic.BaseModel):
                                   "Provisioned nor Failed before fitgate deletes it and "
                                   "retries the check (0: no deadline, for queued "
                                   "provisioning classes that answer in hours)")
+    karpenter: bool = pydantic.Field(
+        False, description="serve NodeShapes Karpenter serves (spec.provisioning.karpenter): "
+                           "watch fitgate's NodeClaims and the NodePools, create NodeClaims "
+                           "(needs Karpenter's CRDs and the chart's karpenter RBAC); the "
+                           "deadline for their initialization is provisioning_timeout")
     webhook_decision_budget: float = pydantic.Field(
         0.010, gt=0, le=10, description="seconds a validation waits for a fit decision its "
         "verdict cache does not hold before allowing the Job unchecked (decided in the "

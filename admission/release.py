@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -144,7 +144,10 @@ def _release_ops(pod: Mapping[str, Any]) -> JsonPatch:
             {"op": "remove", "path": f"/spec/schedulingGates/{i}"}]
 
 
-def _assign_ops(pod: Mapping[str, Any], slot: Slot) -> JsonPatch:
+def _assign_ops(pod: Mapping[str, Any], slot: Slot, hostname: str | None = None
+                ) -> JsonPatch:
+    """Pin `pod` to `slot`'s node by its `kubernetes.io/hostname` label (`hostname`: the
+    node's label value, which may differ from its name; None: the name)."""
     ops: JsonPatch = []
     if _meta(pod).get("annotations") is None:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
@@ -153,15 +156,18 @@ def _assign_ops(pod: Mapping[str, Any], slot: Slot) -> JsonPatch:
     if _spec(pod).get("nodeSelector") is None:
         ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {}})
     ops.append({"op": "add", "path": f"/spec/nodeSelector/{_escape(c.HOSTNAME_LABEL)}",
-                "value": slot.node})
+                "value": hostname or slot.node})
     return ops
 
 
-def decide(slots: Sequence[Slot] | None, pods: Sequence[Mapping[str, Any]]) -> list[Action]:
+def decide(slots: Sequence[Slot] | None, pods: Sequence[Mapping[str, Any]],
+           hostname_of: Callable[[str], str | None] | None = None) -> list[Action]:
     """What to write to a workload's pods now (see the module docstring).
 
     `slots`: fitcore's placements in order, None when they are lost. `pods`: the
-    workload's pods (gated or not)."""
+    workload's pods (gated or not). `hostname_of`: a node's `kubernetes.io/hostname`
+    label (None or absent: its name; Karpenter's kwok provider, for one, labels a node
+    with its NodeClaim's name)."""
     live = sorted((p for p in pods if not _done(p)),
                   key=lambda p: (str(_meta(p).get("creationTimestamp") or ""),
                                  str(_meta(p).get("name"))))
@@ -199,7 +205,8 @@ def decide(slots: Sequence[Slot] | None, pods: Sequence[Mapping[str, Any]]) -> l
         if slot is None:
             actions.append(Action(name, _release_ops(p), None, True))  # beyond the gang
             continue
-        ops = _assign_ops(p, slot) if name in fresh else []
+        ops = _assign_ops(p, slot, hostname_of(slot.node) if hostname_of else None) \
+            if name in fresh else []
         earlier = [s for s in slots if s.node == slot.node and s.order < slot.order]
         ready = all(s.name in holder and (_spec(holder[s.name]).get("nodeName")
                                           or _done(holder[s.name]))
@@ -243,9 +250,11 @@ class ReleaseController:
         key = key_of(event.object)
         return [f"{key[0]}/{key[1]}"] if key else []
 
-    def __init__(self, api: client.Client, pods: store.Store) -> None:
+    def __init__(self, api: client.Client, pods: store.Store,
+                 nodes: store.Store | None = None) -> None:
         self.api = api
         self.pods = pods
+        self.nodes = nodes  # for the nodes' hostname labels (None: pin by node name)
         # The pods as our own patches returned them, per key, until the store catches up:
         # the store lags the API, and deciding on a pod that does not show the slot we just
         # gave it would give that slot to a second pod (two pods pinned to one node).
@@ -273,6 +282,12 @@ class ReleaseController:
             del self._written[key]
         return out
 
+    def hostname_of(self, node: str) -> str | None:
+        """The node's `kubernetes.io/hostname` label, if the node and the label are known."""
+        obj = self.nodes.get(node) if self.nodes is not None else None
+        value = ((obj or {}).get("metadata") or {}).get("labels", {}).get(c.HOSTNAME_LABEL)
+        return str(value) if value else None
+
     async def placements(self, namespace: str, uid: str) -> list[Slot] | None:
         try:
             cm = await self.api.get(kinds.CONFIG_MAP, c.PLACEMENTS_PREFIX + uid, namespace)
@@ -295,7 +310,7 @@ class ReleaseController:
             log.warning("no placements for gated pods; releasing them unpinned",
                         namespace=namespace, uid=uid)
         again = False
-        for action in decide(slots, pods):
+        for action in decide(slots, pods, self.hostname_of):
             try:
                 written = await self.api.patch(kinds.POD, action.pod, action.patch,
                                                namespace=namespace, patch_type="json")

@@ -140,12 +140,14 @@ class Service:
 
     def __init__(self, cfg: config.Config, api: client.Client, *,
                  factories: Sequence[Factory] | None = None,
-                 specs: Sequence[cache.Spec] = cache.SERVE,
+                 specs: Sequence[cache.Spec] | None = None,
                  clock: clock_.Clock | None = None) -> None:
         self.cfg = cfg
         self.api = api
         self.clock = clock or clock_.SystemClock()
         metrics.build_info(metrics.version(), cfg.kube_version)
+        if specs is None:
+            specs = (*cache.SERVE, *(cache.KARPENTER if cfg.karpenter else ()))
         self.informers = cache.Informers(api, specs)
         self.inventory = inventory.ClusterInventory(self.informers.store,
                                                     timeout=cfg.decision_timeout,

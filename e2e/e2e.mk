@@ -6,6 +6,8 @@
 #   make e2e-build      only build/cache the binaries; prints per-component and total time
 #                       (FITGATE_KUBE_VERSION=1.36 for the 1.36 ones)
 #   make e2e-cluster    start the local cluster in the foreground (Ctrl-C stops it)
+#   make e2e-karpenter  build Karpenter (kwok provider) + run e2e/karpenter on a cluster of
+#                       its own (Karpenter instead of cluster-autoscaler); not in `make e2e`
 # Cluster startup is bounded per component, so the per-test timeout covers only the test
 # body (timeout_func_only); the cold build runs before pytest, outside any test timeout.
 
@@ -15,7 +17,8 @@ E2E_OLD_KUBE := 1.36
 E2E_OLD_KUBE_TESTS := e2e/tests/test_cluster.py e2e/tests/test_smoke.py e2e/tests/test_provisioning.py \
 	e2e/tests/test_workdir.py
 
-.PHONY: e2e-build e2e-build-$(E2E_OLD_KUBE) e2e-$(E2E_OLD_KUBE) e2e-cluster-down
+.PHONY: e2e-build e2e-build-$(E2E_OLD_KUBE) e2e-$(E2E_OLD_KUBE) e2e-cluster-down \
+	e2e-build-karpenter e2e-karpenter
 
 e2e-build: setup
 	@start=$$(date +%s); $(PY) -m e2e.cluster.local build; rc=$$?; \
@@ -23,7 +26,8 @@ e2e-build: setup
 
 e2e: e2e-build
 	@start=$$(date +%s); \
-	$(PY) -m pytest e2e $(E2E_PYTEST_ARGS) -o timeout_func_only=true -p no:cacheprovider; rc=$$?; \
+	$(PY) -m pytest e2e --ignore=e2e/karpenter $(E2E_PYTEST_ARGS) -o timeout_func_only=true \
+		-p no:cacheprovider; rc=$$?; \
 	echo "e2e: pytest (cluster start, tests, teardown) finished in $$(( $$(date +%s) - start ))s"; \
 	exit $$rc
 
@@ -38,6 +42,14 @@ e2e-$(E2E_OLD_KUBE): e2e-build-$(E2E_OLD_KUBE)
 		-o timeout_func_only=true -p no:cacheprovider; rc=$$?; \
 	echo "e2e-$(E2E_OLD_KUBE): pytest on Kubernetes $(E2E_OLD_KUBE) finished in $$(( $$(date +%s) - start ))s"; \
 	exit $$rc
+
+e2e-build-karpenter: e2e-build
+	@start=$$(date +%s); $(PY) -c 'from e2e.cluster.local import build; build.ensure(["karpenter"])'; \
+	rc=$$?; echo "e2e-build-karpenter: Karpenter ready in $$(( $$(date +%s) - start ))s (exit $$rc)"; \
+	exit $$rc
+
+e2e-karpenter: e2e-build-karpenter
+	$(PY) -m pytest e2e/karpenter $(E2E_PYTEST_ARGS) -o timeout_func_only=true -p no:cacheprovider
 
 e2e-cluster: e2e-build
 	$(PY) -m e2e.cluster.local up

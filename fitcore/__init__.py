@@ -15,9 +15,9 @@ own business (tests and benchmarks may go deeper).
   `stats`).
 - Topology domains someone else chose (Kueue's TAS assignment): `Domain`,
   `within_domains` (the gang held to exactly those domains and pod counts), `Within`.
-- Results: `Gang`, `PodSet`, `Placement`, `NodeShape`, `Node`, `Plan`, `ShapeCount`,
-  `PlanResult`, `VerifyResult`, `price_str`; a Plan's one codec is `Plan.to_json` /
-  `Plan.from_json`.
+- Results: `Gang`, `PodSet`, `Placement`, `NodeShape` (with `KarpenterProvisioning`),
+  `Node`, `Plan`, `ShapeCount`, `PlanResult`, `VerifyResult`, `price_str`; a Plan's one
+  codec is `Plan.to_json` / `Plan.from_json`.
 - Reasons: `Reason` and the codes (`reasons`, e.g. `reasons.SHAPE_MISMATCH`).
 - Kubernetes versions: `DEFAULT_KUBE_VERSION`, `KUBE_VERSIONS`.
 """
@@ -34,7 +34,7 @@ from fitcore.plan import Plan, PlanResult, ShapeCount, VerifyResult, price_str
 from fitcore.read import LimitError, Progress, flatten, load_json, load_yaml
 from fitcore.read import one as read_one
 from fitcore.reasons import Reason
-from fitcore.shapes import NodeShape
+from fitcore.shapes import KarpenterProvisioning, NodeShape
 from fitcore.workload import (
     DEFAULT_KUBE_VERSION,
     KUBE_VERSIONS,
@@ -48,10 +48,9 @@ from fitcore.workload import (
 
 __all__ = [
     "DEFAULT_KUBE_VERSION", "KUBE_VERSIONS", "Bundle", "CelError", "Document", "Domain",
-    "FieldError", "Gang",
-    "InputError", "Inventory", "LimitError", "Node", "NodeShape", "Placement", "Plan",
-    "PlanResult", "PodSet", "Progress", "Reason", "References", "ShapeCount", "VerifyResult",
-    "Within",
+    "FieldError", "Gang", "InputError", "Inventory", "KarpenterProvisioning", "LimitError",
+    "Node", "NodeShape", "Placement", "Plan", "PlanResult", "PodSet", "Progress", "Reason",
+    "References", "ShapeCount", "VerifyResult", "Within",
     "flatten", "gang_of", "load", "load_json", "load_yaml", "node_shape", "price_str",
     "read_one", "reasons", "within_domains",
 ]

@@ -190,6 +190,11 @@ def node_selector(r: Reader, obj: Any, path: str) -> model.NodeSelector:
     return model.NodeSelector(tuple(terms))
 
 
+def requirement(r: Reader, obj: Mapping[str, Any], path: str) -> model.NodeSelectorRequirement:
+    """One node selector requirement (key, operator, values)."""
+    return _requirement(r, obj, path)
+
+
 def _requirement(r: Reader, obj: Mapping[str, Any], path: str) -> model.NodeSelectorRequirement:
     key = r.get(obj, "key", path, str, required=True, default="")
     op = r.get(obj, "operator", path, str, required=True, default="In")

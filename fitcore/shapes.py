@@ -21,6 +21,16 @@ KIND = "NodeShape"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class KarpenterProvisioning:
+    """A shape Karpenter serves (`spec.provisioning.karpenter`): the NodePool whose
+    NodeClaims fitgate creates for it, and the node selector requirements that pin what
+    the shape promises (instance type, zone, capacity type)."""
+
+    node_pool: str
+    requirements: tuple[model.NodeSelectorRequirement, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class NodeShape:
     name: str
     node_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -32,6 +42,8 @@ class NodeShape:
     nodes_per_domain: int | None = None  # at most this many new nodes per fresh domain
     provisioning_class: str | None = None
     provisioning_parameters: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # Karpenter serves the shape instead of a ProvisioningRequest class (never both).
+    karpenter: KarpenterProvisioning | None = None
     max_nodes: int | None = None  # nodes of this shape in the cluster, existing included
     source: str | None = None
 

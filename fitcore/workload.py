@@ -463,6 +463,7 @@ def node_shape(obj: Mapping[str, Any], source: str | None = None) -> shapes.Node
     if per_domain is not None and per_domain < 1:
         c.add("spec.topology.nodesPerDomain", f"must be at least 1, got {per_domain}")
     provisioning = f.get(spec, "provisioning", "spec", Mapping, {})
+    karpenter = _karpenter(f, provisioning)
     max_nodes = f.get(spec, "maxNodes", "spec", int)
     if max_nodes is not None and max_nodes < 0:
         c.add("spec.maxNodes", f"must not be negative, got {max_nodes}")
@@ -473,7 +474,25 @@ def node_shape(obj: Mapping[str, Any], source: str | None = None) -> shapes.Node
         nodes_per_domain=per_domain,
         provisioning_class=f.get(provisioning, "className", "spec.provisioning", str),
         provisioning_parameters=f.string_map(provisioning, "parameters", "spec.provisioning"),
-        max_nodes=max_nodes, source=source)
+        karpenter=karpenter, max_nodes=max_nodes, source=source)
+
+
+def _karpenter(f: fields.Reader, provisioning: Mapping[str, Any]
+               ) -> shapes.KarpenterProvisioning | None:
+    """`spec.provisioning.karpenter`: a NodePool and requirements; not with className."""
+    raw = f.get(provisioning, "karpenter", "spec.provisioning", Mapping)
+    if raw is None:
+        return None
+    path = "spec.provisioning.karpenter"
+    if provisioning.get("className") is not None:
+        f.c.add(path, "a shape is served by Karpenter or by a ProvisioningRequest class "
+                      "(className), not both")
+    pool = f.get(raw, "nodePool", path, str, "", required=True)
+    if "nodePool" in raw and not pool:
+        f.c.add(f"{path}.nodePool", "must be a non-empty NodePool name")
+    requirements = tuple(fields.requirement(f, req, rp)
+                         for rp, req in f.items(raw, "requirements", path))
+    return shapes.KarpenterProvisioning(pool, requirements)
 
 
 # -------------------------------------------------------------- the service's entry

@@ -70,8 +70,11 @@ NODE_SHAPE = {
         "price": "object", "topology": "FitgateV1alpha1NodeShapeTopology",
         "provisioning": "FitgateV1alpha1NodeShapeProvisioning", "maxNodes": "int"},
     "FitgateV1alpha1NodeShapeTopology": {"domainLabel": "str", "nodesPerDomain": "int"},
-    "FitgateV1alpha1NodeShapeProvisioning": {"className": "str",
-                                             "parameters": "dict(str, str)"},
+    "FitgateV1alpha1NodeShapeProvisioning": {
+        "className": "str", "parameters": "dict(str, str)",
+        "karpenter": "FitgateV1alpha1NodeShapeProvisioningKarpenter"},
+    "FitgateV1alpha1NodeShapeProvisioningKarpenter": {
+        "nodePool": "str", "requirements": "list[V1NodeSelectorRequirement]"},
 }
 
 _PRIMITIVES = {"str", "int", "bool", "float", "object", "datetime", "date"}

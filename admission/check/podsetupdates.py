@@ -75,10 +75,11 @@ def _taken(workload: Mapping[str, Any], pod_set: Mapping[str, Any], check: str,
 
 
 def _pin(pod_set: fitcore.PodSet, placements: Sequence[fitcore.Placement],
-         domains: Mapping[str, str]) -> dict[str, str]:
+         domains: Mapping[str, str], hostnames: Mapping[str, str]) -> dict[str, str]:
     nodes = {p.node for p in placements if p.pod_set == pod_set.name}
     if len(nodes) == 1:
-        return {c.HOSTNAME_LABEL: next(iter(nodes))}
+        node = next(iter(nodes))
+        return {c.HOSTNAME_LABEL: hostnames.get(node) or node}
     domain = domains.get(pod_set.name)
     if pod_set.topology and domain:
         return {pod_set.topology: domain}
@@ -87,8 +88,11 @@ def _pin(pod_set: fitcore.PodSet, placements: Sequence[fitcore.Placement],
 
 def build(workload: Mapping[str, Any], check: str, wg: gangs.WorkloadGang,
           placements: Sequence[fitcore.Placement], domains: Mapping[str, str],
-          annotations: Mapping[str, str] | None = None) -> Updates:
-    """podSetUpdates for every pod set of the Workload (see the module docstring)."""
+          annotations: Mapping[str, str] | None = None,
+          hostnames: Mapping[str, str] | None = None) -> Updates:
+    """podSetUpdates for every pod set of the Workload (see the module docstring).
+    `hostnames`: the nodes' `kubernetes.io/hostname` labels by node name, where they
+    differ from the name (a pin names the label's value)."""
     uid = str(workload["metadata"].get("uid", ""))
     spec_pod_sets = {str(ps.get("name") or "main"): ps
                      for ps in (workload.get("spec") or {}).get("podSets") or []}
@@ -134,7 +138,7 @@ def build(workload: Mapping[str, Any], check: str, wg: gangs.WorkloadGang,
         if not add("labels", c.POD_SET_LABEL, pod_set.name):
             notes.append(f"pod set {pod_set.name}: label {c.POD_SET_LABEL} is taken; the "
                          f"release controller reads {c.KUEUE_POD_SET_LABEL}")
-        for key, value in _pin(pod_set, placements, domains).items():
+        for key, value in _pin(pod_set, placements, domains, hostnames or {}).items():
             if not add("nodeSelector", key, value):
                 notes.append(f"pod set {pod_set.name}: nodeSelector {key} is already "
                              f"{taken['nodeSelector'][key]!r}; pods are pinned one by one "

@@ -49,8 +49,8 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 import fitcore
-from admission import clock as clock_
 from admission import (
+    backends,
     controller,
     failpoint,
     fitting,
@@ -61,13 +61,16 @@ from admission import (
     release,
     serve,
 )
+from admission import clock as clock_
 from admission.check import constants as c
 from admission.check import (
     containment,
     events,
+    karpenter,
     podsetupdates,
     predicates,
     promises,
+    requests,
     topology,
     trusted,
 )
@@ -138,6 +141,8 @@ class Stores:
     namespaces: store.Store | None = None
     cluster_queues: store.Store | None = None
     pods: store.Store | None = None  # to see an admitted gang's pods bind
+    node_claims: store.Store | None = None  # fitgate's Karpenter NodeClaims (None: off)
+    node_pools: store.Store | None = None
 
     @classmethod
     def of(cls, by_kind: Mapping[kinds.Kind, store.Store]) -> Stores:
@@ -150,7 +155,8 @@ class Stores:
             resource_slices=by_kind[kinds.RESOURCE_SLICE],
             node_shapes=by_kind[kinds.NODE_SHAPE], claims=by_kind.get(kinds.RESOURCE_CLAIM),
             fit_policies=by_kind.get(kinds.FIT_POLICY), namespaces=by_kind.get(kinds.NAMESPACE),
-            cluster_queues=by_kind.get(kinds.CLUSTER_QUEUE), pods=by_kind.get(kinds.POD))
+            cluster_queues=by_kind.get(kinds.CLUSTER_QUEUE), pods=by_kind.get(kinds.POD),
+            node_claims=by_kind.get(kinds.NODE_CLAIM), node_pools=by_kind.get(kinds.NODE_POOL))
 
 
 def _labels(obj: Mapping[str, Any] | None) -> dict[str, str]:
@@ -199,14 +205,22 @@ class WorkloadReconciler:
                                            self.clock, self.settings.promise_seconds)
         self.policies = (policy.Policies(stores.fit_policies)
                          if stores.fit_policies is not None else None)
+        # Who adds the nodes a plan needs (admission.backends): ProvisioningRequests, and
+        # NodeClaims for shapes Karpenter serves.
+        self.requests = requests.ProvisioningRequestBackend(self)
+        self.karpenter = karpenter.KarpenterBackend(self)
+        self.backends: tuple[backends.Backend, ...] = (self.requests, self.karpenter)
+        if stores.node_claims is not None:
+            self.watches = (*type(self).watches, kinds.NODE_CLAIM)
 
     # ------------------------------------------------------------------ pipeline
 
     # The controller runtime's interface (admission.controller).
     name = "workload"
     leader_only = True
-    watches = (kinds.WORKLOAD, kinds.ADMISSION_CHECK, kinds.PROVISIONING_REQUEST,
-               kinds.NODE, kinds.RESOURCE_SLICE)
+    watches: tuple[kinds.Kind, ...] = (kinds.WORKLOAD, kinds.ADMISSION_CHECK,
+                                       kinds.PROVISIONING_REQUEST, kinds.NODE,
+                                       kinds.RESOURCE_SLICE)
 
     def keys(self, kind: kinds.Kind, event: client.WatchEvent, before: client.Obj | None
              ) -> Iterable[str]:
@@ -225,12 +239,13 @@ class WorkloadReconciler:
             return [controller.key_of(wl) for wl in self.stores.workloads.list()
                     if any(e.get("name") == check
                            for e in (wl.get("status") or {}).get("admissionChecks") or [])]
-        if kind in (kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE):
+        if kind in (kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE, kinds.NODE_CLAIM):
             key = workload_of_request(obj)
             return [f"{key[0]}/{key[1]}"] if key else []
         # A Node or ResourceSlice: the Workloads waiting for provisioned nodes.
-        return [f"{ns}/{name}" for ns, name in waiting_for_nodes(
-            self.stores.workloads, self.stores.provisioning_requests)]
+        return [f"{ns}/{name}" for ns, name in sorted(set(waiting_for_nodes(
+            self.stores.workloads, self.stores.provisioning_requests))
+            | set(self.karpenter.waiting()))]
 
     async def reconcile(self, key: str) -> float | None:
         """Bring one Workload's fitgate checks up to date; returns seconds until the key
@@ -273,22 +288,26 @@ class WorkloadReconciler:
     async def sync_check(self, wl: client.Obj, entry: Mapping[str, Any]) -> float | None:
         check = str(entry["name"])
         attempt = provisioning.attempt_of(entry)
-        requests = self.requests_of(wl, check)
         state = entry.get("state")
-        keep = [r for r in requests if _attempt_label(r) == attempt]
-        if state in (c.RETRY, c.REJECTED):
-            keep = []  # the check is being retried or gave up: its requests are done
-        for r in requests:
-            if r not in keep:
-                await self.delete_request(r, "check retried")
+        active: tuple[backends.Backend, list[client.Obj]] | None = None
+        for backend in self.backends:
+            held = backend.held(wl, check)
+            keep = [o for o in held if backend.attempt_of(o) == attempt]
+            if state in (c.RETRY, c.REJECTED):
+                keep = []  # the check is being retried or gave up: its objects are done
+            for o in held:
+                if o not in keep:
+                    await backend.release(o, "check retried")
+            if keep and active is None:
+                active = (backend, keep)
+        if state == c.READY:
+            waits = [w for b in self.backends if (w := await b.admitted(wl, check)) is not None]
+            return min(waits) if waits else None
         if state != c.PENDING or not predicates.quota_reserved(wl):
             return None
-        if not keep:
+        if active is None:
             return await self.sync_plan(wl, entry, attempt)
-        keep.sort(key=provisioning.plan_index)
-        for older in keep[:-1]:
-            await self.delete_request(older, "superseded by the next plan")
-        return await self.sync_request(wl, entry, attempt, keep[-1])
+        return await active[0].follow(wl, entry, attempt, active[1])
 
     # -------------------------------------------------------------------- plan
 
@@ -366,9 +385,11 @@ class WorkloadReconciler:
         return out
 
     def requested_nodes(self, except_uid: str) -> set[str]:
-        """New nodes other gangs' requests brought, those gangs not admitted yet."""
+        """New nodes other gangs' requests or NodeClaims brought, those gangs not admitted
+        yet."""
         return {n for n, (_, uid, admitted) in self.node_owners().items()
-                if uid != except_uid and not admitted}
+                if uid != except_uid and not admitted} | self.karpenter.claimed_nodes(
+                    except_uid)
 
     async def around_promises(self, wl: client.Obj,
                               decide: Callable[[Collection[str]], Awaitable[_Decided]]
@@ -518,9 +539,19 @@ class WorkloadReconciler:
                                wg: gangs.WorkloadGang, attempt: int, index: int,
                                chosen: fitcore.Plan, alternatives: list[fitcore.Plan],
                                why: Sequence[str] = (), previous: str = "") -> float | None:
-        """Create the request for plan `index` (and its templates), then say Pending."""
+        """Create the request for plan `index` (and its templates), then say Pending;
+        for a plan Karpenter serves, its NodeClaims (`admission.check.karpenter`)."""
         check = str(entry["name"])
         node_shapes, bad = self.node_shapes()
+        if any(s.karpenter is not None for s in node_shapes.values()) and any(
+                (shape := node_shapes.get(sc.shape)) is not None and shape.karpenter
+                is not None for sc in chosen.shapes):
+            if not self.karpenter.enabled:
+                return await self.sync_status(wl, entry, self.retry(
+                    entry, "configuration", "the plan needs NodeShapes Karpenter serves, "
+                    "and this fitgate does not watch Karpenter's NodeClaims"))
+            return await self.karpenter.start(wl, entry, wg, attempt, index, chosen,
+                                              alternatives, why, previous)
         while True:
             try:
                 request, templates = provisioning.build(
@@ -847,8 +878,11 @@ class WorkloadReconciler:
                          domains: Mapping[str, str], text: str,
                          annotations: Mapping[str, str] | None = None) -> float | None:
         wg, placements, domains = topology.unsplit(wg, placements, domains)
+        hostnames = {p.node: h for p in placements
+                     if (h := self.node_labels().get(p.node, {}).get(c.HOSTNAME_LABEL))
+                     and h != p.node}
         updates = podsetupdates.build(wl, str(entry["name"]), wg, placements, domains,
-                                      annotations)
+                                      annotations, hostnames)
         if updates.notes:
             log.info("pins given up to avoid collisions", notes=updates.notes,
                      workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
@@ -941,6 +975,13 @@ class WorkloadReconciler:
 
     async def sync_cleanup(self, namespace: str, name: str, keep_uid: str | None,
                            uid: str | None = None) -> None:
+        """Release what every backend holds for the Workload `namespace/name` except what
+        the live Workload `keep_uid` holds (None: all)."""
+        for backend in self.backends:
+            await backend.cleanup(namespace, name, keep_uid, uid)
+
+    async def cleanup_requests(self, namespace: str, name: str, keep_uid: str | None,
+                               uid: str | None = None) -> None:
         """Delete fitgate's requests and templates for the Workload `namespace/name`
         except those of the live Workload `keep_uid` (None: delete them all)."""
         wanted = f"{namespace}/{name}"
@@ -980,11 +1021,6 @@ class WorkloadReconciler:
             return True
         except errors.NotFound:
             return False
-
-
-def _attempt_label(request: Mapping[str, Any]) -> int:
-    raw = (_meta(request).get("labels") or {}).get(c.ATTEMPT_LABEL, "0")
-    return int(raw) if str(raw).isdigit() else 0
 
 
 # Taints a new node carries until it is ready for work: the node lifecycle controller
@@ -1062,14 +1098,16 @@ def component(ctx: serve.Context) -> serve.Component:
     settings = Settings(node_wait_seconds=int(ctx.config.provisioning_wait),
                         request_timeout_seconds=ctx.config.provisioning_timeout,
                         decision_timeout_seconds=ctx.config.decision_timeout)
+    karpenter_kinds = (kinds.NODE_CLAIM, kinds.NODE_POOL) if ctx.config.karpenter else ()
     stores = Stores.of({k: ctx.informers.store(k) for k in (
         kinds.WORKLOAD, kinds.ADMISSION_CHECK, kinds.RESOURCE_FLAVOR,
         kinds.RESOURCE_CLAIM_TEMPLATE, kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE,
         kinds.NODE, kinds.RESOURCE_SLICE, kinds.NODE_SHAPE, kinds.RESOURCE_CLAIM,
-        kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE, kinds.POD)})
+        kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE, kinds.POD, *karpenter_kinds)})
     metrics.STATE.watch(stores.workloads, stores.admission_checks,
                         stores.provisioning_requests, lambda: ctx.clock.now().timestamp())
     return serve.Component(controllers=[
         WorkloadReconciler(ctx.api, stores, ctx.inventory, clock=ctx.clock,
                            settings=settings, idle=ctx.idle_engine()),
-        release.ReleaseController(ctx.api, ctx.informers.store(kinds.POD))])
+        release.ReleaseController(ctx.api, ctx.informers.store(kinds.POD),
+                                  ctx.informers.store(kinds.NODE))])

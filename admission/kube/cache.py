@@ -53,7 +53,7 @@ RECONNECTS = prometheus_client.Counter(
 EVENTS = prometheus_client.Counter(
     "fitgate_informer_events_total", "Watch events applied to a kind's cache", ["kind"])
 
-#: PodTemplates fitgate creates carry this label; only they are cached.
+#: PodTemplates and NodeClaims fitgate creates carry this label; only they are cached.
 POD_TEMPLATE_SELECTOR = "app.kubernetes.io/managed-by=fitgate"
 
 
@@ -66,9 +66,10 @@ class Spec:
     optional: bool = False  # not served: reported, but readiness does not wait for it
 
 
-#: The kinds `fitgate serve` caches. ProvisioningRequests, NodeShapes and FitPolicies are
-#: optional: a cluster without the autoscaler's CRD, or without fitgate's own CRDs (no
-#: shapes: decisions on existing nodes only; no policies), still runs the rest.
+#: The kinds `fitgate serve` caches. ProvisioningRequests, NodeShapes, FitPolicies and
+#: Karpenter's kinds are optional: a cluster without the autoscaler's CRD, without
+#: Karpenter, or without fitgate's own CRDs (no shapes: decisions on existing nodes only;
+#: no policies), still runs the rest.
 SERVE = (
     Spec(kinds.NODE), Spec(kinds.POD), Spec(kinds.RESOURCE_SLICE), Spec(kinds.RESOURCE_CLAIM),
     Spec(kinds.RESOURCE_CLAIM_TEMPLATE), Spec(kinds.DEVICE_CLASS), Spec(kinds.WORKLOAD),
@@ -79,6 +80,13 @@ SERVE = (
     Spec(kinds.FIT_POLICY, optional=True), Spec(kinds.JOB),
     # FitPolicy subjects select namespaces by label (the webhook and the gate).
     Spec(kinds.NAMESPACE),
+)
+
+#: With Karpenter support on (config `karpenter`): fitgate's own NodeClaims only, and the
+#: NodePools its shapes name.
+KARPENTER = (
+    Spec(kinds.NODE_CLAIM, label_selector=POD_TEMPLATE_SELECTOR, optional=True),
+    Spec(kinds.NODE_POOL, optional=True),
 )
 
 

@@ -51,6 +51,10 @@ PROVISIONING_REQUEST = Kind("ProvisioningRequest", "autoscaling.x-k8s.io", "v1",
                             "provisioningrequests", True)
 NODE_SHAPE = Kind("NodeShape", "fitgate.io", "v1alpha1", "nodeshapes", False)
 FIT_POLICY = Kind("FitPolicy", "fitgate.io", "v1alpha1", "fitpolicies", False)
+# Karpenter (admission.backends.karpenter): NodeClaims fitgate creates for a plan, owned by
+# the NodePool its shape names.
+NODE_CLAIM = Kind("NodeClaim", "karpenter.sh", "v1", "nodeclaims", False)
+NODE_POOL = Kind("NodePool", "karpenter.sh", "v1", "nodepools", False)
 # Self-managed serving certificate (chart value certificates.mode=self-managed).
 SECRET = Kind("Secret", "", "v1", "secrets", True)
 MUTATING_WEBHOOK_CONFIGURATION = Kind("MutatingWebhookConfiguration",
@@ -63,6 +67,6 @@ VALIDATING_WEBHOOK_CONFIGURATION = Kind("ValidatingWebhookConfiguration",
 ALL = (NODE, NAMESPACE, POD, POD_TEMPLATE, CONFIG_MAP, EVENT, LEASE, *JOB_KINDS,
        RESOURCE_SLICE, RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, DEVICE_CLASS, WORKLOAD,
        ADMISSION_CHECK, CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_FLAVOR, PROVISIONING_REQUEST,
-       NODE_SHAPE, FIT_POLICY, SECRET, MUTATING_WEBHOOK_CONFIGURATION,
+       NODE_SHAPE, FIT_POLICY, NODE_CLAIM, NODE_POOL, SECRET, MUTATING_WEBHOOK_CONFIGURATION,
        VALIDATING_WEBHOOK_CONFIGURATION)
 BY_NAME = {k.kind: k for k in ALL}

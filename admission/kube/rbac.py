@@ -10,9 +10,9 @@ generates from these tables (`python -m admission.kube.rbac > charts/fitgate/fil
 a test fails when the file and the tables differ). Where a rule goes follows from the
 tables: kinds in `OWN_NAMESPACE` go to a Role in fitgate's namespace, the rest to the
 ClusterRole; kinds in `NAMED` are granted on one name only; `SELF_MANAGED_CERTS` is granted
-only when fitgate manages its own serving certificate; `JOB_KIND_VERBS` on a job kind only
-when the chart's `webhook.jobKinds` lists it (fitgate gates only those kinds, so it patches
-only those).
+only when fitgate manages its own serving certificate; `KARPENTER` only when it serves
+shapes Karpenter serves; `JOB_KIND_VERBS` on a job kind only when the chart's
+`webhook.jobKinds` lists it (fitgate gates only those kinds, so it patches only those).
 
 RBAC cannot say which fields of an object a verb may change. What fitgate writes to pods
 (only its own scheduling gate removed, its slot annotation and hostname nodeSelector added,
@@ -70,6 +70,17 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.FIT_POLICY, "status"): frozenset({"patch"}),
 }
 
+#: Calls made only when fitgate serves shapes Karpenter serves (chart value
+#: `karpenter.enabled`, config `karpenter`; `admission/check/karpenter.py`): one NodeClaim
+#: per planned node, owned by the shape's NodePool (read for its uid and template);
+#: do-not-disrupt is dropped from the NodeClaim and from its Node (where Karpenter reads
+#: it once the node has registered) when the gang's pods are bound.
+KARPENTER: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
+    (kinds.NODE_CLAIM, ""): frozenset({"get", "list", "watch", "create", "patch", "delete"}),
+    (kinds.NODE_POOL, ""): frozenset({"get", "list", "watch"}),
+    (kinds.NODE, ""): frozenset({"patch"}),
+}
+
 #: Calls made only when fitgate manages its own serving certificate (chart value
 #: `certificates.mode: self-managed`, `admission/certs.py`): the Secret that holds the CA
 #: and the serving certificate, and the caBundle of fitgate's two webhook configurations.
@@ -101,8 +112,18 @@ JOB_KIND_VERBS: dict[kinds.Kind, frozenset[Verb]] = {
     k: frozenset({"patch"}) if k is kinds.JOB else frozenset({"get", "patch"})
     for k in kinds.JOB_KINDS}
 
-ALL_PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
-    **PERMISSIONS, **SELF_MANAGED_CERTS}
+
+def _union(*tables: dict[tuple[kinds.Kind, str], frozenset[Verb]]
+           ) -> dict[tuple[kinds.Kind, str], frozenset[Verb]]:
+    out: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {}
+    for table in tables:
+        for key, verbs in table.items():
+            out[key] = out.get(key, frozenset()) | verbs
+    return out
+
+
+ALL_PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = _union(
+    PERMISSIONS, SELF_MANAGED_CERTS, KARPENTER)
 
 #: The calls of `fitgate release --all` (admission/release_all.py), which the chart's
 #: uninstall hook Job makes with a ServiceAccount of its own, granted exactly these
@@ -173,9 +194,9 @@ def _rules(table: dict[tuple[kinds.Kind, str], frozenset[Verb]], namespaced: boo
 
 def chart_rules() -> dict[str, Any]:
     """The chart's RBAC rules: `clusterRole` and `role` always, `selfManagedCerts` when
-    fitgate manages its certificate, `releaseHook` for the uninstall hook's
-    ServiceAccount. A rule with `resourceName` is restricted to the object the chart names
-    by that key."""
+    fitgate manages its certificate, `karpenter` when it serves Karpenter shapes,
+    `releaseHook` for the uninstall hook's ServiceAccount. A rule with `resourceName` is
+    restricted to the object the chart names by that key."""
     return {
         "clusterRole": _rules(PERMISSIONS, namespaced=False),
         "role": _rules(PERMISSIONS, namespaced=True),
@@ -189,6 +210,10 @@ def chart_rules() -> dict[str, Any]:
             "role": _rules(SELF_MANAGED_CERTS, namespaced=True),
         },
         "releaseHook": {"clusterRole": _rules(RELEASE_ALL, namespaced=False)},
+        "karpenter": {
+            "clusterRole": _rules(KARPENTER, namespaced=False),
+            "role": _rules(KARPENTER, namespaced=True),
+        },
     }
 
 

@@ -51,6 +51,7 @@ class Fitgate:
     replicas: list[runner.LocalProcess] = dataclasses.field(default_factory=list)
     webhook_port: int = dataclasses.field(default_factory=processes.free_port)
     installed: bool = False
+    chart_values: tuple[str, ...] = ()  # more `--set` values, e.g. "karpenter.enabled=true"
 
     @property
     def workdir(self) -> pathlib.Path:
@@ -97,6 +98,7 @@ class Fitgate:
                   "--set", f"externalWebhook.url=https://127.0.0.1:{self.webhook_port}",
                   "--set", f"externalWebhook.caBundle={ca_bundle}",
                   "--set", f"replicaCount={replicas}", "--set", "logLevel=debug",
+                  *(a for v in self.chart_values for a in ("--set", v)),
                   "--wait", "--timeout", "120s")
         self.installed = True
         _log(f"helm install {RELEASE} (local development mode) in "

@@ -90,6 +90,18 @@ def test_first_pod_per_node_is_released_and_the_rest_pinned_and_held() -> None:
     assert {"name": c.SCHEDULING_GATE} in held["spec"]["schedulingGates"]
 
 
+def test_pins_name_the_nodes_hostname_label_where_it_differs_from_the_name() -> None:
+    # Karpenter's kwok provider labels a node kubernetes.io/hostname=<its NodeClaim>; a
+    # pin by node name would match no node.
+    pods = [pod("l", "launcher"), *(pod(f"w{i}") for i in range(4))]
+    hostnames = {"n1": "claim-1"}
+    acts = by_pod(release.decide(SLOTS, pods, hostnames.get))
+    assert fake.json_patch(pods[0], acts["l"].patch)["spec"]["nodeSelector"] == {
+        c.HOSTNAME_LABEL: "claim-1"}
+    assert fake.json_patch(pods[3], acts["w2"].patch)["spec"]["nodeSelector"] == {
+        c.HOSTNAME_LABEL: "n2"}  # no label known: the name
+
+
 def test_next_pod_on_a_node_is_released_once_the_previous_is_bound() -> None:
     pods = [pod("l", "launcher", gated=False, node="n1", slot="launcher/0", selector="n1"),
             pod("w0", slot="workers/0", selector="n1"),

@@ -41,6 +41,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
         "priorityClassName": "system-cluster-critical"},
     "single": {"replicaCount": 1, "leaderElection": {"enabled": False}},
+    "karpenter": {"karpenter": {"enabled": True}},
     "external": {"externalWebhook": {"url": "https://127.0.0.1:9443",
                                      "caBundle": "Q0EK"}},
 }

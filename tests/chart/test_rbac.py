@@ -76,6 +76,8 @@ def test_granted_equals_declared(helm: Helm, scenario: str) -> None:
     tables = [rbac.PERMISSIONS]
     if cert_mode(objects) == "self-managed":
         tables.append(rbac.SELF_MANAGED_CERTS)
+    if config_of(objects).get("karpenter"):
+        tables.append(rbac.KARPENTER)
     cluster = one(objects, "ClusterRole")
     role = one(objects, "Role")
     want_cluster = set().union(*(_declared(t, False, names) for t in tables))

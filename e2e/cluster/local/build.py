@@ -60,6 +60,10 @@ PROMETHEUS_VERSION = "v0.316.0"
 # constant says 1.33.0.
 CA_VERSION = "v0.0.0-20250613073258-1959f5f61f6c"
 CA_APIS_VERSION = "v0.0.0-20240830133931-adfbe7e45277"
+KARPENTER_VERSION = "v1.15.0"
+# Karpenter v1.15 needs Go >= 1.26.9, newer than the local toolchain: its build alone lets
+# the go command fetch this toolchain from the module proxy.
+KARPENTER_TOOLCHAIN = "go1.27.3"
 
 # Build time stamp baked into the binaries: fixed, so that builds are reproducible.
 BUILD_DATE = "2026-07-22T00:00:00Z"
@@ -93,7 +97,8 @@ class Component:
     ldflags: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # extra environment for this build only
     module_subdir: str = ""  # "" = modules/<name>; else modules/<subdir>/<name>
-    cluster: bool = True  # False: a test tool only, not built for the local control plane
+    optional: bool = False  # built only when named: a test tool or an optional part, not
+    # the default local control plane
 
     @property
     def module_dir(self) -> pathlib.Path:
@@ -147,7 +152,10 @@ def components(minor: str | None = None) -> tuple[Component, ...]:
         Component("promtool", PROMETHEUS_VERSION,
                   package="github.com/prometheus/prometheus/cmd/promtool",
                   ldflags=("-X github.com/prometheus/common/version.Version=3.16.0",),
-                  cluster=False),
+                  optional=True),
+        # Karpenter with its kwok cloud provider: only clusters started with karpenter=True.
+        Component("karpenter", KARPENTER_VERSION, package="sigs.k8s.io/karpenter/kwok",
+                  env=(("GOTOOLCHAIN", KARPENTER_TOOLCHAIN),), optional=True),
     )
 
 
@@ -269,7 +277,8 @@ def ensure(names: list[str] | None = None, minor: str | None = None) -> dict[str
     go_version = _go_version()
     minor = minor or kube_minor()
     every = by_name(minor)
-    wanted = [every[n] for n in names] if names else [c for c in every.values() if c.cluster]
+    wanted = ([every[n] for n in names] if names
+              else [c for c in every.values() if not c.optional])
     paths = {c.name: binary_path(c, go_version) for c in wanted}
     missing = [c for c in wanted if not paths[c.name].exists()]
     if not missing:
@@ -290,7 +299,10 @@ def ensure(names: list[str] | None = None, minor: str | None = None) -> dict[str
     total = time.monotonic() - total_start
     _log(f"cold build finished: {total:.0f}s in total "
          + ", ".join(f"{n} {t:.0f}s" for n, t in timings.items()))
-    text = json.dumps({"go": go_version, "kubernetes": KUBE_RELEASES[minor],
+    toolchains = {c.name: dict(c.env)["GOTOOLCHAIN"] for c in missing
+                  if "GOTOOLCHAIN" in dict(c.env)}  # built with another Go than `go`
+    text = json.dumps({"go": go_version, **({"toolchains": toolchains} if toolchains else {}),
+                       "kubernetes": KUBE_RELEASES[minor],
                        "total_s": round(total, 1),
                        "components_s": {k: round(v, 1) for k, v in timings.items()},
                        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
@@ -298,6 +310,9 @@ def ensure(names: list[str] | None = None, minor: str | None = None) -> dict[str
                        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                       indent=2)
     logs = cache_root() / "logs"
+    if all(c.optional for c in missing):  # not the control plane's record
+        (logs / f"build-times-{'-'.join(c.name for c in missing)}.json").write_text(text)
+        return paths
     (logs / f"build-times-{minor}.json").write_text(text)
     (logs / "build-times.json").write_text(text)
     return paths

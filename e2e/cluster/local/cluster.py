@@ -24,7 +24,14 @@
 7. fitgate's fake DRA driver (``e2e.dra_driver``), which publishes ResourceSlices for nodes
    by their shape label and creates the DeviceClasses;
 8. cluster-autoscaler with the kwok cloud provider and ProvisioningRequests enabled; its
-   DRA simulation only when asked for (``autoscaler_dra``, ``configure_autoscaler``).
+   DRA simulation only when asked for (``autoscaler_dra``, ``configure_autoscaler``);
+9. or, instead of cluster-autoscaler (``karpenter=``, see ``KarpenterSetup``), Karpenter
+   with its kwok cloud provider: its CRDs (NodePool, NodeClaim, NodeOverlay,
+   CapacityBuffer, KWOKNodeClass) from its Go module, a KWOKNodeClass ``default``, and the
+   instance types given, in the kwok provider's instance-types file. The nodes it launches
+   carry ``kwok.x-k8s.io/node=fake`` (kwok makes them Ready) and the labels of their
+   NodePool's template, so a shape label there makes the fake DRA driver publish their
+   slices. Its DRA simulation (``IGNORE_DRA_REQUESTS=false``) only when asked for.
 
 ``stop()`` ends every process (process groups, SIGTERM then SIGKILL). Everything a run
 writes lives in ``workdir``, which carries a marker file (``WORKDIR_MARKER``): ``start()``
@@ -132,6 +139,42 @@ class NodeGroup:
     devices: list[dict[str, Any]] | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class InstanceType:
+    """One instance type of Karpenter's kwok cloud provider (its instance-types file)."""
+
+    name: str
+    cpu: str = "32"
+    memory: str = "256Gi"
+    pods: str = "110"
+    price: float = 1.0
+    zones: tuple[str, ...] = ("zone-a",)
+    capacity_types: tuple[str, ...] = ("on-demand",)
+
+    def to_json(self) -> dict[str, Any]:
+        """The kwok provider's format (karpenter kwok/cloudprovider/helpers.go)."""
+        return {
+            "name": self.name, "architecture": "amd64", "operatingSystems": ["linux"],
+            "resources": {"cpu": self.cpu, "memory": self.memory, "pods": self.pods},
+            "offerings": [{"Price": self.price, "Available": True, "Requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [ct]},
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}
+                for zone in self.zones for ct in self.capacity_types]}
+
+
+@dataclasses.dataclass(frozen=True)
+class KarpenterSetup:
+    """Karpenter in place of cluster-autoscaler: the instance types its kwok provider
+    offers, and whether its own DRA simulation is on (off by default upstream:
+    ``IGNORE_DRA_REQUESTS=true``)."""
+
+    instance_types: tuple[InstanceType, ...]
+    dra: bool = False
+
+
+KWOK_NODE_CLASS = "default"
+
+
 @dataclasses.dataclass
 class Ports:
     etcd_client: int = dataclasses.field(default_factory=processes.free_port)
@@ -145,6 +188,8 @@ class Ports:
     kueue_metrics: int = dataclasses.field(default_factory=processes.free_port)
     autoscaler: int = dataclasses.field(default_factory=processes.free_port)
     driver_health: int = dataclasses.field(default_factory=processes.free_port)
+    karpenter_metrics: int = dataclasses.field(default_factory=processes.free_port)
+    karpenter_health: int = dataclasses.field(default_factory=processes.free_port)
 
 
 def _log(msg: str) -> None:
@@ -157,7 +202,12 @@ class LocalCluster:
     def __init__(self, workdir: pathlib.Path, node_groups: tuple[NodeGroup, ...] = (),
                  with_autoscaler: bool = True,
                  kueue_config: dict[str, Any] | None = None,
-                 autoscaler_dra: bool = False) -> None:
+                 autoscaler_dra: bool = False,
+                 karpenter: KarpenterSetup | None = None) -> None:
+        if karpenter is not None and with_autoscaler:
+            raise ValueError("Karpenter and cluster-autoscaler would both grow the cluster: "
+                             "pass with_autoscaler=False with karpenter=")
+        self.karpenter = karpenter
         self.workdir = workdir.resolve()
         self.node_groups = node_groups
         self.with_autoscaler = with_autoscaler
@@ -203,6 +253,8 @@ class LocalCluster:
         if ended:
             _log("ended processes an earlier run left behind: " + ", ".join(ended))
         self.binaries = build.ensure(minor=self.kube_minor)
+        if self.karpenter is not None:
+            self.binaries.update(build.ensure(["karpenter"], minor=self.kube_minor))
         # A fresh cluster every time: no etcd data, certificates or logs of an earlier run.
         prepare_workdir(self.workdir)
         for d in ("etcd-data", "logs", "pids"):
@@ -214,7 +266,8 @@ class LocalCluster:
                 "kube-controller-manager": self._start_kcm,
                 "kube-scheduler": self._start_scheduler, "kwok": self._start_kwok,
                 "kueue": self._start_kueue, "fake-dra-driver": self._start_driver,
-                "cluster-autoscaler": self._start_autoscaler}
+                "cluster-autoscaler": self._start_autoscaler,
+                "karpenter": self._start_karpenter}
             self._step("etcd", self._start_etcd)
             self._step("kube-apiserver", self._start_apiserver)
             self._step("kube-controller-manager + kube-scheduler", self._start_kcm_scheduler)
@@ -224,6 +277,8 @@ class LocalCluster:
             self._step("fake DRA driver", self._start_driver)
             if self.with_autoscaler:
                 self._step("cluster-autoscaler", self._start_autoscaler)
+            if self.karpenter is not None:
+                self._step("karpenter", self._start_karpenter)
         except BaseException:
             self.stop()
             raise
@@ -576,8 +631,15 @@ class LocalCluster:
                             "metadata": {"name": dra_driver.SHAPES_CONFIGMAP,
                                          "namespace": SYSTEM_NAMESPACE},
                             "data": shapes})
+        if self.karpenter is not None:
+            objects += karpenter_crds(build.module_source(
+                "sigs.k8s.io/karpenter", build.KARPENTER_VERSION, via="karpenter"))
         self.apply(objects)
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        if self.karpenter is not None:
+            # The CRD defaults its status to Ready (no controller manages kwok classes).
+            self.apply([{"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
+                         "metadata": {"name": KWOK_NODE_CLASS}}])
 
     def _start_kwok(self) -> None:
         kwok_src = build.module_source("sigs.k8s.io/kwok", build.KWOK_VERSION, via="kwok")
@@ -695,8 +757,38 @@ class LocalCluster:
             lambda: processes.probe(f"http://127.0.0.1:{port}/health-check"),
             START_TIMEOUT_S, proc)
 
+    def _start_karpenter(self) -> None:
+        """Karpenter with its kwok cloud provider, as a local process (admin kubeconfig,
+        no leader election). Its health and metrics servers bind every interface on
+        their ports: Karpenter takes ports, not addresses."""
+        assert self.karpenter is not None
+        types = self.workdir / "karpenter-instance-types.json"
+        types.write_text(json.dumps([t.to_json() for t in self.karpenter.instance_types],
+                                    indent=1))
+        p = self.ports
+        proc = self._spawn("karpenter", [str(self.binaries["karpenter"])], env={
+            "KUBECONFIG": str(self.kubeconfig), "DISABLE_LEADER_ELECTION": "true",
+            "METRICS_PORT": str(p.karpenter_metrics),
+            "HEALTH_PROBE_PORT": str(p.karpenter_health),
+            "INSTANCE_TYPES_FILE_PATH": str(types), "LOG_LEVEL": "debug",
+            # Short batches: the tests' pending pods are decided on within seconds.
+            "BATCH_IDLE_DURATION": "1s", "BATCH_MAX_DURATION": "3s",
+            "IGNORE_DRA_REQUESTS": str(not self.karpenter.dra).lower()})
+        processes.wait_until(
+            "karpenter /readyz",
+            lambda: processes.probe(f"http://127.0.0.1:{p.karpenter_health}/readyz"),
+            START_TIMEOUT_S, proc)
+
 
 # -- manifests ---------------------------------------------------------------------------
+
+
+def karpenter_crds(src: pathlib.Path) -> list[dict[str, Any]]:
+    """Karpenter's CRDs from its module source: the core ones (NodePool, NodeClaim,
+    NodeOverlay, CapacityBuffer) and the kwok provider's KWOKNodeClass."""
+    paths = [*sorted((src / "pkg/apis/crds").glob("*.yaml")),
+             *sorted((src / "kwok/apis/crds").glob("*.yaml"))]
+    return [_load_yaml(p.read_text()) for p in paths]
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: Kueue's CRDs are big
 

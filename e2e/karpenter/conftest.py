@@ -1,0 +1,55 @@
+"""A local control plane with Karpenter (kwok provider) instead of cluster-autoscaler.
+
+Its own cluster, in its own workdir (``e2e/.run/karpenter``, or
+``$FITGATE_E2E_KARPENTER_WORKDIR``), started once per module of this directory. Karpenter
+is built on first use (``make e2e-karpenter`` builds it before pytest starts, outside any
+test timeout). These tests are not part of ``make e2e``: run them with
+``make e2e-karpenter``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+from e2e.cluster.local import cluster
+from e2e.scenarios import figures
+
+# The instance types Karpenter's kwok provider offers: scenario 1's two GPU nodes, and a
+# plain CPU node.
+INSTANCE_TYPES = (
+    cluster.InstanceType("gpu-split-8x", cpu="32", price=10.0),
+    cluster.InstanceType("gpu-one-root-8x", cpu="48", price=14.0),
+    cluster.InstanceType("cpu-16x", cpu="16", memory="64Gi", price=1.0),
+)
+
+
+def workdir() -> pathlib.Path:
+    env = os.environ.get("FITGATE_E2E_KARPENTER_WORKDIR")
+    if env:
+        return pathlib.Path(env)
+    return cluster.default_workdir().parent / "karpenter"
+
+
+@pytest.fixture(scope="module")
+def karpenter_cluster() -> Iterator[cluster.LocalCluster]:
+    local = cluster.LocalCluster(workdir(), with_autoscaler=False,
+                                 karpenter=cluster.KarpenterSetup(INSTANCE_TYPES))
+    atexit.register(local.stop)
+    try:
+        local.start()
+        yield local
+    finally:
+        local.stop()
+        atexit.unregister(local.stop)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    text = figures.table()
+    if text:
+        terminalreporter.section("fitgate e2e figures (Karpenter)")
+        terminalreporter.write_line(text)
