@@ -38,6 +38,12 @@ def previous_chart(into: pathlib.Path) -> pathlib.Path:
                            PREVIOUS_CHART, "charts/fitgate"], cwd=fitgate.REPO,
                           capture_output=True, text=True, timeout=60, check=False)
     if proc.returncode != 0:
+        shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"],
+                                 cwd=fitgate.REPO, capture_output=True, text=True, timeout=60,
+                                 check=False).stdout.strip() == "true"
+        if shallow:  # a depth-limited clone has no earlier chart to upgrade from
+            pytest.skip(f"shallow clone: commit {PREVIOUS_CHART} (the previous chart) is "
+                        "not in it; `git fetch --unshallow` to run this test")
         pytest.fail(f"the previous chart (commit {PREVIOUS_CHART}) is not in this "
                     f"repository's history: {proc.stderr.strip()}")
     with tarfile.open(archive) as tar:
