@@ -6,7 +6,6 @@
 - `predicates`: pure reads of Workloads and check entries, and the entry fitgate writes.
 - `podsetupdates`: the pins and labels a Ready check adds to the pods, without colliding
   with the template, the flavors or another check.
-- `constants`: every key and default, shared with `admission.provisioning` and
-  `admission.release`.
+- `provisioning`: the ProvisioningRequests and placeholder PodTemplates of a plan.
 - `admissioncheck`: the AdmissionCheck `Active` reconciler (built with the process).
 """

@@ -24,8 +24,9 @@ from typing import Any
 import structlog
 
 from admission import clock as clock_
-from admission import controller, serve
+from admission.app import serve
 from admission.kube import client, kinds, store
+from admission.runtime import workqueue as controller
 
 CONTROLLER_NAME = "fitgate.io/topology-fit"
 FIELD_MANAGER = "fitgate"
@@ -119,6 +120,6 @@ class AdmissionCheckReconciler:
 
 
 def component(ctx: serve.Context) -> serve.Component:
-    """For `admission.components`: the AdmissionCheck reconciler (leader only)."""
+    """For `admission.app.components`: the AdmissionCheck reconciler (leader only)."""
     return serve.Component(controllers=[
         AdmissionCheckReconciler(ctx.api, ctx.informers.store, clock=ctx.clock)])

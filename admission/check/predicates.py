@@ -12,7 +12,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from admission.check import constants as c
+from admission import constants as c
 
 State = Literal["Pending", "Ready", "Retry", "Rejected"]
 Category = Literal["capacity", "configuration", "coordination"]

@@ -2,14 +2,14 @@
 
 For a Workload whose quota Kueue has reserved and whose fitgate check is Pending:
 
-1. build the gang (`admission.gangs`): pod sets, admitted counts, flavor node labels and
+1. build the gang (`admission.engine.gangs`): pod sets, admitted counts, flavor node labels and
    tolerations, claim templates;
 2. plan on the inventory:
    - fits on free capacity → Ready, with podSetUpdates that label the pods for ordered
      release and pin them where fitcore placed them (`podsetupdates`), the placements
-     stored for the release controller (`admission.release`);
+     stored for the release controller (`admission.release.reconciler`);
    - needs capacity → a ProvisioningRequest and PodTemplates for the plan's exact shapes
-     (`admission.provisioning`), the check Pending with what it waits for;
+     (`admission.check.provisioning`), the check Pending with what it waits for;
    - can never fit (no node and no shape hosts some pod) → Rejected;
    - does not fit within the shapes' limits now, or undecided within fitcore's work
      budget → Retry with a backoff;
@@ -51,21 +51,16 @@ import structlog
 
 import fitcore
 from admission import clock as clock_
-from admission import (
-    controller,
-    failpoint,
-    fitting,
-    gangs,
-    metrics,
-    policy,
-    provisioning,
-    release,
-    serve,
-)
-from admission.check import constants as c
-from admission.check import events, podsetupdates, predicates
+from admission import constants as c
+from admission.app import serve
+from admission.check import podsetupdates, predicates, provisioning
 from admission.check.predicates import Verdict
+from admission.engine import fitting, gangs
 from admission.kube import client, errors, kinds, store
+from admission.policy import fitpolicy as policy
+from admission.release import reconciler as release
+from admission.runtime import events, failpoint, metrics
+from admission.runtime import workqueue as controller
 
 log = structlog.get_logger(__name__)
 
@@ -78,7 +73,7 @@ _Decided = TypeVar("_Decided", PlanResult, VerifyResult)
 
 
 class Inventory(Protocol):
-    """The fitcore inventory the process keeps current (`admission.inventory`): decisions
+    """The fitcore inventory the process keeps current (`admission.engine.inventory`): decisions
     run off the event loop, bounded in time (past it, `undecided`)."""
 
     async def plan_async(self, gang_: fitcore.Gang, *, shapes: Iterable[str] | None = None,
@@ -190,7 +185,7 @@ class WorkloadReconciler:
 
     # ------------------------------------------------------------------ pipeline
 
-    # The controller runtime's interface (admission.controller).
+    # The controller runtime's interface (admission.runtime.workqueue).
     name = "workload"
     leader_only = True
     watches = (kinds.WORKLOAD, kinds.ADMISSION_CHECK, kinds.PROVISIONING_REQUEST,
@@ -1032,7 +1027,7 @@ Reconcile = Callable[[str], Awaitable["float | None"]]
 
 
 def component(ctx: serve.Context) -> serve.Component:
-    """For `admission.components`: the Workload reconciler and the pod release controller
+    """For `admission.app.components`: the Workload reconciler and the pod release controller
     (both leader only)."""
     settings = Settings(node_wait_seconds=int(ctx.config.provisioning_wait),
                         request_timeout_seconds=ctx.config.provisioning_timeout)

@@ -31,7 +31,7 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.NAMESPACE, ""): frozenset({"get", "list", "watch"}),
     (kinds.POD, ""): frozenset({"get", "list", "watch", "patch"}),
     (kinds.POD_TEMPLATE, ""): frozenset({"get", "list", "watch", "create", "delete"}),
-    # The placements of an admitted gang (admission.release), one per Workload uid.
+    # The placements of an admitted gang (admission.release.reconciler), one per Workload uid.
     (kinds.CONFIG_MAP, ""): frozenset({"get", "create", "patch", "delete"}),
     (kinds.EVENT, ""): frozenset({"create", "patch"}),
     (kinds.LEASE, ""): frozenset({"get", "create", "update", "patch"}),
@@ -53,12 +53,12 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.NODE_SHAPE, ""): frozenset({"get", "list", "watch"}),
     (kinds.NODE_SHAPE, "status"): frozenset({"patch"}),
     (kinds.FIT_POLICY, ""): frozenset({"get", "list", "watch"}),
-    # The Valid condition on each FitPolicy (admission/policy_status.py).
+    # The Valid condition on each FitPolicy (admission/policy/status.py).
     (kinds.FIT_POLICY, "status"): frozenset({"patch"}),
 }
 
 #: Calls made only when fitgate manages its own serving certificate (chart value
-#: `certificates.mode: self-managed`, `admission/certs.py`): the Secret that holds the CA
+#: `certificates.mode: self-managed`, `admission/certs/keeper.py`): the Secret that holds the CA
 #: and the serving certificate, and the caBundle of fitgate's two webhook configurations.
 SELF_MANAGED_CERTS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.SECRET, ""): frozenset({"get", "create", "patch"}),

@@ -1,5 +1,5 @@
 """The webhook and the gate as a `fitgate serve` component (list `component` in
-`admission/components.py`).
+`admission/app/components.py`).
 
 - The webhook server runs on every replica (`serve.Server`): TLS from `cert_dir`
   (`tls.crt`, `tls.key`, reloaded when they change) on `webhook_port`; `/readyz` answers
@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from admission import fitting, gate, policy_status
+from admission.engine import fitting
+from admission.gate import reconciler as gate
 from admission.kube import kinds, store
+from admission.policy import status as policy_status
 from admission.webhook import decider, review, server
 
 if TYPE_CHECKING:
-    from admission import serve
+    from admission.app import serve
 
 log = structlog.get_logger("fitgate.webhook")
 
@@ -61,7 +63,7 @@ class WebhookServer:
 
 
 def component(ctx: serve.Context) -> serve.Component:
-    from admission import serve
+    from admission.app import serve
 
     stores: dict[kinds.Kind, store.Store] = {k: ctx.informers.store(k) for k in KINDS}
     version = ctx.config.kube_version

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from admission import gating
+from admission.gate import predicates as gating
 from admission.kube import rbac
 from e2e import builders, dra_driver, harness, kube
 from e2e.cluster.local import processes

@@ -152,7 +152,7 @@ def test_the_wheel_holds_every_file_the_code_opens(installed: Installed) -> None
     # the strict-field schema. Without these, an empty set would pass.
     assert "fitcore/schema.json" in opened, sorted(opened)
     assert any(p.endswith(".so") for p in opened), sorted(opened)
-    assert "admission/cli.py" in opened, sorted(opened)
+    assert "admission/app/cli.py" in opened, sorted(opened)
     missing = sorted(opened - shipped)
     assert not missing, f"opened at run time but not in {installed.wheel.name}: {missing}"
 

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from admission import clock, controller
+from admission import clock
 from admission.check import admissioncheck
 from admission.kube import fake, kinds, store
+from admission.runtime import workqueue as controller
 
 
 def _check(name: str, params: Any = None, controller_name: str = "fitgate.io/topology-fit"

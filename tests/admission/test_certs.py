@@ -13,7 +13,7 @@ import types
 import pytest
 from cryptography import x509
 
-from admission import certs
+from admission.certs import keeper as certs
 from admission.kube import errors, fake, kinds
 
 NS = "fitgate-system"
@@ -327,7 +327,7 @@ def test_serve_component_runs_a_keeper_only_in_self_managed_mode() -> None:
 
 
 def test_the_keeper_starts_before_the_webhook_server() -> None:
-    from admission import components
+    from admission.app import components
     from admission.webhook import component as webhook
     order = components.factories()
     assert order.index(certs.component) < order.index(webhook.component)

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import REGISTRY
 
-from admission import fitting, provisioning
-from admission.check import constants as c
+from admission import constants as c
+from admission.check import provisioning
 from admission.check import workload as wlr
+from admission.engine import fitting
 from admission.kube import errors, kinds
 from tests.admission import builders as ab
 from tests.admission import world as w
@@ -664,7 +665,8 @@ async def test_keys_map_events_to_the_workloads_they_concern(world: w.World) -> 
 
 
 def test_serve_runs_the_workload_and_release_controllers() -> None:
-    from admission import components, config, serve
+    from admission import config
+    from admission.app import components, serve
 
     svc = serve.Service(config.Config(leader_election=False), w.fake.FakeClient(),
                         factories=components.factories())

@@ -11,7 +11,7 @@ import pytest
 import structlog
 
 from admission import config
-from admission import logging as flog
+from admission.app import logging as flog
 
 
 def test_defaults_are_valid() -> None:

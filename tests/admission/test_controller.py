@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from admission import clock, controller
+from admission import clock
 from admission.kube import client, kinds, store
+from admission.runtime import workqueue as controller
 
 
 class Recording:

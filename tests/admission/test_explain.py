@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from admission import cli, explain, gating
-from admission.check import constants as c
+from admission import constants as c
+from admission.app import cli
+from admission.app import diagnose as explain
+from admission.gate import predicates as gating
 from admission.kube import fake, kinds
 from tests.admission import builders as ab
 from tests.gang import builders as gb

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from admission import failpoint
-from admission.check import constants as c
+from admission import constants as c
 from admission.kube import kinds
+from admission.runtime import failpoint
 from tests.admission import world as w
 
 
@@ -102,7 +102,7 @@ async def test_provisioned_exits_before_the_nodes_are_looked_at(
 
 def test_serve_refuses_an_unknown_step_before_connecting() -> None:
     env = {**os.environ, failpoint.ENV: "after-plan"}
-    proc = subprocess.run([sys.executable, "-m", "admission.cli", "serve",
+    proc = subprocess.run([sys.executable, "-m", "admission.app.cli", "serve",
                            "--kubeconfig", "/nonexistent"], env=env, capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode == 2
@@ -110,7 +110,7 @@ def test_serve_refuses_an_unknown_step_before_connecting() -> None:
 
 
 def test_exit_is_hard_and_distinct() -> None:
-    code = ("from admission import failpoint; failpoint.reach('requested'); "
+    code = ("from admission.runtime import failpoint; failpoint.reach('requested'); "
             "print('not reached')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, failpoint.ENV: "requested"}, timeout=60,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import fitcore
-from admission import gangs
+from admission.engine import gangs
 from admission.kube import kinds, store
 from tests.admission import world as w
 from tests.fitcore import builders as b

@@ -8,7 +8,10 @@ import datetime
 import json
 from typing import Any
 
-from admission import clock, fitting, gate, gating
+from admission import clock
+from admission.engine import fitting
+from admission.gate import predicates as gating
+from admission.gate import reconciler as gate
 from admission.kube import client, errors, fake, kinds
 from tests.admission import builders as ab
 from tests.gang import builders as gb

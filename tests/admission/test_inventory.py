@@ -7,7 +7,7 @@ import asyncio
 import copy
 from typing import Any
 
-from admission import inventory
+from admission.engine import inventory
 from admission.kube import client, kinds, store
 from fitcore import gang, workload
 from tests.fitcore import builders as b

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from admission import gangs
-from admission.check import constants as c
+from admission import constants as c
 from admission.check import podsetupdates
+from admission.engine import gangs
 from admission.kube import kinds, store
 from fitcore import gang
 from tests.admission import world as w

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from admission import fitting, policy
+from admission.engine import fitting
 from admission.kube import kinds
+from admission.policy import fitpolicy as policy
 from fitcore import model, workload
 from tests.admission import builders as ab
 from tests.admission import crd
@@ -261,8 +262,9 @@ def test_node_shape_status_keeps_what_the_check_records() -> None:
 async def test_each_policy_says_whether_fitgate_can_read_it() -> None:
     import datetime
 
-    from admission import clock, policy_status
+    from admission import clock
     from admission.kube import fake, kinds, store
+    from admission.policy import status as policy_status
 
     api = fake.FakeClient()
     good = api.seed(kinds.FIT_POLICY, ab.fit_policy("good", enforcement="deny"))

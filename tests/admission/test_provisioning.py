@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from admission import provisioning
-from admission.check import constants as c
-from admission.check import predicates
+from admission import constants as c
+from admission.check import predicates, provisioning
 from fitcore import gang, plan, shapes
 
 

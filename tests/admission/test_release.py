@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from admission import release
-from admission.check import constants as c
+from admission import constants as c
 from admission.kube import fake, kinds, store
+from admission.release import reconciler as release
 
 UID = "wl-uid-1"
 

@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import aiohttp
 
-from admission import config, serve
+from admission import config
+from admission.app import serve
 from admission.kube import errors, fake, kinds
 from tests.admission import waits
 

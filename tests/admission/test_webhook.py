@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from admission import fitting, gating
-from admission.check import constants
+from admission import constants
+from admission.engine import fitting
+from admission.gate import predicates as gating
 from admission.kube import kinds
 from admission.webhook import models, review
 from fitcore import gang, plan

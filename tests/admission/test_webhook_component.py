@@ -12,7 +12,9 @@ from collections.abc import Callable
 
 import aiohttp
 
-from admission import config, gating, serve
+from admission import config
+from admission.app import serve
+from admission.gate import predicates as gating
 from admission.kube import fake, kinds
 from admission.webhook import component
 from tests.admission import builders as ab
@@ -66,8 +68,8 @@ async def test_serve_runs_the_webhook_and_the_gate(tmp_path: pathlib.Path) -> No
 def test_the_gate_and_the_check_share_one_idle_engine() -> None:
     """One engine over the idle cluster per process: the check and the gate (and the
     webhook, when it decides in threads) ask the same one."""
-    from admission import gate
     from admission.check import workload
+    from admission.gate import reconciler as gate
 
     captured: list[serve.Component] = []
 

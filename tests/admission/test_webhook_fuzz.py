@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fitcore
-from admission import fitting, gating
+from admission.engine import fitting
+from admission.gate import predicates as gating
 from admission.kube import kinds
 from admission.webhook import review, server
 from fitcore import errors, workload

@@ -15,7 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from admission import fitting, gating
+from admission.engine import fitting
+from admission.gate import predicates as gating
 from admission.webhook import review, server
 from tests.admission import builders as ab
 from tests.gang import builders as gb

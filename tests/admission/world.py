@@ -1,5 +1,5 @@
 """A small world for check tests: the FakeClient, stores refreshed from it (as watches
-would), a fake clock, and the process's `admission.inventory.ClusterInventory`, kept
+would), a fake clock, and the process's `admission.engine.inventory.ClusterInventory`, kept
 current by the stores' events."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import datetime
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from admission import inventory
-from admission.check import constants as c
+from admission import constants as c
 from admission.check import workload as wlr
+from admission.engine import inventory
 from admission.kube import fake, kinds, store
 from fitcore import gang, plan
 from tests.gang import builders as gb

@@ -8,7 +8,7 @@ import pathlib
 import pytest
 import yaml
 
-from admission import cli
+from admission.app import cli
 from tests.gang import realistic as rl
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from admission import cli
+from admission.app import cli
 from fitcore import errors, gang, inventory, plan, projection, reasons, versions, workload
 from tests.fitcore import builders as b
 from tests.gang import builders as gb

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 import fitcore
-from admission import cli, fitting, gangs
+from admission.app import cli
+from admission.engine import fitting, gangs
 from admission.kube import kinds, store
 from tests.admission import world as w
 from tests.gang import builders as gb

@@ -34,7 +34,7 @@ from typing import Any
 
 import structlog
 
-from admission.check import constants as c
+from admission import constants as c
 from admission.kube import client, errors, kinds, store
 
 log = structlog.get_logger(__name__)
@@ -233,7 +233,7 @@ def key_of(pod: Mapping[str, Any]) -> store.Key | None:
 class ReleaseController:
     """Reconciles `namespace/<workload uid>`: writes `decide`'s actions to the pods."""
 
-    # The controller runtime's interface (admission.controller).
+    # The controller runtime's interface (admission.runtime.workqueue).
     name = "release"
     leader_only = True
     watches = (kinds.POD,)

@@ -29,9 +29,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import fitcore
-from admission import fitting, gating, policy, provisioning
-from admission.check import constants as c
+from admission import constants as c
+from admission.check import provisioning
+from admission.engine import fitting
+from admission.gate import predicates as gating
 from admission.kube import client, errors, kinds, store
+from admission.policy import fitpolicy as policy
 
 STAGES = ("no workload yet", "gated", "waiting for quota", "planning", "provisioning",
           "verifying", "admitted", "running", "rejected", "finished")

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from admission.check import constants
+from admission import constants
 from admission.kube import kinds, store
 
 #: The gate's name, and the AdmissionCheck controllerName fitgate serves.

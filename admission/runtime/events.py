@@ -10,7 +10,7 @@ from typing import Any, Literal
 import structlog
 
 from admission import clock as clock_
-from admission.check import constants as c
+from admission import constants as c
 from admission.check import predicates
 from admission.kube import client, errors, kinds
 

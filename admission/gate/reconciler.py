@@ -22,7 +22,7 @@ configured? Busy nodes are the check's to plan for, once Kueue has reserved quot
   `fitgate.io/explanation` annotation (what `fitgate explain` reads) and records an Event
   on the Workload and on the job, both only when the verdict changed.
 
-It is a controller of the reconcile runtime (`admission.controller`): leader-only, keys
+It is a controller of the reconcile runtime (`admission.runtime.workqueue`): leader-only, keys
 `namespace/name` of Workloads. Re-evaluation: a Workload event yields that Workload when
 it is gated by us; a change of Nodes, ResourceSlices, DeviceClasses, NodeShapes,
 FitPolicies, Namespaces or ResourceClaimTemplates yields every Workload the gate holds. A
@@ -45,9 +45,12 @@ import structlog
 
 import fitcore
 from admission import clock as clock_
-from admission import controller, fitting, gating, policy
-from admission.check import events
+from admission.engine import fitting
+from admission.gate import predicates as gating
 from admission.kube import client, errors, kinds, store
+from admission.policy import fitpolicy as policy
+from admission.runtime import events
+from admission.runtime import workqueue as controller
 
 log = structlog.get_logger("fitgate.gate")
 _MAX_REASONS = 20

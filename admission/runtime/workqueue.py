@@ -16,7 +16,7 @@ the AdmissionCheck reconciler use this): an object with
         # event. Raising an exception retries the key with rate-limited backoff.
 
 and register it: `runtime.register(controller)` (serve does it for the controllers of
-`admission.components`). Keys are `namespace/name` (or `name` for cluster-scoped kinds):
+`admission.app.components`). Keys are `namespace/name` (or `name` for cluster-scoped kinds):
 `key_of(obj)` and `split(key)`.
 
 Guarantees:

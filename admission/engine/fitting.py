@@ -24,8 +24,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import fitcore
-from admission import inventory, policy
+from admission.engine import inventory
 from admission.kube import client, kinds, store
+from admission.policy import fitpolicy as policy
 
 NodeFilter = Callable[[fitcore.Node], bool]
 
@@ -115,7 +116,7 @@ def named_claims(obj: Any) -> tuple[set[str], set[str]]:
 
 class StoreEngine:
     """`Engine` over stores, backed by the service's incremental inventory
-    (`admission.inventory.ClusterInventory`, one fitcore `Inventory`); see the module
+    (`admission.engine.inventory.ClusterInventory`, one fitcore `Inventory`); see the module
     docstring.
 
     `idle`: plan on the cluster as if nothing ran on it (no allocated ResourceClaims, no

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import fitcore
-from admission.check import constants as c
+from admission import constants as c
 from admission.check import predicates
 from admission.kube import client, kinds
 

@@ -21,7 +21,7 @@ close the client; exit 0.
 
 Other branches plug in without editing this file: write a factory
 `def component(ctx: serve.Context) -> serve.Component` and list it in
-`admission/components.py`.
+`admission/app/components.py`.
 """
 
 from __future__ import annotations
@@ -42,9 +42,12 @@ import structlog
 from aiohttp import web
 
 from admission import clock as clock_
-from admission import components, config, controller, fitting, inventory
-from admission import logging as flog
+from admission import config
+from admission.app import components
+from admission.app import logging as flog
+from admission.engine import fitting, inventory
 from admission.kube import cache, client, lease
+from admission.runtime import workqueue as controller
 
 log = structlog.get_logger("fitgate.serve")
 

@@ -47,7 +47,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from admission.kube import client, errors, kinds
 
 if TYPE_CHECKING:
-    from admission import serve
+    from admission.app import serve
 
 log = structlog.get_logger("fitgate.certs")
 
@@ -496,10 +496,10 @@ def _log_outcome(outcome: Outcome) -> None:
 
 
 def component(ctx: serve.Context, env: Mapping[str, str] | None = None) -> serve.Component:
-    """The `fitgate serve` component (in `admission/components.py`, before the webhook's):
+    """The `fitgate serve` component (in `admission/app/components.py`, before the webhook's):
     a CertificateKeeper when the chart says `FITGATE_CERT_MODE=self-managed`, nothing
     otherwise."""
-    from admission import serve
+    from admission.app import serve
 
     settings = from_env(os.environ if env is None else env, ctx.config.namespace,
                         ctx.config.cert_dir)

@@ -22,8 +22,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from admission import clock as clock_
-from admission import controller, policy
 from admission.kube import client, errors, kinds, store
+from admission.policy import fitpolicy as policy
+from admission.runtime import workqueue as controller
 
 CONDITION = "Valid"
 _MESSAGE_LIMIT = 32_768

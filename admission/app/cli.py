@@ -34,7 +34,8 @@ from typing import Any
 import yaml
 
 import fitcore
-from admission import config, failpoint
+from admission import config
+from admission.runtime import failpoint
 
 EXIT_BAD_INPUT = 2
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -421,7 +422,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from admission import serve
+    from admission.app import serve
 
     try:
         cfg = config.load(args.config, flags={f: getattr(args, f"cfg_{f}")
@@ -467,7 +468,7 @@ def explain_target(target: str, namespace: str | None, default_namespace: str | 
     """(namespace, name, kind or None) of `fitgate explain`'s TARGET: NAMESPACE/NAME, or
     [KIND/]NAME in `namespace` (-n), else in `default_namespace` (the kubeconfig
     context's), else in "default"."""
-    from admission import explain
+    from admission.app import diagnose as explain
 
     fallback = namespace or default_namespace or "default"
     parts = target.split("/")
@@ -486,7 +487,7 @@ def explain_target(target: str, namespace: str | None, default_namespace: str | 
 def run_explain(args: argparse.Namespace, connect: Any = None) -> int:
     """`fitgate explain`; `connect(kubeconfig, context)` makes the client (tests pass a
     fake)."""
-    from admission import explain
+    from admission.app import diagnose as explain
     from admission.kube import client as kube_client
     from admission.kube import errors as kube_errors
 
