@@ -13,7 +13,7 @@ from admission.kube import kinds, store
 from admission.webhook import decider, review
 from tests.admission import builders as ab
 from tests.admission import waits
-from tests.admission.test_webhook import PATIENT, guarded, hooks, request
+from tests.admission.webhook.test_review import PATIENT, guarded, hooks, request
 from tests.gang import builders as gb
 
 

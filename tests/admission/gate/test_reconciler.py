@@ -163,7 +163,7 @@ async def test_workloads_not_gated_by_us_are_not_touched() -> None:
 
 
 async def test_a_gang_is_ungated_on_a_busy_cluster_it_would_fit_idle() -> None:
-    from tests.admission.test_webhook import busy
+    from tests.admission.webhook.test_review import busy
 
     w = World(busy("gpu-0"), busy("gpu-1"))
     assert await w.reconcile() is None
