@@ -20,7 +20,7 @@ SIGTERM or SIGINT: stop the controllers, release the Lease, stop the servers and
 close the client; exit 0.
 
 Other branches plug in without editing this file: write a factory
-`def component(ctx: serve.Context) -> serve.Component` and list it in
+`def component(ctx: context.Context) -> context.Component` and list it in
 `admission/app/components.py`.
 """
 
@@ -28,71 +28,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import gc
 import json
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 import prometheus_client
 import structlog
 from aiohttp import web
 
 from admission import clock as clock_
-from admission import config
+from admission import config, context
 from admission.app import components
 from admission.app import logging as flog
-from admission.engine import fitting, inventory
+from admission.engine import inventory
 from admission.kube import cache, client, lease
 from admission.runtime import workqueue as controller
 
 log = structlog.get_logger("fitgate.serve")
 
 
-class Server(Protocol):
-    """Something serve starts after the informers are ready and stops at shutdown (on
-    every replica), e.g. the webhook's TLS server."""
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-
-@dataclasses.dataclass
-class Context:
-    """What a component may use."""
-
-    config: config.Config
-    api: client.Client
-    informers: cache.Informers
-    inventory: inventory.ClusterInventory
-    runtime: controller.Runtime
-    clock: clock_.Clock
-    _idle: fitting.StoreEngine | None = dataclasses.field(default=None, init=False,
-                                                          repr=False)
-
-    def idle_engine(self) -> fitting.StoreEngine:
-        """The process's one engine over the idle cluster (nodes, devices and shapes, no
-        usage): the gate and the check share it (it decides under its own lock, so the
-        threads that ask take turns). The webhook's decision process keeps its own copy
-        (see `admission.webhook.decider`)."""
-        if self._idle is None:
-            self._idle = fitting.StoreEngine(
-                {k: self.informers.store(k) for k in fitting.IDLE_KINDS}, idle=True,
-                kube_version=self.config.kube_version)
-        return self._idle
-
-
-@dataclasses.dataclass
-class Component:
-    controllers: Sequence[controller.Controller] = ()
-    servers: Sequence[Server] = ()
-
-
-Factory = Callable[[Context], Component]
 
 INFORMERS = web.AppKey("informers", cache.Informers)
 ELECTOR = web.AppKey("elector", lease.Elector)
@@ -142,7 +99,7 @@ class Service:
     """The running process's parts; `run` is the whole lifecycle."""
 
     def __init__(self, cfg: config.Config, api: client.Client, *,
-                 factories: Sequence[Factory] | None = None,
+                 factories: Sequence[context.Factory] | None = None,
                  specs: Sequence[cache.Spec] = cache.SERVE,
                  clock: clock_.Clock | None = None) -> None:
         self.cfg = cfg
@@ -158,8 +115,8 @@ class Service:
             api, name=cfg.lease_name, namespace=cfg.namespace, identity=cfg.identity,
             lease_duration=cfg.lease_duration, renew_deadline=cfg.renew_deadline,
             retry_period=cfg.retry_period, clock=self.clock) if cfg.leader_election else None
-        ctx = Context(cfg, api, self.informers, self.inventory, self.runtime, self.clock)
-        self.servers: list[Server] = []
+        ctx = context.Context(cfg, api, self.informers, self.inventory, self.runtime, self.clock)
+        self.servers: list[context.Server] = []
         for factory in (components.factories() if factories is None else factories):
             part = factory(ctx)
             for ctrl in part.controllers:
@@ -179,7 +136,7 @@ class Service:
         self.health_port = int(runner.addresses[0][1])
         log.info("serve.health", address=self.cfg.health_address, port=self.health_port)
         self.informers.start()
-        started: list[Server] = []
+        started: list[context.Server] = []
         try:
             waiter = asyncio.create_task(self._until_ready())
             stopper = asyncio.create_task(stop.wait())
@@ -253,7 +210,7 @@ class Service:
             await asyncio.gather(campaign, return_exceptions=True)
 
 
-async def serve(cfg: config.Config, *, factories: Sequence[Factory] | None = None) -> int:
+async def serve(cfg: config.Config, *, factories: Sequence[context.Factory] | None = None) -> int:
     """The `fitgate serve` process: connect, run until SIGTERM/SIGINT, shut down."""
     flog.configure(cfg.log_level, cfg.log_format)
     # Decisions run in threads and hold the GIL for long stretches of pure Python; the

@@ -35,7 +35,7 @@ import os
 import pathlib
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from cryptography import x509
@@ -44,10 +44,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from admission import context
 from admission.kube import client, errors, kinds
-
-if TYPE_CHECKING:
-    from admission.app import serve
 
 log = structlog.get_logger("fitgate.certs")
 
@@ -449,7 +447,7 @@ async def run(api: client.Client, config: CertConfig, *, interval_s: float = 360
 
 
 class CertificateKeeper:
-    """A `serve.Server` on every replica: `start` returns once this replica's `cert_dir`
+    """A `context.Server` on every replica: `start` returns once this replica's `cert_dir`
     holds a good pair (the first `ensure`, retried while the API fails), so a webhook
     server started after it finds its files; then `run` keeps them current until `stop`."""
 
@@ -495,17 +493,15 @@ def _log_outcome(outcome: Outcome) -> None:
         log.warning("certs.webhook_configuration_missing", missing=list(outcome.missing))
 
 
-def component(ctx: serve.Context, env: Mapping[str, str] | None = None) -> serve.Component:
+def component(ctx: context.Context, env: Mapping[str, str] | None = None) -> context.Component:
     """The `fitgate serve` component (in `admission/app/components.py`, before the webhook's):
     a CertificateKeeper when the chart says `FITGATE_CERT_MODE=self-managed`, nothing
     otherwise."""
-    from admission.app import serve
-
     settings = from_env(os.environ if env is None else env, ctx.config.namespace,
                         ctx.config.cert_dir)
     if settings is None:
-        return serve.Component()
+        return context.Component()
     if not settings.cert_dir:
         raise CertConfigError("FITGATE_CERT_MODE=self-managed needs cert_dir (where the "
                               "webhook server reads tls.crt and tls.key)")
-    return serve.Component(servers=[CertificateKeeper(ctx.api, settings, clock=utcnow)])
+    return context.Component(servers=[CertificateKeeper(ctx.api, settings, clock=utcnow)])

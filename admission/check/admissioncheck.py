@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from admission import clock as clock_
-from admission.app import serve
+from admission import context
 from admission.kube import client, kinds, store
 from admission.runtime import workqueue as controller
 
@@ -119,7 +119,7 @@ class AdmissionCheckReconciler:
         return None
 
 
-def component(ctx: serve.Context) -> serve.Component:
+def component(ctx: context.Context) -> context.Component:
     """For `admission.app.components`: the AdmissionCheck reconciler (leader only)."""
-    return serve.Component(controllers=[
+    return context.Component(controllers=[
         AdmissionCheckReconciler(ctx.api, ctx.informers.store, clock=ctx.clock)])

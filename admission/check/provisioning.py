@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 import fitcore
 from admission import constants as c
-from admission.check import predicates
+from admission import kueue
 from admission.kube import client, kinds
 
 #: fitcore's quantity, as `fitcore.PodSet.requests` holds it (admission reads fitcore only
@@ -325,6 +325,6 @@ def state(request: Mapping[str, Any]) -> tuple[RequestState, Mapping[str, Any] |
         (c.BOOKING_EXPIRED, "booking-expired"), (c.PROVISIONED, "provisioned"),
         (c.ACCEPTED, "accepted"))
     for kind, name in order:
-        if predicates.is_true(request, kind):
-            return name, predicates.condition(request, kind)
+        if kueue.is_true(request, kind):
+            return name, kueue.condition(request, kind)
     return "pending", None

@@ -52,7 +52,7 @@ import structlog
 import fitcore
 from admission import clock as clock_
 from admission import constants as c
-from admission.app import serve
+from admission import context, kueue
 from admission.check import podsetupdates, predicates, provisioning
 from admission.check.predicates import Verdict
 from admission.engine import fitting, gangs
@@ -196,13 +196,13 @@ class WorkloadReconciler:
         """The Workloads an event concerns."""
         obj = event.object
         if kind == kinds.WORKLOAD:
-            names = predicates.ours(self.stores.admission_checks.list())
-            if event.type == "DELETED" or predicates.entries(obj, names) or (
-                    before is not None and predicates.entries(before, names)):
+            names = kueue.ours(self.stores.admission_checks.list())
+            if event.type == "DELETED" or kueue.entries(obj, names) or (
+                    before is not None and kueue.entries(before, names)):
                 return [controller.key_of(obj)]
             return []
         if kind == kinds.ADMISSION_CHECK:
-            if not predicates.ours([obj]):
+            if not kueue.ours([obj]):
                 return []
             check = _meta(obj).get("name")
             return [controller.key_of(wl) for wl in self.stores.workloads.list()
@@ -225,12 +225,12 @@ class WorkloadReconciler:
             await self.sync_cleanup(namespace, name, keep_uid=None)
             return None
         bound = log.bind(workload=f"{namespace}/{name}")
-        names = predicates.ours(self.stores.admission_checks.list())
-        mine = predicates.entries(wl, names)
-        if predicates.finished(wl) or predicates.evicted(wl) or not mine:
+        names = kueue.ours(self.stores.admission_checks.list())
+        mine = kueue.entries(wl, names)
+        if kueue.finished(wl) or kueue.evicted(wl) or not mine:
             uid = str(_meta(wl).get("uid") or "")
             await self.sync_cleanup(namespace, name, keep_uid=None, uid=uid)
-            if mine and predicates.finished(wl) and uid not in self._finished:
+            if mine and kueue.finished(wl) and uid not in self._finished:
                 # The placements outlive an eviction (the next Ready overwrites them) but
                 # not the run: delete them once (the Workload's deletion would too).
                 self._finished.add(uid)
@@ -259,7 +259,7 @@ class WorkloadReconciler:
         for r in requests:
             if r not in keep:
                 await self.delete_request(r, "check retried")
-        if state != c.PENDING or not predicates.quota_reserved(wl):
+        if state != c.PENDING or not kueue.quota_reserved(wl):
             return None
         if not keep:
             return await self.sync_plan(wl, entry, attempt)
@@ -324,13 +324,13 @@ class WorkloadReconciler:
         nodes = sorted(self.stores.nodes.list(),
                        key=lambda n: (str(_meta(n).get("creationTimestamp") or ""),
                                       str(_meta(n).get("name"))))
-        names = predicates.ours(self.stores.admission_checks.list())
+        names = kueue.ours(self.stores.admission_checks.list())
         out: dict[str, tuple[str, str, bool]] = {}
         for r in requests:
             key = workload_of_request(r)
             wl = self.stores.workloads.get(key[1], key[0]) if key else None
             admitted = wl is not None and any(
-                e.get("state") == c.READY for e in predicates.entries(wl, names))
+                e.get("state") == c.READY for e in kueue.entries(wl, names))
             since = predicates.parse_time(_meta(r).get("creationTimestamp"))
             try:
                 planned = provisioning.plan_from_json(
@@ -776,7 +776,7 @@ class WorkloadReconciler:
 
     def _count_unused(self, request: Mapping[str, Any], planned: fitcore.Plan, used: set[str],
                       ready: NodeReadiness | None = None) -> None:
-        cond = predicates.condition(request, c.PROVISIONED)
+        cond = kueue.condition(request, c.PROVISIONED)
         if cond is None or cond.get("status") != "True":
             return
         since = predicates.parse_time(cond.get("lastTransitionTime"))
@@ -837,7 +837,7 @@ class WorkloadReconciler:
         wait = await self.sync_status(wl, entry, Verdict(
             c.READY, predicates.message(None, text), None,
             pod_set_updates=updates.pod_set_updates))
-        reserved = predicates.condition(wl, c.QUOTA_RESERVED)
+        reserved = kueue.condition(wl, c.QUOTA_RESERVED)
         since = predicates.parse_time((reserved or {}).get("lastTransitionTime"))
         if since is not None:
             metrics.QUOTA_TO_READY.observe(max(0.0, (self.clock.now() - since).total_seconds()))
@@ -980,7 +980,7 @@ def _created_since(node: Mapping[str, Any], since: Any) -> bool:
 
 def _node_ready(node: Mapping[str, Any] | None) -> bool:
     """Ready, and carrying none of the taints of a node still starting."""
-    if node is None or not predicates.is_true(node, "Ready"):
+    if node is None or not kueue.is_true(node, "Ready"):
         return False
     for taint in (node.get("spec") or {}).get("taints") or ():
         key = str((taint or {}).get("key") or "")
@@ -1026,7 +1026,7 @@ def waiting_for_nodes(workloads: store.Store, requests: store.Store) -> list[sto
 Reconcile = Callable[[str], Awaitable["float | None"]]
 
 
-def component(ctx: serve.Context) -> serve.Component:
+def component(ctx: context.Context) -> context.Component:
     """For `admission.app.components`: the Workload reconciler and the pod release controller
     (both leader only)."""
     settings = Settings(node_wait_seconds=int(ctx.config.provisioning_wait),
@@ -1036,7 +1036,7 @@ def component(ctx: serve.Context) -> serve.Component:
         kinds.RESOURCE_CLAIM_TEMPLATE, kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE,
         kinds.NODE, kinds.RESOURCE_SLICE, kinds.NODE_SHAPE, kinds.RESOURCE_CLAIM,
         kinds.FIT_POLICY, kinds.NAMESPACE, kinds.CLUSTER_QUEUE, kinds.POD)})
-    return serve.Component(controllers=[
+    return context.Component(controllers=[
         WorkloadReconciler(ctx.api, stores, ctx.inventory, clock=ctx.clock,
                            settings=settings, idle=ctx.idle_engine()),
         release.ReleaseController(ctx.api, ctx.informers.store(kinds.POD))])

@@ -11,7 +11,7 @@ import structlog
 
 from admission import clock as clock_
 from admission import constants as c
-from admission.check import predicates
+from admission import kueue
 from admission.kube import client, errors, kinds
 
 log = structlog.get_logger(__name__)
@@ -43,7 +43,7 @@ class Recorder:
             "reportingController": c.CONTROLLER_NAME,
             "reportingInstance": self.instance,
             "action": action, "reason": reason, "type": type_,
-            "note": predicates.message(None, note, limit=1024),
+            "note": kueue.one_line(note, 1024),
             # Objects from a list carry no apiVersion/kind: the caller names the kind.
             "regarding": {"apiVersion": regarding.get("apiVersion") or kind.api_version,
                           "kind": regarding.get("kind") or kind.kind, "name": meta.get("name"),

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from admission import config
+from admission import config, context
 from admission.app import serve
 from admission.kube import errors, fake, kinds
 from tests.admission import waits
@@ -87,7 +87,7 @@ async def test_not_ready_until_every_server_listens() -> None:
 
     api = fake.FakeClient()
     svc = serve.Service(_cfg(), api, factories=[
-        lambda ctx: serve.Component(servers=[SlowServer()])])
+        lambda ctx: context.Component(servers=[SlowServer()])])
     stop = asyncio.Event()
     task = asyncio.create_task(svc.run(stop))
     try:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from admission import config
+from admission import config, context
 from admission.app import serve
 from admission.gate import predicates as gating
 from admission.kube import fake, kinds
@@ -71,10 +71,10 @@ def test_the_gate_and_the_check_share_one_idle_engine() -> None:
     from admission.check import workload
     from admission.gate import reconciler as gate
 
-    captured: list[serve.Component] = []
+    captured: list[context.Component] = []
 
-    def keep(factory: serve.Factory) -> serve.Factory:
-        def wrapped(ctx: serve.Context) -> serve.Component:
+    def keep(factory: context.Factory) -> context.Factory:
+        def wrapped(ctx: context.Context) -> context.Component:
             captured.append(factory(ctx))
             return captured[-1]
         return wrapped
