@@ -9,6 +9,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from admission import constants as c
+from admission.check import inputs
 from admission.check import workload as wlr
 from admission.engine import inventory
 from admission.kube import fake, kinds, store
@@ -86,8 +87,8 @@ class World:
             self.stores[k].replace(self.api.objects(k))
 
     def reconciler(self, **settings: Any) -> wlr.WorkloadReconciler:
-        return wlr.WorkloadReconciler(self.api, wlr.Stores.of(self.stores), self.inventory,
-                                      clock=self.clock, settings=wlr.Settings(**settings))
+        return wlr.WorkloadReconciler(self.api, inputs.Stores.of(self.stores), self.inventory,
+                                      clock=self.clock, settings=inputs.Settings(**settings))
 
     async def reconcile(self, r: wlr.WorkloadReconciler | None = None, name: str = "train",
                         namespace: str = "default") -> float | None:

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import REGISTRY
 
+import fitcore
 from admission import constants as c
-from admission.check import provisioning
+from admission.check import inputs, ledger, provisioning
 from admission.check import workload as wlr
 from admission.engine import fitting
 from admission.kube import errors, kinds
@@ -420,6 +421,34 @@ async def test_provisioned_and_verified_is_ready_with_consume_annotations(
     assert sorted(set(nodes)) == ["h100-a", "h100-b"]
 
 
+async def test_a_verify_pass_parses_each_nodeshape_once_and_scans_owners_once(
+        world: w.World, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The verify pass needs the NodeShapes for the node owners, for readiness, for
+    # verification and for the provisioning class; before the pass, it parsed them for
+    # each (and scanned node ownership for readiness and again for the held nodes).
+    await _provisioned(world)
+    world.seed(*w.node("h100-a", created=w.NEW, shape="h100"),
+               *w.node("h100-b", created=w.NEW, shape="h100"))
+    parsed: list[str] = []
+    scans: list[int] = []
+    parse, scan = fitcore.node_shape, ledger.NodeLedger.node_owners
+
+    def counting_parse(obj: object) -> fitcore.NodeShape:
+        shape = parse(obj)  # type: ignore[arg-type]
+        parsed.append(shape.name)
+        return shape
+
+    def counting_scan(self: ledger.NodeLedger, node_shapes: object) -> inputs.Owners:
+        scans.append(1)
+        return scan(self, node_shapes)  # type: ignore[arg-type]
+    monkeypatch.setattr(fitcore, "node_shape", counting_parse)
+    monkeypatch.setattr(ledger.NodeLedger, "node_owners", counting_scan)
+    assert await world.reconcile() is None
+    assert world.entry()["state"] == "Ready", world.entry()["message"]
+    assert parsed == ["h100"]
+    assert len(scans) == 1
+
+
 async def test_misfit_retries_records_the_shape_and_releases_the_nodes(world: w.World) -> None:
     await _provisioned(world, count=2)
     # The node came with 2 GPUs instead of the 8 its shape promised.
@@ -767,13 +796,13 @@ async def test_nodes_promised_to_an_admitted_gang_are_not_promised_again(
     # Once train's pods have bound on n1 (their devices are then the inventory's), the
     # promise ends; n1 is judged on what it really holds.
     uid = world.workload()["metadata"]["uid"]
-    assert r.promised_nodes("someone-else") == {"n1"}
+    assert r.ledger.promised_nodes("someone-else") == {"n1"}
     for i in range(2):
         world.seed({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": f"train-{i}", "namespace": "default",
                                  "labels": {c.PLACEMENT_LABEL: uid}},
                     "spec": {"nodeName": "n1", "containers": []}})
-    assert r.promised_nodes("someone-else") == set()
+    assert r.ledger.promised_nodes("someone-else") == set()
 
 
 async def test_a_gang_that_fits_no_busy_node_is_retried_not_rejected(world: w.World) -> None:
@@ -789,7 +818,7 @@ async def test_a_gang_that_fits_no_busy_node_is_retried_not_rejected(world: w.Wo
             "status": {"phase": "Running"}}
     world.seed(*w.base(), *w.node("n1"), busy, w.admitted(w.workers(1)),
                w.admitted(w.workers(1, cpu="20"), name="other"))
-    r = wlr.WorkloadReconciler(world.api, wlr.Stores.of(world.stores), world.inventory,
+    r = wlr.WorkloadReconciler(world.api, inputs.Stores.of(world.stores), world.inventory,
                                clock=world.clock,
                                idle=fitting.StoreEngine(world.stores, idle=True))
     assert await world.reconcile(r) is None
