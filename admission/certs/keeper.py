@@ -34,75 +34,25 @@ import datetime
 import os
 import pathlib
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from admission import context
+from admission.certs import issue
 from admission.kube import client, errors, kinds
 
 log = structlog.get_logger("fitgate.certs")
 
 Clock = Callable[[], datetime.datetime]
 
-CA_VALIDITY = datetime.timedelta(days=3650)
-# Certificates start a little in the past so a node whose clock runs behind accepts them.
-BACKDATE = datetime.timedelta(minutes=5)
 # Concurrent writers (replicas) resolve in a few rounds; more means something is wrong.
 MAX_ATTEMPTS = 5
 
 
 def utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
-
-
-@dataclasses.dataclass(frozen=True)
-class CertConfig:
-    """Where the certificate lives and what it must name (from the chart's config)."""
-
-    namespace: str
-    secret_name: str
-    service_name: str
-    mutating_webhook: str
-    validating_webhook: str
-    validity: datetime.timedelta = datetime.timedelta(days=365)
-    renew_before: datetime.timedelta = datetime.timedelta(days=30)
-    cert_dir: str | None = None  # where this replica's webhook server reads tls.crt/tls.key
-
-    @property
-    def dns_names(self) -> tuple[str, ...]:
-        svc = f"{self.service_name}.{self.namespace}.svc"
-        return (svc, f"{svc}.cluster.local")
-
-
-@dataclasses.dataclass(frozen=True)
-class Bundle:
-    """PEM texts of what the Secret holds. `ca_cert` may hold several CAs (rotation)."""
-
-    ca_cert: bytes
-    ca_key: bytes
-    cert: bytes
-    key: bytes
-
-    def to_secret_data(self) -> dict[str, str]:
-        raw = {"ca.crt": self.ca_cert, "ca.key": self.ca_key, "tls.crt": self.cert,
-               "tls.key": self.key}
-        return {k: base64.b64encode(v).decode() for k, v in raw.items()}
-
-    @classmethod
-    def from_secret(cls, secret: client.Obj) -> Bundle | None:
-        data = secret.get("data") or {}
-        try:
-            return cls(*(base64.b64decode(data[k], validate=True)
-                         for k in ("ca.crt", "ca.key", "tls.crt", "tls.key")))
-        except (KeyError, TypeError, ValueError):
-            return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +77,7 @@ ENV = {"secret_name": "FITGATE_CERT_SECRET", "service_name": "FITGATE_WEBHOOK_SE
 
 
 def from_env(env: Mapping[str, str], namespace: str, cert_dir: str | None
-             ) -> CertConfig | None:
+             ) -> issue.CertConfig | None:
     """The settings the chart passes when `FITGATE_CERT_MODE=self-managed`; None when
     fitgate does not manage its certificate (cert-manager, or a local process)."""
     mode = env.get("FITGATE_CERT_MODE", "")
@@ -152,7 +102,7 @@ def from_env(env: Mapping[str, str], namespace: str, cert_dir: str | None
     if days["renew_before"] >= days["validity"]:
         raise CertConfigError("FITGATE_CERT_RENEW_BEFORE_DAYS must be less than "
                               "FITGATE_CERT_VALIDITY_DAYS")
-    return CertConfig(namespace=namespace, secret_name=env[ENV["secret_name"]],
+    return issue.CertConfig(namespace=namespace, secret_name=env[ENV["secret_name"]],
                       service_name=env[ENV["service_name"]],
                       mutating_webhook=env[ENV["mutating_webhook"]],
                       validating_webhook=env[ENV["validating_webhook"]],
@@ -160,7 +110,7 @@ def from_env(env: Mapping[str, str], namespace: str, cert_dir: str | None
                       cert_dir=cert_dir)
 
 
-def write_files(bundle: Bundle, cert_dir: str) -> bool:
+def write_files(bundle: issue.Bundle, cert_dir: str) -> bool:
     """Write tls.crt and tls.key (and ca.crt) into `cert_dir` when they differ; each file
     is replaced atomically (a reader sees the old or the new file, never half of one).
     The key goes first: the webhook server reloads when either file changes, and a
@@ -193,152 +143,13 @@ def write_files(bundle: Bundle, cert_dir: str) -> bool:
 # ---------------------------------------------------------------------- issuing
 
 
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-def issue_ca(now: datetime.datetime, validity: datetime.timedelta = CA_VALIDITY
-             ) -> tuple[bytes, bytes]:
-    """A new self-signed CA: (certificate PEM, key PEM)."""
-    key = _key()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME,
-                                         f"fitgate-webhook-ca-{int(now.timestamp())}")])
-    cert = (x509.CertificateBuilder()
-            .subject_name(name).issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - BACKDATE).not_valid_after(now + validity)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
-                                         crl_sign=True, content_commitment=False,
-                                         key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False,
-                                         decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
-    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
-
-
-def issue_serving(ca_cert_pem: bytes, ca_key_pem: bytes, dns_names: Sequence[str],
-                  now: datetime.datetime, validity: datetime.timedelta
-                  ) -> tuple[bytes, bytes]:
-    """A serving certificate for `dns_names` signed by the (first) CA in `ca_cert_pem`."""
-    ca_cert = x509.load_pem_x509_certificates(ca_cert_pem)[0]
-    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ValueError("the CA key is not an EC key")
-    key = _key()
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
-            .issuer_name(ca_cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - BACKDATE)
-            .not_valid_after(min(now + validity, ca_cert.not_valid_after_utc))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
-                           critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
-
-
-# ---------------------------------------------------------------------- checking
-
-
-def _ca_problem(bundle: Bundle, now: datetime.datetime, renew_before: datetime.timedelta
-                ) -> str | None:
-    try:
-        ca = x509.load_pem_x509_certificates(bundle.ca_cert)[0]
-        ca_key = serialization.load_pem_private_key(bundle.ca_key, password=None)
-    except ValueError as exc:
-        return f"the CA in the Secret cannot be read: {exc}"
-    if ca.public_key() != ca_key.public_key():
-        return "ca.key does not belong to the first certificate of ca.crt"
-    if ca.not_valid_after_utc - renew_before <= now:
-        return f"the CA expires at {ca.not_valid_after_utc.isoformat()}"
-    return None
-
-
-def _serving_problem(bundle: Bundle, dns_names: Sequence[str], now: datetime.datetime,
-                     renew_before: datetime.timedelta) -> str | None:
-    try:
-        ca = x509.load_pem_x509_certificates(bundle.ca_cert)[0]
-        cert = x509.load_pem_x509_certificate(bundle.cert)
-        key = serialization.load_pem_private_key(bundle.key, password=None)
-    except ValueError as exc:
-        return f"the serving certificate in the Secret cannot be read: {exc}"
-    if cert.public_key() != key.public_key():
-        return "tls.key does not belong to tls.crt"
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        return "the serving certificate is not signed by the current CA"
-    try:
-        names = cert.extensions.get_extension_for_class(
-            x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
-    except x509.ExtensionNotFound:
-        names = []
-    if sorted(names) != sorted(dns_names):
-        return f"the serving certificate names {sorted(names)}, not {sorted(dns_names)}"
-    if cert.not_valid_after_utc - renew_before <= now:
-        return f"the serving certificate expires at {cert.not_valid_after_utc.isoformat()}"
-    return None
-
-
-def _valid_cas(pem: bytes, now: datetime.datetime) -> list[x509.Certificate]:
-    try:
-        return [c for c in x509.load_pem_x509_certificates(pem) if c.not_valid_after_utc > now]
-    except ValueError:
-        return []
-
-
-def renew(old: Bundle | None, config: CertConfig, now: datetime.datetime
-          ) -> tuple[Bundle | None, tuple[str, ...]]:
-    """The bundle the Secret should hold and why, or (None, ()) when `old` is fine."""
-    if old is None:
-        reasons: tuple[str, ...] = ("the Secret holds no certificate",)
-        ca_cert, ca_key = issue_ca(now)
-        cas = ca_cert
-    else:
-        ca_why = _ca_problem(old, now, config.renew_before)
-        if ca_why is None:
-            why = _serving_problem(old, config.dns_names, now, config.renew_before)
-            if why is None:
-                return None, ()
-            reasons = (why,)
-            ca_cert, ca_key, cas = old.ca_cert, old.ca_key, old.ca_cert
-        else:
-            reasons = (ca_why,)
-            ca_cert, ca_key = issue_ca(now)
-            # Keep the CAs that are still valid, so the old serving certificate is trusted
-            # until every replica has loaded the new one.
-            kept = b"".join(c.public_bytes(serialization.Encoding.PEM)
-                            for c in _valid_cas(old.ca_cert, now))
-            cas = ca_cert + kept
-    cert, key = issue_serving(ca_cert, ca_key, config.dns_names, now, config.validity)
-    return Bundle(cas, ca_key, cert, key), reasons
-
-
-# ---------------------------------------------------------------------- the API
-
-
-async def _sync_secret(api: client.Client, config: CertConfig, now: datetime.datetime
-                       ) -> tuple[Bundle, str, tuple[str, ...]]:
+async def _sync_secret(api: client.Client, config: issue.CertConfig, now: datetime.datetime
+                       ) -> tuple[issue.Bundle, str, tuple[str, ...]]:
     for _ in range(MAX_ATTEMPTS):
         try:
             secret = await api.get(kinds.SECRET, config.secret_name, config.namespace)
         except errors.NotFound:
-            bundle, reasons = renew(None, config, now)
+            bundle, reasons = issue.renew(None, config, now)
             assert bundle is not None
             body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                     "metadata": {"name": config.secret_name, "namespace": config.namespace,
@@ -349,8 +160,8 @@ async def _sync_secret(api: client.Client, config: CertConfig, now: datetime.dat
             except errors.AlreadyExists:
                 continue  # another replica created it first: use theirs
             return bundle, "created", reasons
-        old = Bundle.from_secret(secret)
-        new, reasons = renew(old, config, now)
+        old = issue.Bundle.from_secret(secret)
+        new, reasons = issue.renew(old, config, now)
         if new is None:
             assert old is not None
             return old, "unchanged", ()
@@ -404,7 +215,7 @@ async def _sync_ca_bundle(api: client.Client, kind: kinds.Kind, name: str, ca_bu
                        f"{MAX_ATTEMPTS} attempts")
 
 
-async def ensure(api: client.Client, config: CertConfig, clock: Clock = utcnow) -> Outcome:
+async def ensure(api: client.Client, config: issue.CertConfig, clock: Clock = utcnow) -> Outcome:
     """One pass: the Secret holds a good certificate, this replica's `cert_dir` holds it,
     and both webhook configurations trust its CA. Raises the client's errors on an API
     outage (the caller retries). Run it once before the webhook server starts."""
@@ -424,7 +235,7 @@ async def ensure(api: client.Client, config: CertConfig, clock: Clock = utcnow) 
     return Outcome(secret_state, reasons, tuple(patched), tuple(missing), written)
 
 
-async def run(api: client.Client, config: CertConfig, *, interval_s: float = 3600.0,
+async def run(api: client.Client, config: issue.CertConfig, *, interval_s: float = 3600.0,
               retry_s: float = 10.0, clock: Clock = utcnow,
               on_outcome: Callable[[Outcome], None] | None = None,
               on_error: Callable[[Exception], None] | None = None) -> None:
@@ -451,7 +262,7 @@ class CertificateKeeper:
     holds a good pair (the first `ensure`, retried while the API fails), so a webhook
     server started after it finds its files; then `run` keeps them current until `stop`."""
 
-    def __init__(self, api: client.Client, config: CertConfig, *, clock: Clock = utcnow,
+    def __init__(self, api: client.Client, config: issue.CertConfig, *, clock: Clock = utcnow,
                  retry_s: float = 5.0, interval_s: float = 3600.0) -> None:
         self.api = api
         self.config = config

@@ -13,12 +13,13 @@ import types
 import pytest
 from cryptography import x509
 
+from admission.certs import issue
 from admission.certs import keeper as certs
 from admission.kube import errors, fake, kinds
 
 NS = "fitgate-system"
 T0 = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
-CONFIG = certs.CertConfig(namespace=NS, secret_name="fitgate-webhook-tls",
+CONFIG = issue.CertConfig(namespace=NS, secret_name="fitgate-webhook-tls",
                           service_name="fitgate", mutating_webhook="fitgate",
                           validating_webhook="fitgate",
                           validity=datetime.timedelta(days=365),
@@ -43,10 +44,10 @@ def _clock(at: datetime.datetime) -> certs.Clock:
     return lambda: at
 
 
-def _secret(c: fake.FakeClient) -> certs.Bundle:
+def _secret(c: fake.FakeClient) -> issue.Bundle:
     obj = c.find(kinds.SECRET, CONFIG.secret_name, NS)
     assert obj is not None
-    bundle = certs.Bundle.from_secret(obj)
+    bundle = issue.Bundle.from_secret(obj)
     assert bundle is not None
     return bundle
 
@@ -60,7 +61,7 @@ def _ca_bundles(c: fake.FakeClient) -> list[bytes]:
     return out
 
 
-def _serving(bundle: certs.Bundle) -> x509.Certificate:
+def _serving(bundle: issue.Bundle) -> x509.Certificate:
     return x509.load_pem_x509_certificate(bundle.cert)
 
 
@@ -138,7 +139,7 @@ async def test_ca_rotation_keeps_the_old_ca_trusted_until_it_expires() -> None:
     c = _cluster()
     await certs.ensure(c, CONFIG, _clock(T0))
     old = _secret(c)
-    near_ca_end = T0 + certs.CA_VALIDITY - datetime.timedelta(days=10)
+    near_ca_end = T0 + issue.CA_VALIDITY - datetime.timedelta(days=10)
     out = await certs.ensure(c, CONFIG, _clock(near_ca_end))
     new = _secret(c)
     assert out.secret == "rotated" and "CA expires" in out.reasons[0]
@@ -147,7 +148,7 @@ async def test_ca_rotation_keeps_the_old_ca_trusted_until_it_expires() -> None:
     _serving(new).verify_directly_issued_by(cas[0])
     assert _ca_bundles(c) == [new.ca_cert] * 3
     # The next CA rotation keeps the one it replaces and drops the first, now expired.
-    much_later = near_ca_end + certs.CA_VALIDITY - datetime.timedelta(days=10)
+    much_later = near_ca_end + issue.CA_VALIDITY - datetime.timedelta(days=10)
     await certs.ensure(c, CONFIG, _clock(much_later))
     third = x509.load_pem_x509_certificates(_secret(c).ca_cert)
     assert len(third) == 2 and third[1] == cas[0] and cas[1] not in third
@@ -169,7 +170,7 @@ async def test_an_unreadable_secret_is_reissued(data: dict) -> None:
 
 async def test_a_certificate_for_another_service_is_reissued() -> None:
     c = _cluster()
-    other = certs.CertConfig(**{**CONFIG.__dict__, "service_name": "old-name"})
+    other = issue.CertConfig(**{**CONFIG.__dict__, "service_name": "old-name"})
     await certs.ensure(c, other, _clock(T0))
     out = await certs.ensure(c, CONFIG, _clock(T0))
     assert out.secret == "rotated" and "names" in out.reasons[0]
@@ -191,7 +192,7 @@ async def test_a_replica_that_loses_the_create_race_adopts_the_winners_secret() 
     c.create = create_after_rival  # type: ignore[method-assign]
     out = await certs.ensure(c, CONFIG, _clock(T0))
     assert out.secret == "unchanged"
-    assert _secret(c) == certs.Bundle.from_secret(theirs)
+    assert _secret(c) == issue.Bundle.from_secret(theirs)
     assert _ca_bundles(c)[0] == _secret(c).ca_cert
 
 
@@ -269,7 +270,7 @@ CHART_ENV = {"FITGATE_CERT_MODE": "self-managed", "FITGATE_CERT_SECRET": "fg-web
 
 def test_settings_from_the_charts_environment() -> None:
     cfg = certs.from_env(CHART_ENV, "ns", "/etc/fitgate/tls")
-    assert cfg == certs.CertConfig(namespace="ns", secret_name="fg-webhook-tls",
+    assert cfg == issue.CertConfig(namespace="ns", secret_name="fg-webhook-tls",
                                    service_name="fg", mutating_webhook="fg",
                                    validating_webhook="fg",
                                    validity=datetime.timedelta(days=90),
