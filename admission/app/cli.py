@@ -140,7 +140,7 @@ def explain_target(target: str, namespace: str | None, default_namespace: str | 
     """(namespace, name, kind or None) of `fitgate explain`'s TARGET: NAMESPACE/NAME, or
     [KIND/]NAME in `namespace` (-n), else in `default_namespace` (the kubeconfig
     context's), else in "default"."""
-    from admission.app import diagnose as explain
+    from admission.app import diagnose
 
     fallback = namespace or default_namespace or "default"
     parts = target.split("/")
@@ -148,7 +148,7 @@ def explain_target(target: str, namespace: str | None, default_namespace: str | 
         return fallback, parts[0], None
     if len(parts) == 2 and all(parts):
         head, name = parts
-        is_kind = explain.job_kind(head) is not None or head.lower() in (
+        is_kind = diagnose.job_kind(head) is not None or head.lower() in (
             "workload", "workloads", "wl")
         if namespace or is_kind:
             return fallback, name, head
@@ -159,7 +159,7 @@ def explain_target(target: str, namespace: str | None, default_namespace: str | 
 def run_explain(args: argparse.Namespace, connect: Any = None) -> int:
     """`fitgate explain`; `connect(kubeconfig, context)` makes the client (tests pass a
     fake)."""
-    from admission.app import diagnose as explain
+    from admission.app import diagnose
     from admission.kube import client as kube_client
     from admission.kube import errors as kube_errors
 
@@ -170,10 +170,10 @@ def run_explain(args: argparse.Namespace, connect: Any = None) -> int:
         print(f"fitgate explain: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    async def run() -> explain.Report:
+    async def run() -> diagnose.Report:
         api = await (connect or kube_client.ApiClient.connect)(args.kubeconfig, args.context)
         try:
-            return await explain.explain(api, namespace, name, kind, fit=not args.no_fit)
+            return await diagnose.explain(api, namespace, name, kind, fit=not args.no_fit)
         finally:
             close = getattr(api, "close", None)
             if close is not None:
@@ -181,7 +181,7 @@ def run_explain(args: argparse.Namespace, connect: Any = None) -> int:
 
     try:
         report = asyncio.run(run())
-    except explain.NotFound as exc:
+    except diagnose.NotFound as exc:
         print(f"fitgate explain: {exc}", file=sys.stderr)
         return 1
     except kube_errors.ApiError as exc:

@@ -4,7 +4,7 @@ Start-up, in order:
 1. configuration (`config.load`) and logs (`logging.configure`);
 2. the API client (`kube.client.ApiClient`: in-cluster, or a kubeconfig and context);
 3. the informers (`kube.cache.Informers`, every kind of `cache.SERVE`), the
-   `inventory.ClusterInventory` over their stores, the reconcile `controller.Runtime`;
+   `inventory.ClusterInventory` over their stores, the reconcile `workqueue.Runtime`;
 4. the components (`components.factories()`): each gets the `Context` and returns a
    `Component` — controllers to register and servers to run (the webhook's TLS server);
 5. the health server on `health_port`, on every replica: `/healthz` (the process is alive),
@@ -45,7 +45,7 @@ from admission.app import components
 from admission.app import logging as flog
 from admission.engine import inventory
 from admission.kube import cache, client, lease
-from admission.runtime import workqueue as controller
+from admission.runtime import workqueue
 
 log = structlog.get_logger("fitgate.serve")
 
@@ -109,7 +109,7 @@ class Service:
         self.inventory = inventory.ClusterInventory(self.informers.store,
                                                     timeout=cfg.decision_timeout,
                                                     kube_version=cfg.kube_version)
-        self.runtime = controller.Runtime(self.informers.store, clock=self.clock,
+        self.runtime = workqueue.Runtime(self.informers.store, clock=self.clock,
                                           workers=cfg.workers)
         self.elector = lease.Elector(
             api, name=cfg.lease_name, namespace=cfg.namespace, identity=cfg.identity,

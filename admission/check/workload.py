@@ -72,8 +72,7 @@ from admission.engine import fitting, gangs
 from admission.kube import client, errors, kinds, store
 from admission.policy import fitpolicy as policy
 from admission.release import reconciler as release
-from admission.runtime import events, failpoint, metrics
-from admission.runtime import workqueue as controller
+from admission.runtime import events, failpoint, metrics, workqueue
 
 log = structlog.get_logger(__name__)
 
@@ -141,13 +140,13 @@ class WorkloadReconciler:
             names = kueue.ours(self.stores.admission_checks.list())
             if event.type == "DELETED" or kueue.entries(obj, names) or (
                     before is not None and kueue.entries(before, names)):
-                return [controller.key_of(obj)]
+                return [workqueue.key_of(obj)]
             return []
         if kind == kinds.ADMISSION_CHECK:
             if not kueue.ours([obj]):
                 return []
             check = _meta(obj).get("name")
-            return [controller.key_of(wl) for wl in self.stores.workloads.list()
+            return [workqueue.key_of(wl) for wl in self.stores.workloads.list()
                     if any(e.get("name") == check
                            for e in (wl.get("status") or {}).get("admissionChecks") or [])]
         if kind in (kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE):
@@ -164,7 +163,7 @@ class WorkloadReconciler:
         fetch (the store) → skip what is not ours to decide (`sync_not_ours`) → per
         check, on one pass's view of the NodeShapes and node owners, the entry it should
         have, written only if it changed (`sync_check`, ending in `sync_status`)."""
-        ns, name = controller.split(key)
+        ns, name = workqueue.split(key)
         namespace = ns or ""
         wl = self.stores.workloads.get(name, namespace)
         if wl is None:

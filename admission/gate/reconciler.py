@@ -49,8 +49,7 @@ from admission.engine import fitting
 from admission.gate import predicates as gating
 from admission.kube import client, errors, kinds, store
 from admission.policy import fitpolicy as policy
-from admission.runtime import events
-from admission.runtime import workqueue as controller
+from admission.runtime import events, workqueue
 
 log = structlog.get_logger("fitgate.gate")
 _MAX_REASONS = 20
@@ -134,7 +133,7 @@ class GateController:
              ) -> Iterable[str]:
         """The Workloads whose verdict an event may change (see the module docstring)."""
         if kind == kinds.WORKLOAD:
-            key = controller.key_of(event.object)
+            key = workqueue.key_of(event.object)
             if event.type == "DELETED":
                 self.held.discard(key)
             elif gating.gated_by_us(event.object, self.config.gate):
@@ -146,7 +145,7 @@ class GateController:
     # ----------------------------------------------------------------- reconcile
 
     async def reconcile(self, key: str) -> float | None:
-        ns, name = controller.split(key)
+        ns, name = workqueue.split(key)
         namespace = ns or ""
         wl = self.stores[kinds.WORKLOAD].get(name, namespace)
         if wl is None or not gating.gated_by_us(wl, self.config.gate):
@@ -210,7 +209,7 @@ class GateController:
 
     async def sync_ungate(self, key: str, job_kind: kinds.Kind, job_name: str,
                           wl: client.Obj, why: str | None) -> float | None:
-        namespace, _ = controller.split(key)
+        namespace, _ = workqueue.split(key)
         self.held.discard(key)
         try:
             job = await self.api.get(job_kind, job_name, namespace)
@@ -240,7 +239,7 @@ class GateController:
     async def sync_held(self, key: str, job_kind: kinds.Kind, job_name: str,
                         wl: client.Obj, verdict: fitting.Verdict, scope: policy.Scope
                         ) -> float | None:
-        ns, name = controller.split(key)
+        ns, name = workqueue.split(key)
         namespace = ns or ""
         self.held.add(key)
         result = verdict.result

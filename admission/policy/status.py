@@ -24,7 +24,7 @@ from typing import Any
 from admission import clock as clock_
 from admission.kube import client, errors, kinds, store
 from admission.policy import fitpolicy as policy
-from admission.runtime import workqueue as controller
+from admission.runtime import workqueue
 
 CONDITION = "Valid"
 _MESSAGE_LIMIT = 32_768
@@ -55,10 +55,10 @@ class PolicyStatusController:
     def keys(self, kind: kinds.Kind, event: client.WatchEvent, before: client.Obj | None
              ) -> Iterable[str]:
         if event.type != "DELETED":
-            yield controller.key_of(event.object)
+            yield workqueue.key_of(event.object)
 
     async def reconcile(self, key: str) -> float | None:
-        _, name = controller.split(key)
+        _, name = workqueue.split(key)
         obj = self.policies.get(name)
         if obj is None:
             return None

@@ -10,7 +10,7 @@ import pytest
 from admission import clock
 from admission.check import admissioncheck
 from admission.kube import fake, kinds, store
-from admission.runtime import workqueue as controller
+from admission.runtime import workqueue
 
 
 def _check(name: str, params: Any = None, controller_name: str = "fitgate.io/topology-fit"
@@ -102,7 +102,7 @@ async def test_checks_of_other_controllers_are_left_alone() -> None:
 async def test_runs_in_the_runtime_from_store_events() -> None:
     w = World()
     clk = clock.FakeClock()
-    rt = controller.Runtime(lambda k: w.stores[k.kind], clock=clk)
+    rt = workqueue.Runtime(lambda k: w.stores[k.kind], clock=clk)
     rt.register(w.rec)
     rt.start(leader_only=True)
     w.put(kinds.ADMISSION_CHECK, _check("fit"))

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from admission import clock
 from admission.kube import client, kinds, store
-from admission.runtime import workqueue as controller
+from admission.runtime import workqueue
 
 
 class Recording:
@@ -31,7 +31,7 @@ class Recording:
              ) -> Iterable[str]:
         if event.object["metadata"].get("labels", {}).get("ignore"):
             return ()
-        return (controller.key_of(event.object),)
+        return (workqueue.key_of(event.object),)
 
     async def reconcile(self, key: str) -> float | None:
         if key in self.running:
@@ -56,13 +56,13 @@ def _wl(name: str, **labels: str) -> dict:
 
 
 def _setup(script: dict[str, list[object]] | None = None, leader_only: bool = False
-           ) -> tuple[clock.FakeClock, store.Store, Recording, controller.Runtime]:
+           ) -> tuple[clock.FakeClock, store.Store, Recording, workqueue.Runtime]:
     clk = clock.FakeClock()
     s = store.Store(kinds.WORKLOAD)
     ctrl = Recording(clk, script)
     ctrl.leader_only = leader_only
-    rt = controller.Runtime(lambda k: s, clock=clk,
-                            retry=controller.Retry(base=0.5, maximum=4))
+    rt = workqueue.Runtime(lambda k: s, clock=clk,
+                            retry=workqueue.Retry(base=0.5, maximum=4))
     rt.register(ctrl)
     return clk, s, ctrl, rt
 
@@ -114,7 +114,7 @@ async def test_exceptions_retry_with_exponential_backoff_then_reset() -> None:
 
 
 async def test_retry_delay_is_bounded() -> None:
-    r = controller.Retry(base=0.5, maximum=4)
+    r = workqueue.Retry(base=0.5, maximum=4)
     assert [r.delay(n) for n in (1, 2, 3, 4, 10)] == [0.5, 1, 2, 4, 4]
 
 
@@ -169,9 +169,9 @@ async def test_a_failing_key_does_not_hold_back_others() -> None:
 
 
 def test_keys_round_trip() -> None:
-    assert controller.key_of({"metadata": {"name": "n", "namespace": "ns"}}) == "ns/n"
-    assert controller.split("ns/n") == ("ns", "n")
-    assert controller.split("cluster-scoped") == (None, "cluster-scoped")
+    assert workqueue.key_of({"metadata": {"name": "n", "namespace": "ns"}}) == "ns/n"
+    assert workqueue.split("ns/n") == ("ns", "n")
+    assert workqueue.split("cluster-scoped") == (None, "cluster-scoped")
 
 
 async def test_a_stale_earlier_entry_does_not_run_a_key_before_its_due_time() -> None:
