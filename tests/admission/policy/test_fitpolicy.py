@@ -145,7 +145,7 @@ def test_a_policy_limiting_nodes_keeps_the_gang_off_the_others() -> None:
 
 # --------------------------------------------------------------------------- the CRDs
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "shapes"
+EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples" / "shapes"
 
 
 @pytest.mark.parametrize("name", ["nodeshapes.fitgate.io", "fitpolicies.fitgate.io"])
