@@ -5,7 +5,7 @@
 Writes a realistic cluster (`tests/gang/realistic.py`, seed 1: unique device attributes,
 uneven allocations, mixed node types) as one `kind: List` file in YAML and in JSON (as
 `kubectl get -o yaml|json` prints it) into a temporary directory, with a workload file
-beside it, and times `admission.cli.load_inventory` on each: parsing, limits, strict
+beside it, and times `admission.app.offline.load_inventory` on each: parsing, limits, strict
 fields, conversion and the Inventory. Prints the median wall-clock seconds (and process
 CPU seconds, steadier on a shared machine) of `--repeat` loads. Generated files are
 removed afterwards.
@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from admission import cli
+from admission.app import offline
 from tests.gang import realistic as rl
 
 SEED = 1
@@ -49,7 +49,7 @@ def write(directory: pathlib.Path, nodes: int) -> dict[str, pathlib.Path]:
 
 def time_load(path: pathlib.Path, workload: pathlib.Path) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
-    cli.load_inventory([str(path)], [], str(workload))
+    offline.load_inventory([str(path)], [], str(workload))
     return time.perf_counter() - wall, time.process_time() - cpu
 
 

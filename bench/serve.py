@@ -44,8 +44,9 @@ from typing import Any
 
 import yaml
 
-from admission import inventory, policy
+from admission.engine import inventory
 from admission.kube import client, kinds, store
+from admission.policy import fitpolicy as policy
 from admission.webhook import decider
 from fitcore import (
     _alloc,  # noqa: F401  (fail loudly when the extension is not built)

@@ -103,7 +103,8 @@ def serve(nodes: int, cert: str, key: str, conn: multiprocessing.connection.Conn
     import structlog
     from aiohttp import web
 
-    from admission import config, fitting
+    from admission import config
+    from admission.engine import fitting
     from admission.webhook import decider, models, review, server
     from tests.admission import builders as ab
 

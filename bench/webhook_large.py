@@ -47,7 +47,8 @@ def serve(cert: str, key: str, inline: bool, conn: multiprocessing.connection.Co
           ) -> None:
     import structlog
 
-    from admission import config, fitting
+    from admission import config
+    from admission.engine import fitting
     from admission.webhook import connections, offload, review, server
     from tests.admission import builders as ab
 

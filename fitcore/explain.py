@@ -8,12 +8,9 @@ matchAttribute constraint the largest group of free devices sharing one value.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from fitcore import model, semantics
-
-if TYPE_CHECKING:
-    from fitcore.reference import Alternative, Prepared
+from fitcore.prepared import Alternative, Prepared
 
 
 def _plural(n: int, word: str) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from fitcore import cache, explain, model, pools, semantics, values, versions
+from fitcore import cache, explain, model, pools, prepared, semantics, values, versions
 
 DEFAULT_BUDGET = 2_000_000
 
@@ -29,43 +29,10 @@ class ClaimError(Exception):
     """The claims cannot be allocated as written (verdict `error`)."""
 
 
-@dataclasses.dataclass(slots=True)
-class Alternative:
-    """One way to satisfy a request, resolved against the node."""
-
-    request: model.DeviceRequest
-    exact: model.ExactRequest
-    device_class: model.DeviceClass
-    result_name: str
-    subrequest: str | None
-    label: str  # for messages: `ResourceClaim ns/name request req/sub`
-    # For allocationMode All: the devices that must all be allocated.
-    all_devices: list[tuple[pools.Pool, model.Device]] | None = None
-
-    @property
-    def needed(self) -> int:
-        return len(self.all_devices) if self.all_devices is not None else self.exact.count
-
-
+# The prepared problem's types live below explain, which reads them.
+Alternative = prepared.Alternative
+Prepared = prepared.Prepared
 _Pool = pools.Pool
-
-
-@dataclasses.dataclass(slots=True)
-class Prepared:
-    node: model.Node
-    inventory: model.Inventory
-    claims: Sequence[model.Claim]
-    pools: list[_Pool]
-    selector: semantics.Selector
-    # alternatives[claim][request] -> list of alternatives in preference order
-    alternatives: list[list[list[Alternative]]]
-    kube: versions.KubeVersion = versions.DEFAULT
-
-    def selectable(self, alt: Alternative, claim: model.Claim, pool: _Pool,
-                   s: model.ResourceSlice, device: model.Device) -> bool:
-        return (pools.device_on_node(self.node, s, device)
-                and semantics.device_selectable(self.selector, alt.device_class, alt.exact,
-                                                alt.label, pool.driver, device))
 
 
 def prepare(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim],

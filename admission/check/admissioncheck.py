@@ -24,8 +24,9 @@ from typing import Any
 import structlog
 
 from admission import clock as clock_
-from admission import controller, serve
+from admission import context
 from admission.kube import client, kinds, store
+from admission.runtime import workqueue
 
 CONTROLLER_NAME = "fitgate.io/topology-fit"
 FIELD_MANAGER = "fitgate"
@@ -85,7 +86,7 @@ class AdmissionCheckReconciler:
     leader_only = True
     watches = (kinds.ADMISSION_CHECK, kinds.FIT_POLICY)
 
-    def __init__(self, api: client.Client, store_of: controller.StoreOf, *,
+    def __init__(self, api: client.Client, store_of: workqueue.StoreOf, *,
                  clock: clock_.Clock | None = None) -> None:
         self.api = api
         self.checks = store_of(kinds.ADMISSION_CHECK)
@@ -95,11 +96,11 @@ class AdmissionCheckReconciler:
     def keys(self, kind: kinds.Kind, event: client.WatchEvent, before: client.Obj | None
              ) -> Iterable[str]:
         if kind == kinds.ADMISSION_CHECK:
-            return [controller.key_of(event.object)] if ours(event.object) else []
-        return [controller.key_of(c) for c in self.checks.list() if ours(c)]
+            return [workqueue.key_of(event.object)] if ours(event.object) else []
+        return [workqueue.key_of(c) for c in self.checks.list() if ours(c)]
 
     async def reconcile(self, key: str) -> float | None:
-        _, name = controller.split(key)
+        _, name = workqueue.split(key)
         check = self.checks.get(name)
         if check is None or not ours(check):
             return None
@@ -118,7 +119,7 @@ class AdmissionCheckReconciler:
         return None
 
 
-def component(ctx: serve.Context) -> serve.Component:
-    """For `admission.components`: the AdmissionCheck reconciler (leader only)."""
-    return serve.Component(controllers=[
+def component(ctx: context.Context) -> context.Component:
+    """For `admission.app.components`: the AdmissionCheck reconciler (leader only)."""
+    return context.Component(controllers=[
         AdmissionCheckReconciler(ctx.api, ctx.informers.store, clock=ctx.clock)])

@@ -36,10 +36,11 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 import fitcore
-from admission.check import constants as c
-from admission.check import events, predicates
+from admission import constants as c
+from admission.check import predicates
 from admission.check.predicates import Verdict
 from admission.kube import client, errors
+from admission.runtime import events
 
 log = structlog.get_logger(__name__)
 

@@ -37,12 +37,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 import fitcore
-from admission import backends, metrics, provisioning
-from admission.backends import karpenter as k
-from admission.check import constants as c
-from admission.check import predicates
+from admission import constants as c
+from admission import kueue
+from admission.check import backends, capacity, predicates, provisioning, readiness
+from admission.check.backends import karpenter as k
 from admission.check.predicates import Verdict
 from admission.kube import client, errors, kinds
+from admission.runtime import metrics
 
 if TYPE_CHECKING:
     from admission.check import workload
@@ -242,11 +243,9 @@ class KarpenterBackend:
             entry, "capacity", f"{said}; every NodeClaim of the attempt deleted"))
 
     def readiness(self, planned: fitcore.Plan, state: k.Attempt
-                  ) -> workload.NodeReadiness:
+                  ) -> readiness.NodeReadiness:
         """The attempt's Nodes Ready with a ResourceSlice per driver their shape
         publishes."""
-        from admission.check import workload  # the reconciler's own readiness rules
-
         node_shapes, _ = self.r.node_shapes()
         slices_of: dict[str, set[str]] = {}
         for s in self.r.stores.resource_slices.list():
@@ -268,13 +267,13 @@ class KarpenterBackend:
                           and all((_meta(node).get("labels") or {}).get(key) == v
                                   for key, v in labels.items()))
             new_nodes[shape_name] = mine
-            ok = [n for n in mine if workload._node_ready(self.r.stores.nodes.get(n))
+            ok = [n for n in mine if readiness.node_ready(self.r.stores.nodes.get(n))
                   and drivers <= slices_of.get(n, set())]
             ready += min(count, len(ok))
             if len(ok) < count:
                 waiting.append(f"{shape_name}: {len(ok)} of {count} new nodes ready with "
                                "their ResourceSlices")
-        return workload.NodeReadiness(ready, planned.nodes, new_nodes, waiting)
+        return readiness.NodeReadiness(ready, planned.nodes, new_nodes, waiting)
 
     async def sync_verify(self, wl: client.Obj, entry: Mapping[str, Any],
                           claims: Sequence[client.Obj], planned: fitcore.Plan,
@@ -283,7 +282,7 @@ class KarpenterBackend:
         names = _names(claims)
         ready = self.readiness(planned, state)
         since = max((t for x in claims
-                     if (t := predicates.parse_time((predicates.condition(x, k.INITIALIZED)
+                     if (t := predicates.parse_time((kueue.condition(x, k.INITIALIZED)
                                                      or {}).get("lastTransitionTime")))),
                     default=r.clock.now())
         waited = (r.clock.now() - since).total_seconds()
@@ -315,11 +314,10 @@ class KarpenterBackend:
                                       {"metadata": {"labels": {k.ADMITTED_LABEL: "true"}}})
             note = "" if ready.complete else (
                 f" (after {int(waited)}s, " + "; ".join(ready.waiting) + ")")
-            from admission.check import workload
             return await r.sync_ready(
                 wl, entry, wg, result.placements, {},
                 f"verified on the nodes of NodeClaims {names}: "
-                + workload._where(result.placements) + note)
+                + capacity.where(result.placements) + note)
         shown = list(result.mismatches[:3]) or list(result.reasons[:2])
         if not ready.complete:
             shown.insert(0, f"after waiting {int(waited)}s: " + "; ".join(ready.waiting))
@@ -337,7 +335,8 @@ class KarpenterBackend:
         if result.verdict == "misfit":
             await r.recorder.record(wl, "Warning", "ProvisionedNodesMisfit", verdict.message,
                                     action="Verify")
-            await r.sync_shape_mismatches(wl, f"NodeClaims {names}", planned, result, ready)
+            await capacity.sync_shape_mismatches(r, wl, f"NodeClaims {names}", planned,
+                                                 result, ready)
         await self.release_all(claims, "misfit")
         return wait
 

@@ -39,8 +39,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import fitcore
-from admission import gangs
-from admission.check import constants as c
+from admission import constants as c
+from admission.engine import gangs
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

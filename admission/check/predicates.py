@@ -1,4 +1,4 @@
-"""Pure reads of Kueue objects and the check entry fitgate writes; no I/O.
+"""Pure rules of the check entry fitgate writes; no I/O (Kueue reads: `admission.kueue`).
 
 The Workload reconciler decides with these, so each rule (whose check is ours, when a
 Workload may be written, how long Retry waits, what a message looks like) is testable on
@@ -9,64 +9,22 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from admission.check import constants as c
+from admission import constants as c
+from admission import kueue
 
 State = Literal["Pending", "Ready", "Retry", "Rejected"]
 Category = Literal["capacity", "configuration", "coordination"]
 
 
-def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    status = obj.get("status")
-    for cond in (status.get("conditions") if isinstance(status, Mapping) else None) or []:
-        if isinstance(cond, Mapping) and cond.get("type") == kind:
-            return cond
-    return None
-
-
-def is_true(obj: Mapping[str, Any], kind: str) -> bool:
-    cond = condition(obj, kind)
-    return cond is not None and cond.get("status") == "True"
-
-
-def admission(workload: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    adm = (workload.get("status") or {}).get("admission")
-    return adm if isinstance(adm, Mapping) else None
-
-
-def quota_reserved(workload: Mapping[str, Any]) -> bool:
-    return is_true(workload, c.QUOTA_RESERVED) and admission(workload) is not None
-
-
-def evicted(workload: Mapping[str, Any]) -> bool:
-    return is_true(workload, c.EVICTED)
-
-
-def finished(workload: Mapping[str, Any]) -> bool:
-    return is_true(workload, c.FINISHED)
-
-
-def ours(admission_checks: Iterable[Mapping[str, Any]]) -> set[str]:
-    """Names of the AdmissionChecks whose controllerName is fitgate's."""
-    return {str(ac["metadata"]["name"]) for ac in admission_checks
-            if (ac.get("spec") or {}).get("controllerName") == c.CONTROLLER_NAME}
-
-
-def entries(workload: Mapping[str, Any], names: set[str]) -> list[Mapping[str, Any]]:
-    """The Workload's `status.admissionChecks` entries of our checks."""
-    status = workload.get("status") or {}
-    return [e for e in status.get("admissionChecks") or []
-            if isinstance(e, Mapping) and e.get("name") in names]
-
-
 def may_write(workload: Mapping[str, Any], state: str) -> bool:
     """Retry and Rejected are never written while the Workload is Evicted or Finished:
     Kueue would not requeue it (kueue#3543). Nothing is written to a finished one."""
-    if finished(workload):
+    if kueue.finished(workload):
         return False
-    return not (evicted(workload) and state in (c.RETRY, c.REJECTED))
+    return not (kueue.evicted(workload) and state in (c.RETRY, c.REJECTED))
 
 
 def backoff(retry_count: int, base: int, cap: int) -> int:
@@ -76,15 +34,7 @@ def backoff(retry_count: int, base: int, cap: int) -> int:
 
 def message(category: Category | None, text: str, limit: int = c.MESSAGE_LIMIT) -> str:
     """One line a person can read, led by the category holding the gang back."""
-    line = " ".join(text.split())
-    if category:
-        line = f"{category}: {line}"
-    raw = line.encode()
-    if len(raw) <= limit:
-        return line
-    # Limits are in bytes where the API counts them (an Event's note), so cut by bytes:
-    # the text up to limit - 3 bytes, then the 3-byte ellipsis.
-    return raw[:limit - 3].decode(errors="ignore") + "…"
+    return kueue.one_line(f"{category}: {text}" if category else text, limit)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@ another leader admitted.
 
 Between Ready and its pods binding, an admitted gang's devices are not yet allocated, so
 the inventory shows them free; the Workload reconciler keeps those nodes out of other
-gangs' decisions until the pods have bound (`WorkloadReconciler.promised_nodes`). A
+gangs' decisions until the pods have bound (`ledger.NodeLedger.promised_nodes`). A
 replica that takes over leadership starts with an empty memory: without this module it
 would see those nodes free and could admit a second gang onto them.
 
@@ -45,7 +45,8 @@ from typing import Any
 import structlog
 
 from admission import clock as clock_
-from admission.check import constants as c
+from admission import constants as c
+from admission import kueue
 from admission.check import predicates
 from admission.kube import client, errors, kinds, store
 
@@ -113,17 +114,17 @@ class Recovery:
     def _admitted(self) -> list[tuple[client.Obj, str, float]]:
         """(Workload, uid, age in seconds) of the gangs fitgate admitted within the promise
         lifetime whose placements are not read yet."""
-        names = predicates.ours(self.checks.list())
+        names = kueue.ours(self.checks.list())
         now = self.clock.now()
         out = []
         for wl in self.workloads.list():
-            if predicates.finished(wl) or predicates.evicted(wl):
+            if kueue.finished(wl) or kueue.evicted(wl):
                 continue
             meta = wl.get("metadata") or {}
             uid = str(meta.get("uid") or "")
             if uid in self._made:
                 continue
-            for e in predicates.entries(wl, names):
+            for e in kueue.entries(wl, names):
                 if e.get("state") != c.READY:
                     continue
                 since = predicates.parse_time(e.get("lastTransitionTime"))

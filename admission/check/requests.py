@@ -1,7 +1,7 @@
 """The ProvisioningRequest backend of the Workload reconciler (`admission.backends.Backend`).
 
 A thin adapter over the reconciler's own ProvisioningRequest steps
-(`admission.check.workload`: `sync_new_request`, `sync_request`, `delete_request`,
+(`admission.check.capacity`: `sync_new_request`, `sync_request`, `delete_request`,
 `cleanup_requests`), so the reconciler drives both backends the same way; what it does is
 unchanged.
 """
@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import fitcore
-from admission import backends, provisioning
-from admission.check import constants as c
+from admission import constants as c
+from admission.check import backends, capacity, provisioning
 from admission.kube import client
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ class ProvisioningRequestBackend:
         self.r = reconciler
 
     def held(self, wl: client.Obj, check: str) -> list[client.Obj]:
-        return self.r.requests_of(wl, check)
+        return capacity.requests_of(self.r, wl, check)
 
     def attempt_of(self, obj: Mapping[str, Any]) -> int:
         raw = ((obj.get("metadata") or {}).get("labels") or {}).get(c.ATTEMPT_LABEL, "0")
@@ -36,22 +36,22 @@ class ProvisioningRequestBackend:
     async def start(self, wl: client.Obj, entry: Mapping[str, Any], wg: Any, attempt: int,
                     index: int, chosen: fitcore.Plan, alternatives: Sequence[fitcore.Plan],
                     why: Sequence[str] = (), previous: str = "") -> float | None:
-        return await self.r.sync_new_request(wl, entry, wg, attempt, index, chosen,
+        return await capacity.sync_new_request(self.r, wl, entry, wg, attempt, index, chosen,
                                              list(alternatives), why, previous)
 
     async def follow(self, wl: client.Obj, entry: Mapping[str, Any], attempt: int,
                      objs: Sequence[client.Obj]) -> float | None:
         keep = sorted(objs, key=provisioning.plan_index)
         for older in keep[:-1]:
-            await self.r.delete_request(older, "superseded by the next plan")
-        return await self.r.sync_request(wl, entry, attempt, keep[-1])
+            await capacity.delete_request(self.r, older, "superseded by the next plan")
+        return await capacity.sync_request(self.r, wl, entry, attempt, keep[-1])
 
     async def release(self, obj: Mapping[str, Any], why: str) -> None:
-        await self.r.delete_request(obj, why)
+        await capacity.delete_request(self.r, obj, why)
 
     async def cleanup(self, namespace: str, name: str, keep_uid: str | None,
                       uid: str | None = None) -> None:
-        await self.r.cleanup_requests(namespace, name, keep_uid, uid)
+        await capacity.cleanup_requests(self.r, namespace, name, keep_uid, uid)
 
     async def admitted(self, wl: client.Obj, check: str) -> float | None:
         return None  # the admitted gang's pods consume the request; nothing more to do

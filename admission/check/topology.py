@@ -6,9 +6,9 @@ With a TAS ResourceFlavor (`kueue.x-k8s.io/podset-required-topology` or
 only, and its ungater pins the pods there. A decision of fitgate's that holds elsewhere is
 worth nothing then. So, for such a Workload:
 
-- `assignment` reads the assigned domains and pod counts (v1beta2: `levels`, and `slices`
-  of `domainCount` domains, each level's value `universal` or `individual` prefix+root+
-  suffix, pod counts `universal` or `individual`);
+- `assignment` (`tasassignment`) reads the assigned domains and pod counts (v1beta2:
+  `levels`, and `slices` of `domainCount` domains, each level's value `universal` or
+  `individual` prefix+root+suffix, pod counts `universal` or `individual`);
 - `within_assignment` holds the gang to exactly those domains and counts
   (`fitcore.within_domains`: one pod set per domain, its nodeSelector extended with the
   domain's labels); every decision of the reconciler (plan, fit while a request is
@@ -53,11 +53,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 
 import fitcore
-from admission import gangs, gating, metrics
-from admission.check import constants as c
-from admission.check import predicates
+from admission import constants as c
+from admission import kueue
+from admission.check import capacity, predicates
 from admission.check.predicates import Verdict
+from admission.check.tasassignment import assignment
+from admission.engine import gangs
+from admission.gate import predicates as gating
 from admission.kube import client, errors, kinds
+from admission.runtime import metrics
 
 if TYPE_CHECKING:
     from admission.check import workload
@@ -76,112 +80,6 @@ STEER_RETRY_SECONDS = c.TOPOLOGY_STEER_RETRY_SECONDS
 
 Assigned = Mapping[str, tuple[fitcore.Domain, ...]]
 HOSTNAME = "kubernetes.io/hostname"
-
-
-# ------------------------------------------------------------------ reading
-
-
-def assignment(wl: Mapping[str, Any]) -> dict[str, tuple[fitcore.Domain, ...]]:
-    """The topology domains Kueue assigned, per pod set name ({} when none has any).
-    Raises fitcore.InputError naming the Workload and the field of every problem."""
-    who = gangs.describe(wl)
-    status = wl.get("status")
-    admission = status.get("admission") if isinstance(status, Mapping) else None
-    raw = admission.get("podSetAssignments") if isinstance(admission, Mapping) else None
-    if not isinstance(raw, list):
-        return {}
-    out: dict[str, tuple[fitcore.Domain, ...]] = {}
-    problems: list[fitcore.FieldError] = []
-    for i, psa in enumerate(raw):
-        if not isinstance(psa, Mapping) or psa.get("topologyAssignment") is None:
-            continue
-        path = f"status.admission.podSetAssignments[{i}].topologyAssignment"
-        domains = _domains(who, path, psa["topologyAssignment"], problems)
-        if domains:
-            out[str(psa.get("name") or "main")] = domains
-    if problems:
-        raise fitcore.InputError(problems)
-    return out
-
-
-def _domains(who: str, path: str, ta: Any, problems: list[fitcore.FieldError]
-             ) -> tuple[fitcore.Domain, ...]:
-    def bad(field: str, text: str) -> tuple[fitcore.Domain, ...]:
-        problems.append(fitcore.FieldError(who, f"{path}{field}", text))
-        return ()
-
-    if not isinstance(ta, Mapping):
-        return bad("", "must be an object")
-    levels = ta.get("levels")
-    if not isinstance(levels, list) or not levels or not all(
-            isinstance(x, str) and x for x in levels):
-        return bad(".levels", "must be a non-empty list of node label keys")
-    slices = ta.get("slices")
-    if not isinstance(slices, list):
-        return bad(".slices", "must be a list")
-    out: list[fitcore.Domain] = []
-    for s, sl in enumerate(slices):
-        spath = f".slices[{s}]"
-        if not isinstance(sl, Mapping):
-            bad(spath, "must be an object")
-            continue
-        count = sl.get("domainCount")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            bad(f"{spath}.domainCount", f"must be an integer of at least 1, got {count!r}")
-            continue
-        values = sl.get("valuesPerLevel")
-        if not isinstance(values, list) or len(values) != len(levels):
-            bad(f"{spath}.valuesPerLevel", f"must have one entry per level ({len(levels)})")
-            continue
-        per_level: list[list[str]] = []
-        for k, v in enumerate(values):
-            got = _level_values(v, count)
-            if isinstance(got, str):
-                bad(f"{spath}.valuesPerLevel[{k}]", got)
-                break
-            per_level.append(got)
-        else:
-            pods = _pod_counts(sl.get("podCounts"), count)
-            if isinstance(pods, str):
-                bad(f"{spath}.podCounts", pods)
-                continue
-            for j in range(count):
-                out.append(fitcore.Domain(
-                    {levels[k]: per_level[k][j] for k in range(len(levels))}, pods[j]))
-    return tuple(out)
-
-
-def _level_values(v: Any, count: int) -> list[str] | str:
-    """The values of one level for `count` domains, or what is wrong."""
-    if not isinstance(v, Mapping) or ("universal" in v) == ("individual" in v):
-        return "must set exactly one of universal and individual"
-    if "universal" in v:
-        u = v["universal"]
-        return [u] * count if isinstance(u, str) and u else "universal must be a value"
-    ind = v["individual"]
-    roots = ind.get("roots") if isinstance(ind, Mapping) else None
-    if not isinstance(roots, list) or len(roots) != count or not all(
-            isinstance(r, str) for r in roots):
-        return f"individual.roots must be {count} values (domainCount)"
-    prefix, suffix = ind.get("prefix") or "", ind.get("suffix") or ""
-    if not isinstance(prefix, str) or not isinstance(suffix, str):
-        return "individual.prefix and suffix must be strings"
-    return [f"{prefix}{r}{suffix}" for r in roots]
-
-
-def _pod_counts(p: Any, count: int) -> list[int] | str:
-    if not isinstance(p, Mapping) or ("universal" in p) == ("individual" in p):
-        return "must set exactly one of universal and individual"
-    if "universal" in p:
-        u = p["universal"]
-        if isinstance(u, bool) or not isinstance(u, int) or u < 1:
-            return f"universal must be an integer of at least 1, got {u!r}"
-        return [u] * count
-    ind = p["individual"]
-    if not isinstance(ind, list) or len(ind) != count or not all(
-            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in ind):
-        return f"individual must be {count} integers of at least 1 (domainCount)"
-    return list(ind)
 
 
 # ------------------------------------------------------------------ the gang
@@ -414,8 +312,9 @@ async def sync_plan(r: workload.WorkloadReconciler, wl: client.Obj, entry: Mappi
     if d.action == "ready":
         return await r.sync_ready(wl, entry, wg, there.placements, there.domains, d.text)
     if d.action == "request" and there.plan is not None:
-        return await r.sync_new_request(wl, entry, wg, attempt, 0, there.plan,
-                                        list(there.alternatives), why=list(there.reasons))
+        return await capacity.sync_new_request(r, wl, entry, wg, attempt, 0, there.plan,
+                                               list(there.alternatives),
+                                               why=list(there.reasons))
     if (elsewhere is not None and elsewhere.verdict == "unsatisfiable"
             and elsewhere.category == "configuration"
             and await r.never_fits(wg.original.gang, scope)):
@@ -468,7 +367,7 @@ def steer_patch(wl: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The JSON patch that adds the marked domain to the nodeSelector of each marked pod
     set of a Workload holding no quota ([]: nothing to do). A label the pod set already
     selects is left as it is (the user's choice, or an earlier steer, stands)."""
-    if predicates.quota_reserved(wl):
+    if kueue.quota_reserved(wl):
         return []
     meta = wl.get("metadata") or {}
     raw = (meta.get("annotations") or {}).get(DOMAIN_ANNOTATION)
@@ -511,7 +410,7 @@ async def steer(api: client.Client, wl: Mapping[str, Any]) -> None:
     reserved, reads the nodeSelector for its topology assignment, and does not copy it
     back from the job (its job/Workload equivalence compares counts, containers and
     tolerations only)."""
-    cond = predicates.condition(wl, c.EVICTED) or {}
+    cond = kueue.condition(wl, c.EVICTED) or {}
     if cond.get("reason") != "AdmissionCheck":
         return
     ops = steer_patch(wl)

@@ -42,9 +42,9 @@ from typing import Any
 import structlog
 
 import fitcore
-from admission import provisioning
-from admission.check import constants as c
-from admission.check import predicates
+from admission import constants as c
+from admission import kueue
+from admission.check import provisioning
 from admission.kube import client, store
 
 log = structlog.get_logger(__name__)
@@ -103,7 +103,7 @@ def _small_int(text: str | None, field: str, where: str, low: int, high: int) ->
 def pods_of(workload: Mapping[str, Any]) -> int:
     """The gang's pod count: the larger of its pod sets' counts and the admitted counts
     (a plan never asks for more new nodes than that)."""
-    adm = predicates.admission(workload) or {}
+    adm = kueue.admission(workload) or {}
     admitted = adm.get("podSetAssignments") if isinstance(adm, Mapping) else None
     totals = []
     for sets in (admitted, (workload.get("spec") or {}).get("podSets")):
@@ -179,7 +179,7 @@ def read(obj: Mapping[str, Any], workloads: store.Store, checks: Iterable[str]
     if labels.get(c.WORKLOAD_NAME_LABEL) != provisioning.label_value(wl_name):
         raise Untrusted(f"{where}: metadata.labels[{c.WORKLOAD_NAME_LABEL!r}]: does not name "
                         f"Workload {ref}")
-    ours = sorted(str(e.get("name")) for e in predicates.entries(wl, set(checks)))
+    ours = sorted(str(e.get("name")) for e in kueue.entries(wl, set(checks)))
     check_label = labels.get(c.CHECK_LABEL)
     check = next((n for n in ours if provisioning.label_value(n) == check_label), None)
     if check is None:

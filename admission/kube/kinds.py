@@ -51,7 +51,7 @@ PROVISIONING_REQUEST = Kind("ProvisioningRequest", "autoscaling.x-k8s.io", "v1",
                             "provisioningrequests", True)
 NODE_SHAPE = Kind("NodeShape", "fitgate.io", "v1alpha1", "nodeshapes", False)
 FIT_POLICY = Kind("FitPolicy", "fitgate.io", "v1alpha1", "fitpolicies", False)
-# Karpenter (admission.backends.karpenter): NodeClaims fitgate creates for a plan, owned by
+# Karpenter (admission.check.backends.karpenter): NodeClaims fitgate creates for a plan, owned by
 # the NodePool its shape names.
 NODE_CLAIM = Kind("NodeClaim", "karpenter.sh", "v1", "nodeclaims", False)
 NODE_POOL = Kind("NodePool", "karpenter.sh", "v1", "nodepools", False)

@@ -41,7 +41,7 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.NAMESPACE, ""): frozenset({"get", "list", "watch"}),
     (kinds.POD, ""): frozenset({"get", "list", "watch", "patch"}),
     (kinds.POD_TEMPLATE, ""): frozenset({"get", "list", "watch", "create", "delete"}),
-    # The placements of an admitted gang (admission.release), one per Workload uid.
+    # The placements of an admitted gang (admission.release.reconciler), one per Workload uid.
     (kinds.CONFIG_MAP, ""): frozenset({"get", "create", "patch", "delete"}),
     (kinds.EVENT, ""): frozenset({"create", "patch"}),
     (kinds.LEASE, ""): frozenset({"get", "create", "update", "patch"}),
@@ -66,7 +66,7 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.NODE_SHAPE, ""): frozenset({"get", "list", "watch"}),
     (kinds.NODE_SHAPE, "status"): frozenset({"patch"}),
     (kinds.FIT_POLICY, ""): frozenset({"get", "list", "watch"}),
-    # The Valid condition on each FitPolicy (admission/policy_status.py).
+    # The Valid condition on each FitPolicy (admission/policy/status.py).
     (kinds.FIT_POLICY, "status"): frozenset({"patch"}),
 }
 
@@ -82,7 +82,7 @@ KARPENTER: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
 }
 
 #: Calls made only when fitgate manages its own serving certificate (chart value
-#: `certificates.mode: self-managed`, `admission/certs.py`): the Secret that holds the CA
+#: `certificates.mode: self-managed`, `admission/certs/keeper.py`): the Secret that holds the CA
 #: and the serving certificate, and the caBundle of fitgate's two webhook configurations.
 SELF_MANAGED_CERTS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.SECRET, ""): frozenset({"get", "create", "patch"}),
@@ -125,7 +125,7 @@ def _union(*tables: dict[tuple[kinds.Kind, str], frozenset[Verb]]
 ALL_PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = _union(
     PERMISSIONS, SELF_MANAGED_CERTS, KARPENTER)
 
-#: The calls of `fitgate release --all` (admission/release_all.py), which the chart's
+#: The calls of `fitgate release --all` (admission/app/release_all.py), which the chart's
 #: uninstall hook Job makes with a ServiceAccount of its own, granted exactly these
 #: (cluster-wide: gated jobs and pods are in every namespace).
 RELEASE_ALL: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {

@@ -1,14 +1,14 @@
 """The webhook and the gate as a `fitgate serve` component (list `component` in
-`admission/components.py`).
+`admission/app/components.py`).
 
-- The webhook server runs on every replica (`serve.Server`): TLS from `cert_dir`
+- The webhook server runs on every replica (`context.Server`): TLS from `cert_dir`
   (`tls.crt`, `tls.key`, reloaded when they change) on `webhook_port`; `/readyz` answers
   200 once the informers are synced.
 - The gate controller and the FitPolicy status controller (`Valid`) run on the leader
   (`controller.Controller`).
 
 Each decides on the idle cluster (could the gang ever fit as configured?): the gate in
-a worker thread on the process's one idle engine (`serve.Context.idle_engine`, shared
+a worker thread on the process's one idle engine (`context.Context.idle_engine`, shared
 with the check); the webhook, by default (`webhook_decisions: process`), in a child
 process with its own copy (`decider.ProcessDecider`), so neither the engine's GIL time
 nor its garbage collections stall the loop that answers admission requests, and a gate
@@ -20,16 +20,16 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
-from admission import fitting, gate, policy_status
+from admission import context
+from admission.engine import fitting
+from admission.gate import reconciler as gate
 from admission.kube import kinds, store
+from admission.policy import status as policy_status
 from admission.webhook import connections, decider, review, server
-
-if TYPE_CHECKING:
-    from admission import serve
 
 log = structlog.get_logger("fitgate.webhook")
 
@@ -40,7 +40,7 @@ KINDS = (*fitting.INVENTORY_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE, kinds.WORKLOAD
 
 
 class WebhookServer:
-    """The webhook's HTTPS site as a `serve.Server`."""
+    """The webhook's HTTPS site as a `context.Server`."""
 
     def __init__(self, hooks: review.Hooks, host: str, port: int, cert_dir: str,
                  limits: connections.Limits | None = None) -> None:
@@ -62,15 +62,13 @@ class WebhookServer:
         await self._stack.aclose()
 
 
-def component(ctx: serve.Context) -> serve.Component:
-    from admission import serve
-
+def component(ctx: context.Context) -> context.Component:
     stores: dict[kinds.Kind, store.Store] = {k: ctx.informers.store(k) for k in KINDS}
     version = ctx.config.kube_version
     gate_controller = gate.GateController(
         ctx.api, stores, ctx.idle_engine(), clock=ctx.clock,
         config=gate.GateConfig(decision_timeout=ctx.config.decision_timeout))
-    servers: list[serve.Server] = []
+    servers: list[context.Server] = []
     if ctx.config.cert_dir:
         deciding: fitting.Engine | decider.ProcessDecider = (
             decider.ProcessDecider(stores, kube_version=version,
@@ -89,4 +87,4 @@ def component(ctx: serve.Context) -> serve.Component:
         log.warning("webhook.disabled", reason="no cert_dir configured; the gate still runs")
     statuses = policy_status.PolicyStatusController(ctx.api, stores[kinds.FIT_POLICY],
                                                     clock=ctx.clock)
-    return serve.Component(controllers=[gate_controller, statuses], servers=servers)
+    return context.Component(controllers=[gate_controller, statuses], servers=servers)

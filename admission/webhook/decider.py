@@ -49,8 +49,9 @@ from typing import Any, Protocol
 import structlog
 
 import fitcore
-from admission import fitting, policy
+from admission.engine import fitting
 from admission.kube import client, kinds, store
+from admission.policy import fitpolicy as policy
 
 log = structlog.get_logger("fitgate.webhook")
 

@@ -65,8 +65,12 @@ from typing import Any, Literal
 import structlog
 
 import fitcore
-from admission import fitting, gating, metrics, policy, release
+from admission.engine import fitting
+from admission.gate import predicates as gating
 from admission.kube import client, kinds, store
+from admission.policy import fitpolicy as policy
+from admission.release import reconciler as release
+from admission.runtime import metrics
 from admission.webhook import decider, models, offload
 
 log = structlog.get_logger("fitgate.webhook")

@@ -31,7 +31,7 @@ import pydantic
 import structlog
 from aiohttp import web
 
-from admission import metrics
+from admission.runtime import metrics
 from admission.webhook import connections, models, review
 
 log = structlog.get_logger("fitgate.webhook")

@@ -178,7 +178,7 @@ class Fitgate:
         # Replica 0 serves the URL the chart's webhook configurations call; the others
         # serve a port of their own (the API server calls one URL).
         webhook = self.webhook_port if index == 0 else processes.free_port()
-        argv = [sys.executable, "-m", "admission.cli", "serve",
+        argv = [sys.executable, "-m", "admission.app.cli", "serve",
                 f"--config={self.workdir / 'fitgate.yaml'}",
                 f"--kubeconfig={creds.kubeconfig}", f"--identity=e2e-{index}",
                 "--health-address=127.0.0.1", f"--health-port={health}",

@@ -122,7 +122,7 @@ def test_fitgate_may_only_release_its_own_gate_and_write_its_own_configmaps(
         ok, err = patch_pod(tools, kc, name, ops)
         assert not ok and message in err, (name, ops, err)
 
-    # What fitgate does (admission/release.py): pin to the node, note the slot, release.
+    # What fitgate does (admission/release/reconciler.py): pin to the node, note the slot, release.
     ok, err = patch_pod(tools, kc, "held", [
         {"op": "add", "path": "/metadata/annotations/fitgate.io~1slot", "value": "w/0"},
         {"op": "add", "path": "/spec/nodeSelector",

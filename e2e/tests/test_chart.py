@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import yaml
 
-from admission import gating
+from admission.gate import predicates as gating
 from admission.kube import kinds, rbac
 from e2e import builders, harness, kube
 from e2e.cluster.local import build, processes

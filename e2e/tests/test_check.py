@@ -12,7 +12,7 @@ with real Kueue, kube-scheduler, cluster-autoscaler (kwok provider) and the fake
 - The controller killed at each further step, then started again: after planning (before
   the request exists) and after the request is Provisioned (before the nodes are looked
   at), both at the exact point by the `FITGATE_TEST_EXIT_AT` test hook
-  (`admission/failpoint.py`), and during verification (the new nodes up, their slices
+  (`admission/runtime/failpoint.py`), and during verification (the new nodes up, their slices
   late by the shape's delay, the check saying it waits for them). Each converges: admitted
   once on the verified new nodes, one request for the attempt, and none of fitgate's
   requests or PodTemplates left once the Job has finished.
@@ -101,9 +101,9 @@ async def install_rbac(e2e: harness.Harness) -> None:
 async def fitgate(e2e: harness.Harness, local_cluster: cluster.LocalCluster,
                   request: pytest.FixtureRequest) -> runner.LocalProcess:
     """`fitgate serve` as a process of this test, with the ServiceAccount's token.
-    Parametrized indirectly with a step of `admission/failpoint.py`, it exits there
+    Parametrized indirectly with a step of `admission/runtime/failpoint.py`, it exits there
     (FITGATE_TEST_EXIT_AT) until the test removes the variable and starts it again."""
-    from admission import failpoint
+    from admission.runtime import failpoint
 
     step = getattr(request, "param", None)
     env = {"PYTHONUNBUFFERED": "1"}
@@ -124,7 +124,7 @@ async def fitgate(e2e: harness.Harness, local_cluster: cluster.LocalCluster,
     port = processes.free_port()
     return await e2e.start_process(
         "fitgate-serve",
-        [sys.executable, "-m", "admission.cli", "serve",
+        [sys.executable, "-m", "admission.app.cli", "serve",
          "--kubeconfig", str(creds.kubeconfig), "--leader-election", "false",
          "--health-address", "127.0.0.1", "--health-port", str(port),
          "--namespace", cluster.SYSTEM_NAMESPACE, "--provisioning-wait", "120"],
@@ -296,7 +296,7 @@ async def _killed_at(e2e: harness.Harness, fitgate: runner.LocalProcess, step: s
     """Kill fitgate at `step`, start it again, and check it converges: the gang admitted
     once on verified new nodes, exactly one request for the attempt, and nothing of
     fitgate's left once the Job has finished."""
-    from admission import failpoint
+    from admission.runtime import failpoint
 
     check, queue = await fitgate_queue(e2e)
     await e2e.kube.create(builders.claim_template(

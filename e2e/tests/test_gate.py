@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from admission import gating
+from admission.gate import predicates as gating
 from admission.kube import rbac
 from e2e import builders, dra_driver, harness, kube
 from e2e.cluster.local import processes
@@ -101,7 +101,7 @@ async def start_fitgate(e2e: harness.Harness, cert_dir: pathlib.Path, port: int)
         # Step 1 expects the warning on the first submission of its spec: the validation
         # waits for the decision, up to the review's 2 s (the default, 10 ms, allows a
         # new spec unchecked and warns from its next submission on; the unit tests in
-        # tests/admission/test_webhook.py have that).
+        # tests/admission/webhook/test_review.py have that).
         "--webhook-decision-budget", "2",
         "--cert-dir", str(cert_dir), "--leader-election", "false", "--namespace", ns,
         "--log-format", "console"], env={"KUBECONFIG": str(creds.kubeconfig)},

@@ -110,7 +110,7 @@ _AUDITED_RUN = textwrap.dedent("""
             if any(path.startswith(r) for r in roots):
                 opened.add(path)
     sys.addaudithook(hook)
-    from admission import cli
+    from admission.app import cli
     for argv in json.loads(sys.argv[2]):
         code = cli.main(argv)
         if code:
@@ -152,7 +152,7 @@ def test_the_wheel_holds_every_file_the_code_opens(installed: Installed) -> None
     # the strict-field schema. Without these, an empty set would pass.
     assert "fitcore/schema.json" in opened, sorted(opened)
     assert any(p.endswith(".so") for p in opened), sorted(opened)
-    assert "admission/cli.py" in opened, sorted(opened)
+    assert "admission/app/cli.py" in opened, sorted(opened)
     missing = sorted(opened - shipped)
     assert not missing, f"opened at run time but not in {installed.wheel.name}: {missing}"
 

@@ -78,7 +78,7 @@ async def _serve(e2e: harness.Harness, kubeconfig: pathlib.Path, identity: str
                  ) -> tuple[runner.LocalProcess, int]:
     """`fitgate serve` as a process of this test; returns once /readyz answers 200."""
     port = _free_port()
-    argv = [sys.executable, "-m", "admission.cli", "serve",
+    argv = [sys.executable, "-m", "admission.app.cli", "serve",
             "--kubeconfig", str(kubeconfig), "--namespace", e2e.namespace,
             "--lease-name", "fitgate", "--identity", identity,
             "--health-address", "127.0.0.1", "--health-port", str(port),

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from admission import gating
+from admission.gate import predicates as gating
 from e2e import builders, harness
 from e2e.cluster.local import cluster
 from e2e.scenarios import fitgate, topology
@@ -47,7 +47,7 @@ async def _run_hook(local: cluster.LocalCluster, argv: list[str], account: str,
                     namespace: str) -> dict[str, Any]:
     creds = local.token_for(account, namespace, duration="10m")
     proc = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "admission.cli", *argv, "-o", "json",
+        subprocess.run, [sys.executable, "-m", "admission.app.cli", *argv, "-o", "json",
                          f"--kubeconfig={creds.kubeconfig}"],
         capture_output=True, text=True, timeout=120, check=False, cwd=fitgate.REPO)
     assert proc.returncode == 0, proc.stderr

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from admission import gating
+from admission.gate import predicates as gating
 from e2e import builders, harness
 from e2e.cluster.local import cluster
 from e2e.scenarios import fitgate, many, topology

@@ -9,7 +9,7 @@ import pathlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from admission import gating
+from admission.gate import predicates as gating
 from admission.kube import kinds, store
 from tests.gang import builders as gb
 

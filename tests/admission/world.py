@@ -1,5 +1,5 @@
 """A small world for check tests: the FakeClient, stores refreshed from it (as watches
-would), a fake clock, and the process's `admission.inventory.ClusterInventory`, kept
+would), a fake clock, and the process's `admission.engine.inventory.ClusterInventory`, kept
 current by the stores' events."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import datetime
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from admission import inventory
-from admission.check import constants as c
+from admission import constants as c
+from admission.check import inputs
 from admission.check import workload as wlr
+from admission.engine import inventory
 from admission.kube import fake, kinds, store
 from fitcore import gang, plan
 from tests.gang import builders as gb
@@ -86,8 +87,8 @@ class World:
             self.stores[k].replace(self.api.objects(k))
 
     def reconciler(self, **settings: Any) -> wlr.WorkloadReconciler:
-        return wlr.WorkloadReconciler(self.api, wlr.Stores.of(self.stores), self.inventory,
-                                      clock=self.clock, settings=wlr.Settings(**settings))
+        return wlr.WorkloadReconciler(self.api, inputs.Stores.of(self.stores), self.inventory,
+                                      clock=self.clock, settings=inputs.Settings(**settings))
 
     async def reconcile(self, r: wlr.WorkloadReconciler | None = None, name: str = "train",
                         namespace: str = "default") -> float | None:

@@ -3,7 +3,7 @@ metrics.dashboard), rendered by the real helm and checked with the real rule too
 promtool (built from Go modules into the cache like helm, `make helm-bin`) checks the
 rules, and its rule unit tests show each alert firing on the series of a failure and
 staying quiet on a healthy fitgate. Every metric the rules and the dashboard query is
-one fitgate exports (admission.metrics, default registry)."""
+one fitgate exports (admission.runtime.metrics, default registry)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import prometheus_client
 import pytest
 import yaml
 
-from admission import metrics, serve  # serve: every module that defines a metric
+from admission.app import serve  # serve: every module that defines a metric
+from admission.runtime import metrics
 from e2e.cluster.local import build
 from tests.chart.conftest import NAMESPACE, Helm, by_kind, one
 
@@ -217,7 +218,7 @@ def test_the_dashboard_queries_only_metrics_fitgate_exports(helm: Helm) -> None:
     _, dashboard = dashboard_of(helm)
     queried = {m for e in _exprs(dashboard) for m in METRIC.findall(e)}
     assert queried <= exported(), queried - exported()
-    # Every state gauge and counter of admission.metrics is on it.
+    # Every state gauge and counter of admission.runtime.metrics is on it.
     assert {"fitgate_checks_pending", "fitgate_leader", "fitgate_build_info",
             "fitgate_jobs_held_total", "fitgate_provisioning_requests_in_flight",
             "fitgate_serving_certificate_expiry_timestamp_seconds"} <= queried

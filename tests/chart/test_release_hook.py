@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from admission import cli
+from admission.app import cli
 from admission.kube import rbac
 from tests.chart import openapi
 from tests.chart.conftest import NAMESPACE, SCENARIOS, Helm

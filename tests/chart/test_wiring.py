@@ -1,5 +1,5 @@
 """The chart and the code agree: the configuration file the chart writes is one `fitgate
-serve` loads, the certificate settings it passes are the ones `admission/certs.py` reads,
+serve` loads, the certificate settings it passes are the ones `admission/certs/keeper.py` reads,
 the job kinds it gates are the ones the code handles, and the fitgate objects shipped as
 examples are valid against the CRDs the chart installs."""
 
@@ -11,7 +11,8 @@ import re
 import pytest
 import yaml
 
-from admission import certs, config
+from admission import config
+from admission.certs import keeper as certs
 from admission.kube import kinds
 from tests.chart import openapi
 from tests.chart.conftest import CHART, NAMESPACE, SCENARIOS, Helm, config_of, env_of, one

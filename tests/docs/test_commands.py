@@ -16,7 +16,7 @@ import shlex
 
 import pytest
 
-from admission import cli
+from admission.app import cli
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

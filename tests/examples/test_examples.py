@@ -10,7 +10,7 @@ import pathlib
 import pytest
 import yaml
 
-from admission import cli
+from admission.app import cli
 from fitcore import workload
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from admission import cli
+from admission.app import cli
 from tests.gang import builders as gb
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pathlib
 import pytest
 import yaml
 
-from admission import cli
+from admission.app import cli, offline
 from fitcore import read
 from tests.gang import realistic as rl
 
@@ -115,7 +115,7 @@ def _load_with(tmp_path: pathlib.Path, tick: float) -> list[str]:
                          for d in yaml.safe_load_all(p.read_text()) if d])
     lines: list[str] = []
     progress = read.Progress(lines.append, clock=_Clock(tick))
-    cli.load_inventory([inventory], [str(EXAMPLES / "shapes")],
+    offline.load_inventory([inventory], [str(EXAMPLES / "shapes")],
                        str(EXAMPLES / "workload.yaml"), progress=progress)
     return lines
 

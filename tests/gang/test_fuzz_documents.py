@@ -20,7 +20,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission import cli
+from admission.app import cli
 
 EXAMPLES = int(os.environ.get("FITGATE_DOC_FUZZ_EXAMPLES", "10000"))
 HERE = pathlib.Path(__file__).parent / "manifests"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from admission import cli
+from admission.app import offline
 from fitcore import errors, gang, inventory, plan, projection, reasons, versions, workload
 from tests.fitcore import builders as b
 from tests.gang import builders as gb
@@ -46,7 +46,7 @@ CASES = [
 
 
 def _docs(paths: Sequence[str]) -> list[Any]:
-    return cli.read_documents([str(HERE / p) for p in paths])
+    return offline.read_documents([str(HERE / p) for p in paths])
 
 
 def snapshot_answer(inv_paths: Sequence[str], wl_path: str, kube: str) -> plan.PlanResult:
@@ -74,7 +74,7 @@ def inventory_objects(inv_paths: Sequence[str], wl_path: str) -> list[Any]:
 
 def gang_from(inv_paths: Sequence[str], wl_path: str) -> gang.Gang:
     docs = [o for o, _ in _docs(inv_paths) + _docs([wl_path])]
-    key = cli._key  # (namespace, name), defaulted namespace
+    key = offline._key  # (namespace, name), defaulted namespace
     templates = {key(o): o for o in docs if o.get("kind") == "ResourceClaimTemplate"}
     claims = {key(o): o for o in docs if o.get("kind") == "ResourceClaim"}
     (obj,) = [o for o, _ in _docs([wl_path]) if o.get("kind") in ("Job", "Workload")]

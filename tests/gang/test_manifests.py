@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from admission import cli
+from admission.app import cli
 
 HERE = pathlib.Path(__file__).parent / "manifests"
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 import fitcore
-from admission import cli, fitting, gangs
+from admission.app import offline
+from admission.engine import fitting, gangs
 from admission.kube import kinds, store
 from tests.admission import world as w
 from tests.gang import builders as gb
@@ -67,7 +68,7 @@ def _cli(tmp_path: pathlib.Path, obj: dict[str, Any]) -> fitcore.Gang:
         *gb.classes(), *gb.gpu_node("n1"), _template()]}))
     wl = tmp_path / "workload.json"
     wl.write_text(json.dumps(obj))
-    g, _inv = cli.load_inventory([str(cluster)], [], str(wl))
+    g, _inv = offline.load_inventory([str(cluster)], [], str(wl))
     return g
 
 

@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 import fitcore
-from admission import provisioning
+from admission.check import provisioning
 
 #: An annotation as fitgate has written it since plans were stored (compact, sorted).
 STORED = ('{"domains":{"workers":"rail-new-domain-0"},"placements":[{"index":0,"node":'

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import fitcore
-from admission import fitting
+from admission.engine import fitting
 
 codes = fitcore.reasons
 

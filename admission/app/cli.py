@@ -1,0 +1,293 @@
+"""The `fitgate` command line.
+
+`fitgate fit` and `fitgate verify` answer offline what the admission check answers in the
+cluster (`admission.app.offline`); `fitgate serve` runs the service
+(`admission.app.serve`); `fitgate explain` says where a gang stands and what holds it back,
+from the live objects (`admission.app.diagnose`).
+
+Exit status: 0 for any verdict; 2 for bad input, with a message naming the file, the
+object and the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import sys
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from typing import Any
+
+import yaml
+
+import fitcore
+from admission import config
+from admission.app import offline
+from admission.runtime import failpoint
+
+EXIT_BAD_INPUT = 2
+
+
+# ------------------------------------------------------------------------ main
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fitgate", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    fit = sub.add_parser("fit", help="fit a workload's gang against an offline inventory")
+    fit.add_argument("--inventory", action="append", required=True, metavar="PATH",
+                     help="Nodes, ResourceSlices, DeviceClasses, ResourceClaims, Pods "
+                          "(file or directory; repeatable)")
+    fit.add_argument("--shapes", action="append", default=[], metavar="PATH",
+                     help="NodeShapes (file or directory; repeatable)")
+    fit.add_argument("--workload", required=True, metavar="PATH",
+                     help="one Workload or Job, with its ResourceClaimTemplates")
+    fit.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    fit.add_argument("--lenient", action="store_true",
+                     help="warn about unknown fields instead of refusing the object (the "
+                          "API server's strict field validation refuses them)")
+    fit.add_argument("--kube-version", default=fitcore.DEFAULT_KUBE_VERSION,
+                     choices=fitcore.KUBE_VERSIONS,
+                     help="the Kubernetes minor version whose default-feature scheduler to "
+                          "follow (default %(default)s)")
+    verify = sub.add_parser("verify", help="plan on an inventory, then check the nodes that "
+                                           "came against what their shapes promised")
+    verify.add_argument("--before", action="append", required=True, metavar="PATH",
+                        help="the inventory when the plan was made (repeatable)")
+    verify.add_argument("--after", action="append", required=True, metavar="PATH",
+                        help="the inventory once the new nodes are up (repeatable)")
+    verify.add_argument("--shapes", action="append", default=[], metavar="PATH",
+                        help="NodeShapes (file or directory; repeatable)")
+    verify.add_argument("--workload", required=True, metavar="PATH",
+                        help="one Workload or Job, with its ResourceClaimTemplates")
+    verify.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    verify.add_argument("--lenient", action="store_true",
+                        help="warn about unknown fields instead of refusing the object")
+    verify.add_argument("--kube-version", default=fitcore.DEFAULT_KUBE_VERSION,
+                        choices=fitcore.KUBE_VERSIONS,
+                        help="the Kubernetes minor version to follow (default %(default)s)")
+    serve = sub.add_parser("serve", help="run the admission check controller (in a cluster, "
+                                          "or locally with a kubeconfig)")
+    serve.add_argument("--config", metavar="FILE", help="YAML file of configuration fields")
+    for field, info in config.Config.model_fields.items():
+        serve.add_argument(config.flag(field), dest=f"cfg_{field}", metavar="VALUE",
+                           help=f"{info.description or field.replace('_', ' ')} "
+                                f"(env {config.env_var(field)})")
+    explain = sub.add_parser(
+        "explain", help="where a gang stands and what holds it back, from the live objects",
+        description="TARGET: NAMESPACE/NAME, or [KIND/]NAME with -n (KIND: workload, job, "
+                    "jobset, ...), as in `kubectl fitgate explain job/train -n team-a`")
+    explain.add_argument("target", metavar="TARGET")
+    explain.add_argument("-n", "--namespace",
+                         help="namespace (default: the kubeconfig context's, else default)")
+    explain.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    explain.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, "
+                                              "~/.kube/config, or in-cluster)")
+    explain.add_argument("--context", help="kubeconfig context")
+    explain.add_argument("--no-fit", action="store_true",
+                         help="do not read the inventory to plan the gang now")
+    sub.add_parser("version", help="print the version")
+    rel = sub.add_parser(
+        "release", help="take fitgate out of the path of every Job and Pod it holds "
+                        "(uninstall, break glass)",
+        description="Removes fitgate's admission gate from every job and its scheduling "
+                    "gate from every pod, and deletes the ProvisioningRequests and "
+                    "PodTemplates fitgate created; idempotent. The chart's uninstall hook "
+                    "runs it. See docs/platform-guide.md, 'Break glass'.")
+    rel.add_argument("--all", action="store_true", required=True, dest="all_objects",
+                     help="every namespace (required: there is no narrower scope yet)")
+    rel.add_argument("--dry-run", action="store_true", help="only say what would change")
+    rel.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    rel.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, "
+                                          "~/.kube/config, or in-cluster)")
+    rel.add_argument("--context", help="kubeconfig context")
+    return parser
+
+
+def run_release(args: argparse.Namespace, connect: Any = None) -> int:
+    """`fitgate release --all`; `connect(kubeconfig, context)` makes the client (tests pass
+    a fake)."""
+    from admission.app import release_all
+    from admission.kube import client as kube_client
+    from admission.kube import errors as kube_errors
+    from admission.kube import rbac
+
+    async def run() -> release_all.Report:
+        if connect is None:
+            api = await kube_client.ApiClient.connect(args.kubeconfig, args.context,
+                                                      permissions=rbac.RELEASE_ALL)
+        else:
+            api = await connect(args.kubeconfig, args.context)
+        try:
+            return await release_all.release_all(api, dry_run=args.dry_run)
+        finally:
+            close = getattr(api, "close", None)
+            if close is not None:
+                await close()
+
+    try:
+        report = asyncio.run(run())
+    except kube_errors.ApiError as exc:
+        print(f"fitgate release: the API server refused: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report.to_json(), indent=2) if args.output == "json"
+          else report.to_text(dry_run=args.dry_run))
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from admission.app import serve
+
+    try:
+        cfg = config.load(args.config, flags={f: getattr(args, f"cfg_{f}")
+                                              for f in config.FIELDS})
+    except config.ConfigError as exc:
+        print(f"fitgate serve: bad configuration:\n{exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        failpoint.check_environment()
+    except failpoint.UnknownStep as exc:
+        print(f"fitgate serve: bad test hook: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from admission.kube import errors as kube_errors
+
+    try:
+        return asyncio.run(serve.serve(cfg))
+    except kube_errors.ConfigError as exc:
+        print(f"fitgate serve: {exc}", file=sys.stderr)
+        return 1
+
+
+def context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
+    """The namespace of the kubeconfig context (the current one unless named), as kubectl
+    takes it when -n is not given; None when there is none or no readable kubeconfig."""
+    paths = ([kubeconfig] if kubeconfig else
+             [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+             or [str(pathlib.Path.home() / ".kube" / "config")])
+    docs = []
+    for path in paths:
+        try:
+            doc = yaml.safe_load(pathlib.Path(path).read_text())
+        except (OSError, ValueError, yaml.YAMLError, RecursionError):  # ValueError: UTF-8
+            continue
+        if isinstance(doc, Mapping):
+            docs.append(doc)
+    current = context or next((d.get("current-context") for d in docs
+                               if d.get("current-context")), None)
+    for doc in docs:
+        entries = doc.get("contexts")
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, Mapping) and entry.get("name") == current:
+                ctx = entry.get("context")
+                ns = ctx.get("namespace") if isinstance(ctx, Mapping) else None
+                return str(ns) if ns else None
+    return None
+
+
+def explain_target(target: str, namespace: str | None, default_namespace: str | None = None
+                   ) -> tuple[str, str, str | None]:
+    """(namespace, name, kind or None) of `fitgate explain`'s TARGET: NAMESPACE/NAME, or
+    [KIND/]NAME in `namespace` (-n), else in `default_namespace` (the kubeconfig
+    context's), else in "default"."""
+    from admission.app import diagnose
+
+    fallback = namespace or default_namespace or "default"
+    parts = target.split("/")
+    if len(parts) == 1 and parts[0]:
+        return fallback, parts[0], None
+    if len(parts) == 2 and all(parts):
+        head, name = parts
+        is_kind = diagnose.job_kind(head) is not None or head.lower() in (
+            "workload", "workloads", "wl")
+        if namespace or is_kind:
+            return fallback, name, head
+        return head, name, None
+    raise offline.UsageError(f"{target!r}: expected NAMESPACE/NAME or [KIND/]NAME with -n")
+
+
+def run_explain(args: argparse.Namespace, connect: Any = None) -> int:
+    """`fitgate explain`; `connect(kubeconfig, context)` makes the client (tests pass a
+    fake)."""
+    from admission.app import diagnose
+    from admission.kube import client as kube_client
+    from admission.kube import errors as kube_errors
+
+    try:
+        namespace, name, kind = explain_target(
+            args.target, args.namespace, context_namespace(args.kubeconfig, args.context))
+    except offline.UsageError as exc:
+        print(f"fitgate explain: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    async def run() -> diagnose.Report:
+        api = await (connect or kube_client.ApiClient.connect)(args.kubeconfig, args.context)
+        try:
+            return await diagnose.explain(api, namespace, name, kind, fit=not args.no_fit)
+        finally:
+            close = getattr(api, "close", None)
+            if close is not None:
+                await close()
+
+    try:
+        report = asyncio.run(run())
+    except diagnose.NotFound as exc:
+        print(f"fitgate explain: {exc}", file=sys.stderr)
+        return 1
+    except kube_errors.ApiError as exc:
+        print(f"fitgate explain: the API server refused: {exc}", file=sys.stderr)
+        return 1
+    except kube_errors.ConfigError as exc:
+        print(f"fitgate explain: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report.to_json(), indent=2) if args.output == "json"
+          else report.to_text())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return run_serve(args)
+    if args.command == "explain":
+        return run_explain(args)
+    if args.command == "release":
+        return run_release(args)
+    if args.command == "version":
+        try:
+            version = metadata.version("fitgate")
+        except metadata.PackageNotFoundError:
+            version = "unknown"
+        print(f"fitgate {version}")
+        return 0
+    try:
+        if args.command == "verify":
+            g, planned, verified = offline.run_verify(args.before, args.after, args.shapes,
+                                              args.workload, lenient=args.lenient,
+                                              kube_version=args.kube_version)
+            text = (json.dumps(offline.verify_json(planned, verified), indent=2)
+                    if args.output == "json" else offline.verify_text(g, planned, verified))
+        else:
+            notes: list[str] = []
+            g, result = offline.run_fit(args.inventory, args.shapes, args.workload,
+                                lenient=args.lenient, kube_version=args.kube_version,
+                                notes=notes)
+            for note in notes:
+                print(f"fitgate: note: {note}", file=sys.stderr)
+            text = (json.dumps(offline.as_json(g, result), indent=2) if args.output == "json"
+                    else offline.as_text(g, result))
+    except (offline.UsageError, fitcore.InputError) as exc:
+        print(f"fitgate: bad input:\n{exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `fitgate fit ... | head`: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,3 @@
+"""The webhook's serving certificate when fitgate manages it itself
+(`certificates.mode: self-managed`): see `keeper`.
+"""

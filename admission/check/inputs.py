@@ -1,0 +1,117 @@
+"""What the Workload reconciler reads: its settings, the watch-backed stores, and one
+pass's parsed view of them.
+
+A `Pass` is made once per `reconcile` of one Workload: the NodeShapes parsed once (every
+step that needs them, the request's builder, the node ledger, readiness and verification,
+reads the same parse) and node ownership scanned once (`ledger.NodeLedger.node_owners`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, Protocol
+
+import fitcore
+from admission import constants as c
+from admission.kube import kinds, store
+
+
+class Inventory(Protocol):
+    """The fitcore inventory the process keeps current (`admission.engine.inventory`): decisions
+    run off the event loop, bounded in time (past it, `undecided`)."""
+
+    async def plan_async(self, gang_: fitcore.Gang, *, shapes: Iterable[str] | None = None,
+                         node_filter: Any = None, held: Collection[str] = ()
+                         ) -> fitcore.PlanResult: ...
+
+    async def verify_async(self, gang_: fitcore.Gang, plan_: fitcore.Plan, *,
+                           node_filter: Any = None, held: Collection[str] = ()
+                           ) -> fitcore.VerifyResult: ...
+
+    async def fit_async(self, gang_: fitcore.Gang, *, node_filter: Any = None,
+                        held: Collection[str] = ()) -> fitcore.PlanResult: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settings:
+    backoff_base_seconds: int = c.BACKOFF_BASE_SECONDS
+    backoff_max_seconds: int = c.BACKOFF_MAX_SECONDS
+    #: After Provisioned, how long to wait for the new Nodes Ready with their slices.
+    node_wait_seconds: int = c.NODE_WAIT_SECONDS
+    node_poll_seconds: int = c.NODE_POLL_SECONDS
+    #: Re-check of a request the autoscaler has not answered (events also wake us).
+    pending_poll_seconds: int = 60
+    #: A request neither Provisioned nor Failed this long after its creation is deleted
+    #: and the check retried (0: no deadline).
+    request_timeout_seconds: float = c.PROVISIONING_TIMEOUT_SECONDS
+    #: How long nodes promised to an admitted gang stay out of other gangs' decisions
+    #: at most, while its pods have not all bound there (see `promised_nodes`).
+    promise_seconds: int = 600
+    #: Re-decide after this while a gang waits only for promised nodes' pods to bind.
+    promise_poll_seconds: int = 2
+    #: A question to the idle engine unanswered after this is not waited for (Retry).
+    decision_timeout_seconds: float = 30.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stores:
+    """The watch-backed stores the reconciler reads (never the API server per decision)."""
+
+    workloads: store.Store
+    admission_checks: store.Store
+    resource_flavors: store.Store
+    claim_templates: store.Store
+    provisioning_requests: store.Store
+    pod_templates: store.Store
+    nodes: store.Store
+    resource_slices: store.Store
+    node_shapes: store.Store
+    claims: store.Store | None = None
+    fit_policies: store.Store | None = None  # None: no FitPolicy restricts any gang
+    namespaces: store.Store | None = None
+    cluster_queues: store.Store | None = None
+    pods: store.Store | None = None  # to see an admitted gang's pods bind
+    node_claims: store.Store | None = None  # fitgate's Karpenter NodeClaims (None: off)
+    node_pools: store.Store | None = None
+
+    @classmethod
+    def of(cls, by_kind: Mapping[kinds.Kind, store.Store]) -> Stores:
+        return cls(
+            workloads=by_kind[kinds.WORKLOAD], admission_checks=by_kind[kinds.ADMISSION_CHECK],
+            resource_flavors=by_kind[kinds.RESOURCE_FLAVOR],
+            claim_templates=by_kind[kinds.RESOURCE_CLAIM_TEMPLATE],
+            provisioning_requests=by_kind[kinds.PROVISIONING_REQUEST],
+            pod_templates=by_kind[kinds.POD_TEMPLATE], nodes=by_kind[kinds.NODE],
+            resource_slices=by_kind[kinds.RESOURCE_SLICE],
+            node_shapes=by_kind[kinds.NODE_SHAPE], claims=by_kind.get(kinds.RESOURCE_CLAIM),
+            fit_policies=by_kind.get(kinds.FIT_POLICY), namespaces=by_kind.get(kinds.NAMESPACE),
+            cluster_queues=by_kind.get(kinds.CLUSTER_QUEUE), pods=by_kind.get(kinds.POD),
+            node_claims=by_kind.get(kinds.NODE_CLAIM), node_pools=by_kind.get(kinds.NODE_POOL))
+
+
+#: Node -> (request, workload uid, whether that workload is admitted).
+Owners = dict[str, tuple[str, str, bool]]
+
+
+@dataclasses.dataclass(slots=True)
+class Pass:
+    """One reconcile pass's view: the NodeShapes parsed once, node owners scanned once."""
+
+    node_shapes: dict[str, fitcore.NodeShape]
+    shape_problems: list[str]  # of the NodeShapes that do not parse
+    owners: Owners | None = None  # filled on first use
+
+
+def read_pass(stores: Stores) -> Pass:
+    """Parse the NodeShapes (once for the pass)."""
+    out: dict[str, fitcore.NodeShape] = {}
+    problems: list[str] = []
+    for obj in stores.node_shapes.list():
+        try:
+            s = fitcore.node_shape(obj)
+        except fitcore.InputError as exc:
+            problems.append(str(exc))
+            continue
+        out[s.name] = s
+    return Pass(out, problems)

@@ -1,0 +1,199 @@
+"""The node ledger: which nodes are held for which gang while the check decides.
+
+Two holds keep two gangs off the same devices, on top of what the inventory shows in use:
+
+- *promises*: between Ready and its pods binding, an admitted gang's devices are not yet
+  allocated, so the inventory shows them free; until every pod placed on a node has bound
+  there, that node is held for the gang (`promise`, `promised_nodes`);
+- *owners*: the new nodes a fitgate ProvisioningRequest brought belong to that request's
+  gang until it is admitted (`node_owners`, `requested_nodes`).
+
+`held_for_others` is the union a decision leaves out. Owners are derived from the stores
+on each pass from the requests fitgate wrote (`trusted`); promises are kept in memory and
+read back by a replica that takes over (`promises.Recovery`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import fitcore
+from admission import clock as clock_
+from admission import constants as c
+from admission import kueue
+from admission.check import inputs, predicates, provisioning, trusted
+from admission.kube import client, store
+
+
+class NodeLedger:
+    def __init__(self, stores: inputs.Stores, clock: clock_.Clock, promise_seconds: int
+                 ) -> None:
+        self.stores = stores
+        self.clock = clock
+        self.promise_seconds = promise_seconds
+        # uid -> (namespace, pods placed per node, when): nodes promised to a gang this
+        # reconciler admitted, until its pods have bound there (see promised_nodes).
+        self._promised: dict[str, tuple[str, dict[str, int], float]] = {}
+
+    def promise(self, wl: client.Obj, placements: Sequence[fitcore.Placement]) -> None:
+        """Hold the nodes of an admitted gang's placements until its pods bind there."""
+        meta = _meta(wl)
+        per_node: dict[str, int] = {}
+        for p in placements:
+            per_node[p.node] = per_node.get(p.node, 0) + 1
+        self._promised[str(meta.get("uid"))] = (str(meta.get("namespace") or ""), per_node,
+                                                self.clock.monotonic())
+
+    def promised_nodes(self, except_uid: str) -> set[str]:
+        """Nodes where a gang admitted by this reconciler still has pods to bind.
+
+        Between Ready and its pods binding, an admitted gang's devices are not yet
+        allocated, so the inventory shows them free; another gang decided meanwhile would
+        be placed on the same devices. Until every pod placed on a node has bound there,
+        that node is left out of other gangs' decisions (a whole node: coarse, never
+        double-booked). A promise ends when the pods have bound, or after
+        `promise_seconds` (pods that never come). Promises are kept in memory and
+        persisted in what fitgate writes before Ready (the placements ConfigMap and the
+        Ready entry): a replica that takes over leadership reads them back
+        (`promises.Recovery`) before it decides."""
+        out: set[str] = set()
+        now = self.clock.monotonic()
+        for uid, (namespace, nodes, since) in list(self._promised.items()):
+            if uid == except_uid:
+                continue
+            if now - since > self.promise_seconds:
+                del self._promised[uid]
+                continue
+            bound: dict[str, int] = {}
+            for pod in self.stores.pods.list(namespace) if self.stores.pods else ():
+                labels = _meta(pod).get("labels") or {}
+                node = (pod.get("spec") or {}).get("nodeName")
+                if node and uid in (labels.get(c.PLACEMENT_LABEL),
+                                    labels.get(c.PLACEMENT_WORKLOAD_LABEL)):
+                    bound[node] = bound.get(node, 0) + 1
+            waiting = {n for n, want in nodes.items() if bound.get(n, 0) < want}
+            if not waiting:
+                del self._promised[uid]
+            out |= waiting
+        return out
+
+
+    def node_owners(self, node_shapes: Mapping[str, fitcore.NodeShape]) -> inputs.Owners:
+        """New nodes fitgate's ProvisioningRequests brought: node -> (request, workload
+        uid, whether that workload is admitted).
+
+        A request owns, per shape of its plan, the planned count of that shape's nodes
+        created after it, oldest nodes to the oldest requests first (creation time, then
+        resourceVersion: several requests are created within a second). Every gang's
+        decision reads the same owners, so no two gangs count the same new node: another
+        gang's node stays out of a plan until that gang is admitted (then
+        `promised_nodes` holds it until its pods bind), and a request waits for a node
+        of its own instead of verifying on another's."""
+        requests = sorted(self.trusted_requests(),  # only what fitgate wrote (trusted.py)
+                          key=lambda r: (str(_meta(r.obj).get("creationTimestamp") or ""),
+                                         _int(_meta(r.obj).get("resourceVersion"))))
+        if not requests:
+            return {}
+        nodes = sorted(self.stores.nodes.list(),
+                       key=lambda n: (str(_meta(n).get("creationTimestamp") or ""),
+                                      str(_meta(n).get("name"))))
+        names = kueue.ours(self.stores.admission_checks.list())
+        out: inputs.Owners = {}
+        for r in requests:
+            admitted = any(e.get("state") == c.READY for e in kueue.entries(r.workload, names))
+            since = predicates.parse_time(_meta(r.obj).get("creationTimestamp"))
+            planned = r.plan
+            owner = (r.name, r.workload_uid, admitted)
+            for sc in planned.shapes:
+                shape = node_shapes.get(sc.shape)
+                if shape is None:
+                    continue
+                mine = [str(_meta(n)["name"]) for n in nodes
+                        if str(_meta(n)["name"]) not in out
+                        and _created_since(n, since)
+                        and all((_meta(n).get("labels") or {}).get(k) == v
+                                for k, v in shape.node_labels.items())][:sc.count]
+                out.update((n, owner) for n in mine)
+        return out
+
+
+    def trusted_requests(self, namespace: str | None = None,
+                         unreadable: list[client.Obj] | None = None) -> list[trusted.Request]:
+        """The ProvisioningRequests fitgate wrote for Workloads it knows (`trusted`)."""
+        return trusted.trusted_requests(self.stores.provisioning_requests, self.stores.workloads,
+                                        kueue.ours(self.stores.admission_checks.list()),
+                                        namespace, unreadable)
+
+    def requested_nodes(self, except_uid: str, owners: inputs.Owners) -> set[str]:
+        """New nodes other gangs' requests brought, those gangs not admitted yet."""
+        return {n for n, (_, uid, admitted) in owners.items()
+                if uid != except_uid and not admitted}
+
+
+    def held_for_others(self, wl: client.Obj, owners: inputs.Owners) -> set[str]:
+        """Nodes the gang may not take now because they are held for other workloads:
+        promised to gangs whose pods are binding, or brought by other gangs' requests."""
+        uid = str(_meta(wl).get("uid"))
+        return self.promised_nodes(uid) | self.requested_nodes(uid, owners)
+
+
+    def existing_nodes(self, request: Mapping[str, Any]) -> set[str]:
+        """Nodes that existed before the request: created before it."""
+        since = predicates.parse_time(_meta(request).get("creationTimestamp"))
+        out = set()
+        for n in self.stores.nodes.list():
+            created = predicates.parse_time(_meta(n).get("creationTimestamp"))
+            if since is None or (created is not None and created < since):
+                out.add(str(_meta(n)["name"]))
+        return out
+
+
+    def node_labels(self) -> dict[str, dict[str, str]]:
+        """Every node's labels, by name."""
+        return {str(_meta(n).get("name")): labels(n) for n in self.stores.nodes.list()}
+
+
+def labels(obj: Mapping[str, Any] | None) -> dict[str, str]:
+    """An object's labels as strings ({} when it has none or is None)."""
+    raw = _meta(obj).get("labels") if obj is not None else None
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _int(text: Any) -> int:
+    return int(text) if isinstance(text, str) and text.isdigit() else 0
+
+
+def _created_since(node: Mapping[str, Any], since: Any) -> bool:
+    created = predicates.parse_time(_meta(node).get("creationTimestamp"))
+    return since is None or (created is not None and created >= since)
+
+
+def workload_of_request(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The Workload (namespace, name) a fitgate ProvisioningRequest or PodTemplate was
+    made for."""
+    meta = _meta(obj)
+    ref = (meta.get("annotations") or {}).get(c.WORKLOAD_ANNOTATION)
+    if (meta.get("labels") or {}).get(c.MANAGED_LABEL) != "fitgate" or not ref:
+        return None
+    namespace, _, name = str(ref).partition("/")
+    return (namespace, name)
+
+
+# Keys of the Workloads a change of another object concerns, for the controller runtime.
+
+def waiting_for_nodes(workloads: store.Store, requests: store.Store) -> list[store.Key]:
+    """Workloads whose request is Provisioned: a Node or ResourceSlice change may be the
+    one they wait for."""
+    out = []
+    for r in requests.list():
+        if provisioning.state(r)[0] == "provisioned":
+            key = workload_of_request(r)
+            if key is not None and workloads.get(key[1], key[0]) is not None:
+                out.append(key)
+    return out
