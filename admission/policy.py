@@ -363,6 +363,8 @@ def _describe(mine: Sequence[FitPolicy], any_node: bool, allowed_nodes: Sequence
         parts.append("FitPolicy " + ", ".join(sorted(p.name for p in mine)))
     if not any_node:
         parts.append("nodes matching " + " or ".join(str(s) for s in allowed_nodes))
+    if shapes is not None:  # the shapes this tenant's own FitPolicies allow
+        parts.append("shapes " + (", ".join(sorted(shapes)) or "none"))
     # What others reserved is said, never for whom or by which labels and shape names:
     # the description reaches this tenant's messages (check, gate, webhook, explain).
     if barred_nodes:
