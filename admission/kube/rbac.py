@@ -169,14 +169,16 @@ def cluster_role(name: str = "fitgate") -> dict[str, object]:
             "metadata": {"name": name}, "rules": rules}
 
 
-def _rules(table: dict[tuple[kinds.Kind, str], frozenset[Verb]], namespaced: bool
-           ) -> list[dict[str, Any]]:
+def _rules(table: dict[tuple[kinds.Kind, str], frozenset[Verb]], namespaced: bool,
+           job_kinds_apart: bool = True) -> list[dict[str, Any]]:
+    """`table`'s rules; with `job_kinds_apart`, less the JOB_KIND_VERBS, which the chart
+    grants per listed job kind."""
     rules: list[dict[str, Any]] = []
     for (kind, sub), verbs in sorted(table.items(),
                                      key=lambda e: (e[0][0].group, e[0][0].plural, e[0][1])):
         if (kind in OWN_NAMESPACE) != namespaced:
             continue
-        if not sub:
+        if not sub and job_kinds_apart:
             verbs = verbs - JOB_KIND_VERBS.get(kind, frozenset())
             if not verbs:
                 continue
@@ -209,7 +211,8 @@ def chart_rules() -> dict[str, Any]:
             "clusterRole": _rules(SELF_MANAGED_CERTS, namespaced=False),
             "role": _rules(SELF_MANAGED_CERTS, namespaced=True),
         },
-        "releaseHook": {"clusterRole": _rules(RELEASE_ALL, namespaced=False)},
+        "releaseHook": {"clusterRole": _rules(RELEASE_ALL, namespaced=False,
+                                              job_kinds_apart=False)},
         "karpenter": {
             "clusterRole": _rules(KARPENTER, namespaced=False),
             "role": _rules(KARPENTER, namespaced=True),

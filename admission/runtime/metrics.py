@@ -61,7 +61,9 @@ Defined next to what they measure:
   listed), `fitgate_informer_lists_total{kind}`, `fitgate_informer_reconnects_total{kind}`,
   `fitgate_informer_events_total{kind}`.
 - `admission.engine.inventory`: `fitgate_inventory_event_seconds`,
-  `fitgate_inventory_apply_seconds`, `fitgate_inventory_decision_seconds{decision}`.
+  `fitgate_inventory_apply_seconds`, `fitgate_inventory_decision_seconds{decision}`,
+  `fitgate_inventory_abandoned_decisions_total` (decisions given up past their deadline,
+  left to finish on their own engine).
 """
 
 from __future__ import annotations
