@@ -13,7 +13,9 @@
 #    runc, CNI plugins, iptables) and the component images' (iptables,
 #    conntrack). Tagged with a hash of their package lists.
 # 4. One image per component under kubeadm's names (registry.k8s.io/...), plus pause and the
-#    fake DRA kubelet plugin (fitgate.local/kind-dra-driver:latest, dra-driver.yaml); saved
+#    fake DRA kubelet plugin (fitgate.local/kind-dra-driver:latest, dra-driver.yaml) and
+#    Kueue (fitgate.local/kueue:v0.19.2, for its own manifests: stack.py) and the tests'
+#    workload image (fitgate.local/kind-workload:latest: a shell and coreutils); saved
 #    into one tar that the node imports at boot (node/kind-images.service).
 # 5. The node image (node/Dockerfile) with kind v0.33.0's own node files (images/base/files
 #    from its Go module), tagged fitgate-kind-node:v1.37.2-<hash of every input>. When that
@@ -31,9 +33,10 @@ kube=v1.37.2
 etcd_tag=3.6.16-0       # the project's etcd (set as etcd.local.imageTag in kind-config)
 coredns_tag=v1.15.0     # set as dns.imageTag in kind-config
 pause_tag=3.10.2        # kubeadm's pause for v1.37; containerd's sandbox_image too
+kueue_tag=v0.19.2       # Kueue's manifests get this image (stack.py)
 
 bins=(kubelet kubeadm kube-proxy kubectl crictl coredns kind containerd containerd-shim-runc-v2
-      ctr kind-dra-driver kube-apiserver kube-controller-manager kube-scheduler etcd)
+      ctr kind-dra-driver kueue kube-apiserver kube-controller-manager kube-scheduler etcd)
 declare -A bin
 while IFS='=' read -r k v; do bin[$k]=$v; done < <(cd "$root" && "$py" -c '
 import sys
@@ -53,7 +56,7 @@ img_pkgs=iptables,conntrack,nftables,iproute2,ca-certificates,netbase
 node_base=fitgate-kind-base:bookworm-$(echo "$node_pkgs" | sha256sum | cut -c1-12)
 img_base=fitgate-kind-imgbase:bookworm-$(echo "$img_pkgs" | sha256sum | cut -c1-12)
 
-inputs=$( { echo "$node_base $img_base $kube $etcd_tag $coredns_tag $pause_tag";
+inputs=$( { echo "$node_base $img_base $kube $etcd_tag $coredns_tag $pause_tag $kueue_tag";
             for b in "${bins[@]}"; do echo "$b ${bin[$b]}"; done
             sha256sum < "$0"
             (cd "$here" && find node images -type f -print0 | sort -z | xargs -0 sha256sum); } \
@@ -89,18 +92,18 @@ rm -rf "$ctx"
 mkdir -p "$ctx/img" "$ctx/node/bin" "$ctx/node/kind"
 trap 'docker image prune --force --filter "label=org.fitgate.kind=1" >/dev/null || true; rm -rf "$ctx"' EXIT
 cp "$here/images/Dockerfile" "$here/images/pause" "$ctx/img/"
-component_image() {  # <binary name> <image name:tag>...
-    local b=$1; shift
+component_image() {  # <binary name> <image name:tag> [alias path]
+    local b=$1
     [ "$b" = pause ] || cp "${bin[$b]}" "$ctx/img/$b"
-    local tags=(); for t in "$@"; do tags+=(-t "$t"); done
     DOCKER_BUILDKIT=0 docker build --quiet --force-rm --build-arg "IMG_BASE=$img_base" \
-        --build-arg "BIN=$b" "${tags[@]}" "$ctx/img" >/dev/null
+        --build-arg "BIN=$b" --build-arg "ALIAS=${3:-}" -t "$2" "$ctx/img" >/dev/null
     [ "$b" = pause ] || rm -f "$ctx/img/$b"
 }
 images=(registry.k8s.io/kube-apiserver:$kube registry.k8s.io/kube-controller-manager:$kube
         registry.k8s.io/kube-scheduler:$kube registry.k8s.io/kube-proxy:$kube
         registry.k8s.io/etcd:$etcd_tag registry.k8s.io/coredns/coredns:$coredns_tag
-        registry.k8s.io/pause:$pause_tag fitgate.local/kind-dra-driver:latest)
+        registry.k8s.io/pause:$pause_tag fitgate.local/kind-dra-driver:latest
+        fitgate.local/kueue:$kueue_tag fitgate.local/kind-workload:latest)
 for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
     component_image "$b" "registry.k8s.io/$b:$kube"
 done
@@ -108,6 +111,9 @@ component_image etcd "registry.k8s.io/etcd:$etcd_tag"
 component_image coredns "registry.k8s.io/coredns/coredns:$coredns_tag"
 component_image pause "registry.k8s.io/pause:$pause_tag"
 component_image kind-dra-driver fitgate.local/kind-dra-driver:latest
+component_image kueue "fitgate.local/kueue:$kueue_tag" /manager
+# The tests' workload image: the component base (a shell, coreutils), command given by the pod.
+component_image pause fitgate.local/kind-workload:latest
 docker save "${images[@]}" > "$ctx/node/images.tar"
 t_images=$(date +%s)
 

@@ -18,6 +18,7 @@ import pathlib
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -88,8 +89,12 @@ class KindCluster:
                         timeout=timeout, check=check, input=input)
 
     def nodes(self) -> list[str]:
-        out = self.run(self.kind, "get", "nodes", "--name", self.name)
-        return sorted(out.stdout.split())
+        out = self.run(self.kind, "get", "nodes", "--name", self.name, check=False)
+        return sorted(out.stdout.split()) if out.returncode == 0 else []
+
+    def workers(self) -> list[str]:
+        """The nodes without the control-plane role."""
+        return [n for n in self.nodes() if not n.endswith("-control-plane")]
 
     def exec(self, node: str, *cmd: str, timeout: float = 120,
              check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -151,6 +156,14 @@ class KindCluster:
                      f"--timeout={READY_TIMEOUT_S}s", timeout=READY_TIMEOUT_S + 30)
         self.kubectl("-n", "kube-system", "rollout", "status", "daemonset/kube-proxy",
                      f"--timeout={READY_TIMEOUT_S}s", timeout=READY_TIMEOUT_S + 30)
+
+    def wait(self, ok: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll ``ok`` every 2 s until it holds; fail naming ``what`` after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not ok():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what}: not within {timeout:.0f}s")
+            time.sleep(2)
 
     def load(self, *images: str) -> None:
         """Put local images onto every node (``kind load docker-image``)."""

@@ -1,0 +1,246 @@
+"""fitgate as its users run it, on the offline kind cluster (e2e/cluster/kind).
+
+The module fixture builds (warm: reuses) the node image and fitgate's image, creates a kind
+cluster of one control plane and one worker on the container engine, and installs the stack
+as users do: the fake DRA driver as a DaemonSet (a real kubelet plugin), Kueue from its own
+manifests, fitgate with ``helm install charts/fitgate`` and only the image overridden. The
+cluster is deleted at the end, also when a test or the set-up fails.
+
+- A Job whose pods claim devices (two GPUs of one PCIe root and one NIC each), queued
+  through fitgate's AdmissionCheck, is admitted, its pods are Running on the worker and
+  then Succeeded, and each container's environment names exactly the devices its claims
+  were allocated (the driver's CDI spec, applied by containerd when the kubelet prepared
+  the claims).
+
+A failing test prints the nodes' kubelet and containerd journals and the pods' events.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import pathlib
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e.cluster.kind import cluster, stack
+
+pytestmark = [pytest.mark.e2e]
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BUILD_IMAGE = REPO / "e2e" / "cluster" / "container" / "build-image.sh"
+WORKLOAD_IMAGE = "fitgate.local/kind-workload:latest"
+QUEUE = "kind-e2e"
+JOB_TIMEOUT_S = 600
+ENV_PREFIX = "FITGATE_DEVICE_"
+
+
+def _fitgate_image(env: dict[str, str]) -> str:
+    out = subprocess.run([str(BUILD_IMAGE), sys.executable], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=1800, check=False)
+    assert out.returncode == 0, f"make image failed:\n{out.stdout}\n{out.stderr}"
+    images = subprocess.run(["docker", "image", "ls", "--format",
+                             "{{.Repository}}:{{.Tag}}", "fitgate"], env=env,
+                            capture_output=True, text=True, timeout=60, check=True)
+    tags = [t for t in images.stdout.split() if ":src-" in t]
+    assert len(tags) == 1, f"expected one fitgate:src-* image, found {tags}"
+    return tags[0]
+
+
+@pytest.fixture(scope="module")
+def kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.KindCluster]:
+    env = cluster.engine_env()
+    node_image = cluster.build_node_image(env)
+    image = _fitgate_image(env)
+    name = f"fitgate-e2e-{uuid.uuid4().hex[:6]}"
+    kc = cluster.KindCluster(name, tmp_path_factory.mktemp("kind"), env, node_image)
+    atexit.register(kc.delete)  # also when SIGTERM ends the run before finalizers
+    try:
+        kc.create()
+        stack.install_driver(kc)
+        stack.install_kueue(kc)
+        kc.load(image)
+        stack.install_fitgate(kc, image)
+        yield kc
+    except BaseException:
+        print(kc.node_logs(), file=sys.stderr)
+        pods = kc.kubectl("get", "pods", "-A", "-o", "wide", check=False)
+        print(pods.stdout, pods.stderr, file=sys.stderr)
+        raise
+    finally:
+        kc.delete()
+        atexit.unregister(kc.delete)
+
+
+@contextlib.contextmanager
+def diagnostics(kc: cluster.KindCluster) -> Iterator[None]:
+    """On failure, print the pods, the events and the nodes' kubelet and containerd logs
+    (pytest shows a failed test's captured output)."""
+    try:
+        yield
+    except BaseException:
+        pods = kc.kubectl("get", "pods", "-A", "-o", "wide", check=False)
+        events = kc.kubectl("get", "events", "-A", "--sort-by=.lastTimestamp", check=False)
+        print("\n".join(["=== kind diagnostics ===", "--- kubectl get pods -A ---",
+                         pods.stdout, pods.stderr, "--- kubectl get events -A ---",
+                         events.stdout, events.stderr, kc.node_logs()]))
+        raise
+
+
+def _apply(kc: cluster.KindCluster, *objects: dict[str, Any]) -> None:
+    kc.kubectl("apply", "--server-side", "-f", "-",
+               input="\n---\n".join(json.dumps(o) for o in objects))
+
+
+def _get(kc: cluster.KindCluster, *args: str) -> Any:
+    return json.loads(kc.kubectl("get", *args, "-o", "json").stdout)
+
+
+def _queues(kc: cluster.KindCluster, namespace: str) -> None:
+    """ResourceFlavor, a ClusterQueue with fitgate's AdmissionCheck, a LocalQueue."""
+    quota = {"cpu": "100", "memory": "100Gi",
+             **{r: "64" for r in stack.KUEUE_DRA_RESOURCES}}
+    _apply(kc,
+           {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+            "metadata": {"name": "default"}, "spec": {}},
+           {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+            "metadata": {"name": QUEUE},
+            "spec": {"namespaceSelector": {},
+                     "resourceGroups": [{"coveredResources": list(quota), "flavors": [{
+                         "name": "default", "resources": [
+                             {"name": r, "nominalQuota": q} for r, q in quota.items()]}]}],
+                     "admissionChecksStrategy": {"admissionChecks": [{"name": "fitgate"}]}}},
+           {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": QUEUE, "namespace": namespace},
+            "spec": {"clusterQueue": QUEUE}})
+    kc.wait(lambda: _condition(_get(kc, "admissioncheck", "fitgate"), "Active"), 120,
+            "fitgate's AdmissionCheck Active")
+    kc.wait(lambda: _condition(_get(kc, "clusterqueue", QUEUE), "Active"), 120,
+            f"ClusterQueue {QUEUE} Active")
+
+
+def _condition(obj: dict[str, Any], kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def _claim_template(name: str, namespace: str, device_class: str, count: int,
+                    match_attribute: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"devices": {"requests": [{"name": "devices", "exactly": {
+        "deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}}
+    if match_attribute:
+        spec["devices"]["constraints"] = [{"requests": ["devices"],
+                                           "matchAttribute": match_attribute}]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"spec": spec}}
+
+
+@pytest.fixture
+def namespace(kind: cluster.KindCluster) -> Iterator[str]:
+    ns = f"kind-e2e-{uuid.uuid4().hex[:6]}"
+    kind.kubectl("create", "namespace", ns)
+    yield ns
+    kind.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.mark.timeout(JOB_TIMEOUT_S + 120)
+def test_a_dra_job_queued_through_fitgate_runs_on_a_real_worker(
+        kind: cluster.KindCluster, namespace: str) -> None:
+    with diagnostics(kind):
+        _run_dra_job(kind, namespace)
+
+
+def _run_dra_job(kind: cluster.KindCluster, namespace: str) -> None:
+    _queues(kind, namespace)
+    _apply(kind,
+           _claim_template("two-gpus", namespace, stack.GPU_CLASS, 2,
+                           "resource.kubernetes.io/pcieRoot"),
+           _claim_template("one-nic", namespace, stack.NIC_CLASS, 1))
+    pods_n = 2
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "devices", "namespace": namespace,
+                     "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+        "spec": {"parallelism": pods_n, "completions": pods_n, "suspend": True,
+                 "backoffLimit": 0,
+                 "template": {"spec": {
+                     "restartPolicy": "Never",
+                     "resourceClaims": [
+                         {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
+                         {"name": "nic", "resourceClaimTemplateName": "one-nic"}],
+                     "containers": [{
+                         "name": "main", "image": WORKLOAD_IMAGE,
+                         "imagePullPolicy": "Never",
+                         # Long enough that the test sees the pod Running.
+                         "command": ["/bin/sh", "-c",
+                                     f"env | grep ^{ENV_PREFIX} | sort; sleep 20"],
+                         "resources": {"requests": {"cpu": "50m", "memory": "16Mi"},
+                                       "claims": [{"name": "gpus"}, {"name": "nic"}]}}]}}},
+    }
+    _apply(kind, job)
+
+    # The gate: fitgate's webhook names itself in the Job's admission-gated-by annotation
+    # and the Workload carries fitgate's AdmissionCheck; admitted once the check is Ready.
+    def workload() -> dict[str, Any] | None:
+        for wl in _get(kind, "workloads.kueue.x-k8s.io", "-n", namespace)["items"]:
+            if any(r.get("name") == "devices" for r in wl["metadata"].get("ownerReferences", [])):
+                return dict(wl)
+        return None
+
+    kind.wait(lambda: (wl := workload()) is not None and _condition(wl, "Admitted"),
+              JOB_TIMEOUT_S, "the Job's Workload Admitted")
+    wl = workload()
+    assert wl is not None
+    checks = {c["name"]: c["state"] for c in wl["status"].get("admissionChecks") or []}
+    assert checks == {"fitgate": "Ready"}, checks
+
+    seen_running: set[str] = set()
+
+    def pods() -> list[dict[str, Any]]:
+        return list(_get(kind, "pods", "-n", namespace,
+                         "-l", "batch.kubernetes.io/job-name=devices")["items"])
+
+    def all_succeeded() -> bool:
+        current = pods()
+        for p in current:
+            if p["status"].get("phase") == "Running":
+                seen_running.add(p["metadata"]["name"])
+        return len(current) == pods_n and all(p["status"].get("phase") == "Succeeded"
+                                              for p in current)
+
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not all_succeeded():
+        assert time.monotonic() < deadline, (
+            f"pods of Job devices not Succeeded within {JOB_TIMEOUT_S}s: "
+            + json.dumps([(p["metadata"]["name"], p["status"].get("phase"))
+                          for p in pods()]))
+        time.sleep(1)
+    final = pods()
+    assert {p["metadata"]["name"] for p in final} == seen_running, \
+        "every pod was seen Running before it Succeeded"
+    workers = set(kind.workers())
+    for pod in final:
+        name = pod["metadata"]["name"]
+        assert pod["spec"]["nodeName"] in workers, f"{name} ran on {pod['spec']['nodeName']}"
+        # The devices allocated to this pod's claims, from the claims' status.
+        allocated: dict[str, str] = {}
+        for ref in pod["status"].get("resourceClaimStatuses") or []:
+            claim = _get(kind, "resourceclaim", "-n", namespace, ref["resourceClaimName"])
+            for r in claim["status"]["allocation"]["devices"]["results"]:
+                assert r["driver"] == stack.DRIVER and r["pool"] == pod["spec"]["nodeName"]
+                key = ENV_PREFIX + r["device"].upper().replace("-", "_")
+                allocated[key] = f"{namespace}/{ref['resourceClaimName']}/{r['request']}"
+        assert len(allocated) == 3, f"{name}: 2 GPUs + 1 NIC allocated, got {allocated}"
+        logs = kind.kubectl("logs", "-n", namespace, name).stdout
+        seen = dict(line.split("=", 1) for line in logs.splitlines() if "=" in line)
+        assert seen == allocated, f"{name}: the container saw {seen}, allocated {allocated}"
+    job_status = _get(kind, "job", "-n", namespace, "devices")["status"]
+    assert job_status.get("succeeded") == pods_n, job_status
+
