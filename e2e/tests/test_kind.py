@@ -12,6 +12,11 @@ cluster is deleted at the end, also when a test or the set-up fails.
   were allocated (the driver's CDI spec, applied by containerd when the kubelet prepared
   the claims).
 
+- A Job whose claim asks for 3 GPUs of one PCIe root (every node has 2 per root, and no
+  NodeShape offers more) is created as submitted but for the gate's annotation, warned
+  about at creation, held by the gate with an explanation on the Job, and its Workload never
+  gets quota.
+
 A failing test prints the nodes' kubelet and containerd journals and the pods' events.
 """
 
@@ -30,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from admission import gating
 from e2e.cluster.kind import cluster, stack
 
 pytestmark = [pytest.mark.e2e]
@@ -244,3 +250,43 @@ def _run_dra_job(kind: cluster.KindCluster, namespace: str) -> None:
     job_status = _get(kind, "job", "-n", namespace, "devices")["status"]
     assert job_status.get("succeeded") == pods_n, job_status
 
+
+
+@pytest.mark.timeout(300)
+def test_a_gang_that_can_never_fit_is_held_and_explained(kind: cluster.KindCluster,
+                                                        namespace: str) -> None:
+    with diagnostics(kind):
+        _queues(kind, namespace)
+        _apply(kind, _claim_template("three-on-one-root", namespace, stack.GPU_CLASS, 3,
+                                     "resource.kubernetes.io/pcieRoot"))
+        sent: dict[str, Any] = {
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "too-big", "namespace": namespace,
+                         "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+            "spec": {"parallelism": 1, "completions": 1, "suspend": True, "backoffLimit": 0,
+                     "template": {"spec": {
+                         "restartPolicy": "Never",
+                         "resourceClaims": [{"name": "gpus",
+                                             "resourceClaimTemplateName": "three-on-one-root"}],
+                         "containers": [{"name": "main", "image": WORKLOAD_IMAGE,
+                                         "imagePullPolicy": "Never", "command": ["true"],
+                                         "resources": {"claims": [{"name": "gpus"}]}}]}}}}
+        # Submitted as a person would: kubectl create prints the webhook's warning.
+        made = kind.kubectl("create", "-f", "-", input=json.dumps(sent))
+        assert f"fitgate: Job {namespace}/too-big can never be admitted" in made.stderr, \
+            made.stderr
+        created = _get(kind, "job", "-n", namespace, "too-big")
+        assert gating.annotations_of(created)[gating.GATED_BY] == gating.GATE
+        assert created["spec"]["template"]["spec"]["resourceClaims"] == \
+            sent["spec"]["template"]["spec"]["resourceClaims"]
+
+        def explained() -> bool:
+            job = _get(kind, "job", "-n", namespace, "too-big")
+            return gating.EXPLANATION in gating.annotations_of(job)
+        kind.wait(explained, 120, "the gate to hold too-big with an explanation")
+        wls = [w for w in _get(kind, "workloads.kueue.x-k8s.io", "-n", namespace)["items"]
+               if any(r.get("name") == "too-big"
+                      for r in w["metadata"].get("ownerReferences", []))]
+        assert len(wls) == 1 and not _condition(wls[0], "QuotaReserved"), wls
+        pods = _get(kind, "pods", "-n", namespace)["items"]
+        assert pods == [], [p["metadata"]["name"] for p in pods]

@@ -168,7 +168,7 @@ def kind_components(minor: str | None = None) -> tuple[Component, ...]:
         Component("kind", KIND_VERSION, package="sigs.k8s.io/kind"),
         Component("crictl", CRICTL_VERSION, package="sigs.k8s.io/cri-tools/cmd/crictl",
                   ldflags=(f"-X sigs.k8s.io/cri-tools/pkg/version.Version={CRICTL_VERSION}",)),
-        Component("coredns", COREDNS_VERSION, package="github.com/coredns/coredns"),
+        Component("coredns", COREDNS_VERSION),
         *(Component(name, CONTAINERD_VERSION, module="containerd",
                     package=f"github.com/containerd/containerd/v2/cmd/{name}",
                     tags=("no_btrfs", "no_devmapper", "no_zfs"),
