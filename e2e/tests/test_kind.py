@@ -17,6 +17,10 @@ cluster is deleted at the end, also when a test or the set-up fails.
   about at creation, held by the gate with an explanation on the Job, and its Workload never
   gets quota.
 
+- `helm upgrade` with a changed value (the log level) rolls fitgate's Deployment to new
+  pods, and every Job created (server-side dry run) while it rolls is gated: the webhook
+  answered each review.
+
 A failing test prints the nodes' kubelet and containerd journals and the pods' events.
 """
 
@@ -290,3 +294,43 @@ def test_a_gang_that_can_never_fit_is_held_and_explained(kind: cluster.KindClust
         assert len(wls) == 1 and not _condition(wls[0], "QuotaReserved"), wls
         pods = _get(kind, "pods", "-n", namespace)["items"]
         assert pods == [], [p["metadata"]["name"] for p in pods]
+
+
+@pytest.mark.timeout(600)
+def test_helm_upgrade_rolls_the_deployment_without_a_missed_review(
+        kind: cluster.KindCluster, namespace: str) -> None:
+    with diagnostics(kind):
+        def fitgate_pods() -> set[str]:
+            return {p["metadata"]["name"] for p in _get(
+                kind, "pods", "-n", stack.FITGATE_NAMESPACE,
+                "-l", "app.kubernetes.io/name=fitgate")["items"]}
+        before = fitgate_pods()
+        assert before, "fitgate's pods"
+        probe = {"apiVersion": "batch/v1", "kind": "Job",
+                 "metadata": {"name": "probe", "namespace": namespace,
+                              "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+                 "spec": {"suspend": True, "template": {"spec": {
+                     "restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": WORKLOAD_IMAGE,
+                                     "command": ["true"]}]}}}}
+        upgrade = stack.upgrade_fitgate_async(kind, ("--reuse-values", "--set",
+                                                     "logLevel=debug"))
+        reviews = 0
+        try:
+            deadline = time.monotonic() + 400
+            while upgrade.poll() is None:
+                assert time.monotonic() < deadline, "helm upgrade did not finish in 400s"
+                out = kind.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                   input=json.dumps(probe))
+                job = json.loads(out.stdout)
+                assert gating.gated_by_us(job), f"review {reviews} not answered: {job}"
+                reviews += 1
+        finally:
+            if upgrade.poll() is None:
+                upgrade.kill()
+            out_text, _ = upgrade.communicate(timeout=60)
+        assert upgrade.returncode == 0, out_text
+        assert reviews > 0
+        after = fitgate_pods()
+        assert after and not after & before, (before, after)
+        print(f"{reviews} reviews during the rollout, all answered")

@@ -92,11 +92,11 @@ rm -rf "$ctx"
 mkdir -p "$ctx/img" "$ctx/node/bin" "$ctx/node/kind"
 trap 'docker image prune --force --filter "label=org.fitgate.kind=1" >/dev/null || true; rm -rf "$ctx"' EXIT
 cp "$here/images/Dockerfile" "$here/images/pause" "$ctx/img/"
-component_image() {  # <binary name> <image name:tag> [alias path]
+component_image() {  # <binary name> <image name:tag> [alias path] [user]
     local b=$1
     [ "$b" = pause ] || cp "${bin[$b]}" "$ctx/img/$b"
     DOCKER_BUILDKIT=0 docker build --quiet --force-rm --build-arg "IMG_BASE=$img_base" \
-        --build-arg "BIN=$b" --build-arg "ALIAS=${3:-}" -t "$2" "$ctx/img" >/dev/null
+        --build-arg "BIN=$b" --build-arg "ALIAS=${3:-}" --build-arg "USER=${4:-0}" -t "$2" "$ctx/img" >/dev/null
     [ "$b" = pause ] || rm -f "$ctx/img/$b"
 }
 images=(registry.k8s.io/kube-apiserver:$kube registry.k8s.io/kube-controller-manager:$kube
@@ -111,7 +111,7 @@ component_image etcd "registry.k8s.io/etcd:$etcd_tag"
 component_image coredns "registry.k8s.io/coredns/coredns:$coredns_tag"
 component_image pause "registry.k8s.io/pause:$pause_tag"
 component_image kind-dra-driver fitgate.local/kind-dra-driver:latest
-component_image kueue "fitgate.local/kueue:$kueue_tag" /manager
+component_image kueue "fitgate.local/kueue:$kueue_tag" /manager 65532:65532
 # The tests' workload image: the component base (a shell, coreutils), command given by the pod.
 component_image pause fitgate.local/kind-workload:latest
 docker save "${images[@]}" > "$ctx/node/images.tar"

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Any
 
 import yaml
@@ -102,6 +103,12 @@ def install_fitgate(kc: KindCluster, image: str, release: str = "fitgate",
            f"--timeout={ROLLOUT_TIMEOUT_S}s", timeout=ROLLOUT_TIMEOUT_S + 60)
 
 
-def load_image(kc: KindCluster, image: str) -> None:
-    kc.load(image)
+def upgrade_fitgate_async(kc: KindCluster, args: tuple[str, ...],
+                          release: str = "fitgate") -> subprocess.Popen[str]:
+    """``helm upgrade ... --wait`` started in the background (stdout+stderr piped)."""
+    return subprocess.Popen(
+        [str(tool("helm")), "upgrade", release, str(REPO / "charts" / "fitgate"),
+         "--kubeconfig", str(kc.kubeconfig), "--namespace", FITGATE_NAMESPACE, *args,
+         "--wait", f"--timeout={ROLLOUT_TIMEOUT_S}s"],
+        env=kc.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
