@@ -200,13 +200,16 @@ func main() {
 	if err != nil {
 		klog.Fatalf("client: %v", err)
 	}
-	if err := os.MkdirAll(*cdiDir, 0o755); err != nil {
-		klog.Fatalf("cdi dir: %v", err)
+	dataDir := filepath.Join("/var/lib/kubelet/plugins", *name)
+	for _, dir := range []string{*cdiDir, dataDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			klog.Fatalf("creating %s: %v", dir, err)
+		}
 	}
 	d := &driver{name: *name, node: node, cdiDir: *cdiDir}
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(*name), kubeletplugin.NodeName(node), kubeletplugin.KubeClient(client),
-		kubeletplugin.PluginDataDirectoryPath(filepath.Join("/var/lib/kubelet/plugins", *name)))
+		kubeletplugin.PluginDataDirectoryPath(dataDir))
 	if err != nil {
 		klog.Fatalf("starting the kubelet plugin: %v", err)
 	}
