@@ -211,17 +211,30 @@ def _run_dra_job(kind: cluster.KindCluster, namespace: str) -> None:
     checks = {c["name"]: c["state"] for c in wl["status"].get("admissionChecks") or []}
     assert checks == {"fitgate": "Ready"}, checks
 
-    seen_running: set[str] = set()
+    # While a pod runs, its claims (made from the templates) exist and are allocated;
+    # after it finishes they are deleted, so what each pod got is read while it runs.
+    allocated: dict[str, dict[str, str]] = {}  # pod -> env var -> namespace/claim/request
 
     def pods() -> list[dict[str, Any]]:
         return list(_get(kind, "pods", "-n", namespace,
                          "-l", "batch.kubernetes.io/job-name=devices")["items"])
 
+    def record(pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        got: dict[str, str] = {}
+        for ref in pod["status"].get("resourceClaimStatuses") or []:
+            claim = _get(kind, "resourceclaim", "-n", namespace, ref["resourceClaimName"])
+            for r in claim["status"]["allocation"]["devices"]["results"]:
+                assert r["driver"] == stack.DRIVER and r["pool"] == pod["spec"]["nodeName"], r
+                key = ENV_PREFIX + r["device"].upper().replace("-", "_")
+                got[key] = f"{namespace}/{ref['resourceClaimName']}/{r['request']}"
+        allocated[name] = got
+
     def all_succeeded() -> bool:
         current = pods()
         for p in current:
-            if p["status"].get("phase") == "Running":
-                seen_running.add(p["metadata"]["name"])
+            if p["status"].get("phase") == "Running" and p["metadata"]["name"] not in allocated:
+                record(p)
         return len(current) == pods_n and all(p["status"].get("phase") == "Succeeded"
                                               for p in current)
 
@@ -233,24 +246,17 @@ def _run_dra_job(kind: cluster.KindCluster, namespace: str) -> None:
                           for p in pods()]))
         time.sleep(1)
     final = pods()
-    assert {p["metadata"]["name"] for p in final} == seen_running, \
-        "every pod was seen Running before it Succeeded"
+    assert {p["metadata"]["name"] for p in final} == set(allocated), \
+        "every pod was seen Running (and its claims read) before it Succeeded"
     workers = set(kind.workers())
     for pod in final:
         name = pod["metadata"]["name"]
         assert pod["spec"]["nodeName"] in workers, f"{name} ran on {pod['spec']['nodeName']}"
-        # The devices allocated to this pod's claims, from the claims' status.
-        allocated: dict[str, str] = {}
-        for ref in pod["status"].get("resourceClaimStatuses") or []:
-            claim = _get(kind, "resourceclaim", "-n", namespace, ref["resourceClaimName"])
-            for r in claim["status"]["allocation"]["devices"]["results"]:
-                assert r["driver"] == stack.DRIVER and r["pool"] == pod["spec"]["nodeName"]
-                key = ENV_PREFIX + r["device"].upper().replace("-", "_")
-                allocated[key] = f"{namespace}/{ref['resourceClaimName']}/{r['request']}"
-        assert len(allocated) == 3, f"{name}: 2 GPUs + 1 NIC allocated, got {allocated}"
+        assert len(allocated[name]) == 3, f"{name}: 2 GPUs + 1 NIC, got {allocated[name]}"
         logs = kind.kubectl("logs", "-n", namespace, name).stdout
         seen = dict(line.split("=", 1) for line in logs.splitlines() if "=" in line)
-        assert seen == allocated, f"{name}: the container saw {seen}, allocated {allocated}"
+        assert seen == allocated[name], \
+            f"{name}: the container saw {seen}, its claims were allocated {allocated[name]}"
     job_status = _get(kind, "job", "-n", namespace, "devices")["status"]
     assert job_status.get("succeeded") == pods_n, job_status
 
