@@ -17,9 +17,11 @@ cluster is deleted at the end, also when a test or the set-up fails.
   about at creation, held by the gate with an explanation on the Job, and its Workload never
   gets quota.
 
-- `helm upgrade` with a changed value (the log level) rolls fitgate's Deployment to new
-  pods, and every Job created (server-side dry run) while it rolls is gated: the webhook
-  answered each review.
+- `helm upgrade` with a changed value (a pod annotation) rolls fitgate's Deployment to new
+  pods, and every Job created (server-side dry run) while it rolls, until the old pods are
+  gone, is gated: the webhook answered each review. (Without the chart's preStop sleep this
+  failed: a terminating pod still in the Service's endpoints missed a review, and the Job
+  gate's failurePolicy Ignore let the Job through ungated.)
 
 A failing test prints the nodes' kubelet and containerd journals and the pods' events.
 """
@@ -306,6 +308,8 @@ def test_a_gang_that_can_never_fit_is_held_and_explained(kind: cluster.KindClust
 def test_helm_upgrade_rolls_the_deployment_without_a_missed_review(
         kind: cluster.KindCluster, namespace: str) -> None:
     with diagnostics(kind):
+        _queues(kind, namespace)  # the gate acts on Jobs of a LocalQueue
+
         def fitgate_pods() -> set[str]:
             return {p["metadata"]["name"] for p in _get(
                 kind, "pods", "-n", stack.FITGATE_NAMESPACE,
@@ -319,13 +323,17 @@ def test_helm_upgrade_rolls_the_deployment_without_a_missed_review(
                      "restartPolicy": "Never",
                      "containers": [{"name": "main", "image": WORKLOAD_IMAGE,
                                      "command": ["true"]}]}}}}
-        upgrade = stack.upgrade_fitgate_async(kind, ("--reuse-values", "--set",
-                                                     "logLevel=debug"))
+        # A changed value: a fresh pod annotation, so every run rolls the pods.
+        upgrade = stack.upgrade_fitgate_async(kind, (
+            "--reuse-values", "--set", f"podAnnotations.e2e-rollout={uuid.uuid4().hex[:8]}"))
         reviews = 0
         try:
+            # Reviews go on until helm is done and the old pods are gone (they terminate
+            # after helm's --wait returns: that window must be served too).
             deadline = time.monotonic() + 400
-            while upgrade.poll() is None:
-                assert time.monotonic() < deadline, "helm upgrade did not finish in 400s"
+            while upgrade.poll() is None or fitgate_pods() & before:
+                assert time.monotonic() < deadline, \
+                    "helm upgrade and the old pods' termination did not end in 400s"
                 out = kind.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
                                    input=json.dumps(probe))
                 job = json.loads(out.stdout)
