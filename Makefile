@@ -52,6 +52,7 @@ chart-rbac: setup
 TEST_TARGETS := lint unit
 -include e2e/e2e.mk
 -include e2e/image.mk
+-include e2e/kind.mk
 -include bench/bench.mk
 
 ## The whole test suite: lint, unit and property tests, oracle differential, e2e.

@@ -155,6 +155,15 @@ def _kueue_workload(bases: pathlib.Path, out: dict[str, dict[str, str]]) -> str:
     return name
 
 
+# Fields Kubernetes v1.37 serves that the installed kubernetes-asyncio's models lack. The
+# v1.37 kubelet sets status.nodeInfo.runningInUserNamespace on every Node it registers
+# (k8s.io/api v0.37.2 core/v1 NodeSystemInfo), so without it every real node would be
+# refused by the strict reader (found on the offline kind cluster, e2e/tests/test_kind.py).
+NEWER_THAN_CLIENT: dict[str, dict[str, str]] = {
+    "V1NodeSystemInfo": {"runningInUserNamespace": "bool"},
+}
+
+
 def main() -> int:
     kinds: dict[str, str] = {f"{v}/{k}": m for (v, k), m in KINDS.items()}
     out: dict[str, dict[str, str]] = {}
@@ -172,7 +181,7 @@ def main() -> int:
         if name in seen:
             continue
         seen.add(name)
-        fields = _model_fields(name)
+        fields = {**_model_fields(name), **NEWER_THAN_CLIENT.get(name, {})}
         out[name] = fields
         for typ in fields.values():
             todo.extend(_refs(typ))

@@ -299,7 +299,6 @@ async def test_the_service_accounts_token_can_do_exactly_what_rbac_py_declares(
         ("delete", kinds.NODE, "", None, None),
         ("create", kinds.POD, "", "team-a", None),
         ("update", kinds.WORKLOAD, "", "team-a", None),
-        ("patch", kinds.WORKLOAD, "", "team-a", None),
         ("update", kinds.WORKLOAD, "status", "team-a", None),
         ("delete", kinds.ADMISSION_CHECK, "", None, None),
         ("create", kinds.RESOURCE_SLICE, "", None, None),

@@ -55,6 +55,11 @@ HELM_VERSION = "v4.3.2"
 # Prometheus v3.16.0, whose Go module is versioned v0.316.0; only promtool is built (the
 # chart tests check the PrometheusRule with `promtool check rules` / `test rules`).
 PROMETHEUS_VERSION = "v0.316.0"
+# The offline kind cluster's node tools (e2e/cluster/kind); built only when asked for.
+KIND_VERSION = "v0.33.0"
+CRICTL_VERSION = "v1.37.0"
+COREDNS_VERSION = "v1.15.0"
+CONTAINERD_VERSION = "v2.4.2"
 # The module proxy serves no release of cluster-autoscaler; this pseudo-version (commit
 # 1959f5f6 of kubernetes/autoscaler, June 2025) is the one it serves. Its own version
 # constant says 1.33.0.
@@ -99,10 +104,11 @@ class Component:
     module_subdir: str = ""  # "" = modules/<name>; else modules/<subdir>/<name>
     optional: bool = False  # built only when named: a test tool or an optional part, not
     # the default local control plane
+    module: str = ""  # the wrapper's directory name when it is not <name> (several tools)
 
     @property
     def module_dir(self) -> pathlib.Path:
-        return MODULES_DIR / self.module_subdir / self.name
+        return MODULES_DIR / self.module_subdir / (self.module or self.name)
 
 
 KUBE_TAGS = ("selinux", "notest")  # as Kubernetes' own hack/lib/golang.sh
@@ -159,11 +165,40 @@ def components(minor: str | None = None) -> tuple[Component, ...]:
     )
 
 
+def kind_components(minor: str | None = None) -> tuple[Component, ...]:
+    """The offline kind cluster's extra binaries (e2e/cluster/kind): node agent, node
+    bootstrap, Service proxy, DNS, the CRI client and kind itself. Not part of the local
+    control plane, so ``ensure()`` without names does not build them."""
+    minor = minor or kube_minor()
+    version = KUBE_RELEASES[minor]
+    subdir = f"kubernetes-{minor}"
+
+    def kube(name: str) -> Component:
+        return Component(name, version, tags=KUBE_TAGS, ldflags=_kube_version_ldflags(version),
+                         module_subdir=subdir)
+
+    return (
+        kube("kubelet"),
+        kube("kubeadm"),
+        kube("kube-proxy"),
+        Component("kind", KIND_VERSION, package="sigs.k8s.io/kind"),
+        Component("crictl", CRICTL_VERSION, package="sigs.k8s.io/cri-tools/cmd/crictl",
+                  ldflags=(f"-X sigs.k8s.io/cri-tools/pkg/version.Version={CRICTL_VERSION}",)),
+        Component("coredns", COREDNS_VERSION),
+        *(Component(name, CONTAINERD_VERSION, module="containerd",
+                    package=f"github.com/containerd/containerd/v2/cmd/{name}",
+                    tags=("no_btrfs", "no_devmapper", "no_zfs"),
+                    ldflags=(f"-X github.com/containerd/containerd/v2/version.Version="
+                             f"{CONTAINERD_VERSION}",))
+          for name in ("containerd", "containerd-shim-runc-v2", "ctr")),
+        # fitgate's own fake DRA kubelet plugin (modules/kind-dra-driver/main.go).
+        Component("kind-dra-driver", version),
+    )
+
+
 def by_name(minor: str | None = None) -> dict[str, Component]:
-    """name -> Component for ``minor`` (default: the selected one)."""
-    return {c.name: c for c in components(minor)}
-
-
+    """name -> Component for ``minor`` (default: the selected one), kind's included."""
+    return {c.name: c for c in (*components(minor), *kind_components(minor))}
 
 
 def cache_root() -> pathlib.Path:
@@ -278,7 +313,7 @@ def ensure(names: list[str] | None = None, minor: str | None = None) -> dict[str
     minor = minor or kube_minor()
     every = by_name(minor)
     wanted = ([every[n] for n in names] if names
-              else [c for c in every.values() if not c.optional])
+              else [c for c in components(minor) if not c.optional])
     paths = {c.name: binary_path(c, go_version) for c in wanted}
     missing = [c for c in wanted if not paths[c.name].exists()]
     if not missing:

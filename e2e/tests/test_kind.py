@@ -1,0 +1,350 @@
+"""fitgate as its users run it, on the offline kind cluster (e2e/cluster/kind).
+
+The module fixture builds (warm: reuses) the node image and fitgate's image, creates a kind
+cluster of one control plane and one worker on the container engine, and installs the stack
+as users do: the fake DRA driver as a DaemonSet (a real kubelet plugin), Kueue from its own
+manifests, fitgate with ``helm install charts/fitgate`` and only the image overridden. The
+cluster is deleted at the end, also when a test or the set-up fails.
+
+- A Job whose pods claim devices (two GPUs of one PCIe root and one NIC each), queued
+  through fitgate's AdmissionCheck, is admitted, its pods are Running on the worker and
+  then Succeeded, and each container's environment names exactly the devices its claims
+  were allocated (the driver's CDI spec, applied by containerd when the kubelet prepared
+  the claims).
+
+- A Job whose claim asks for 3 GPUs of one PCIe root (every node has 2 per root, and no
+  NodeShape offers more) is created as submitted but for the gate's annotation, warned
+  about at creation, held by the gate with an explanation on the Job, and its Workload never
+  gets quota.
+
+- `helm upgrade` with a changed value (a pod annotation) rolls fitgate's Deployment to new
+  pods, and every Job created (server-side dry run) while it rolls, until the old pods are
+  gone, is gated: the webhook answered each review. (Without the chart's preStop sleep this
+  failed: a terminating pod still in the Service's endpoints missed a review, and the Job
+  gate's failurePolicy Ignore let the Job through ungated.)
+
+A failing test prints the nodes' kubelet and containerd journals and the pods' events.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import pathlib
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from admission import gating
+from e2e.cluster.kind import cluster, stack
+
+pytestmark = [pytest.mark.e2e]
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BUILD_IMAGE = REPO / "e2e" / "cluster" / "container" / "build-image.sh"
+WORKLOAD_IMAGE = "fitgate.local/kind-workload:latest"
+QUEUE = "kind-e2e"
+JOB_TIMEOUT_S = 600
+ENV_PREFIX = "FITGATE_DEVICE_"
+
+
+def _fitgate_image(env: dict[str, str]) -> str:
+    out = subprocess.run([str(BUILD_IMAGE), sys.executable], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=1800, check=False)
+    assert out.returncode == 0, f"make image failed:\n{out.stdout}\n{out.stderr}"
+    images = subprocess.run(["docker", "image", "ls", "--format",
+                             "{{.Repository}}:{{.Tag}}", "fitgate"], env=env,
+                            capture_output=True, text=True, timeout=60, check=True)
+    tags = [t for t in images.stdout.split() if ":src-" in t]
+    assert len(tags) == 1, f"expected one fitgate:src-* image, found {tags}"
+    return tags[0]
+
+
+@pytest.fixture(scope="module")
+def kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.KindCluster]:
+    env = cluster.engine_env()
+    node_image = cluster.build_node_image(env)
+    image = _fitgate_image(env)
+    name = f"fitgate-e2e-{uuid.uuid4().hex[:6]}"
+    kc = cluster.KindCluster(name, tmp_path_factory.mktemp("kind"), env, node_image)
+    atexit.register(kc.delete)  # also when SIGTERM ends the run before finalizers
+    try:
+        kc.create()
+        stack.install_driver(kc)
+        stack.install_kueue(kc)
+        kc.load(image)
+        stack.install_fitgate(kc, image)
+        yield kc
+    except BaseException:
+        print(kc.node_logs(), file=sys.stderr)
+        pods = kc.kubectl("get", "pods", "-A", "-o", "wide", check=False)
+        print(pods.stdout, pods.stderr, file=sys.stderr)
+        raise
+    finally:
+        kc.delete()
+        atexit.unregister(kc.delete)
+
+
+@contextlib.contextmanager
+def diagnostics(kc: cluster.KindCluster) -> Iterator[None]:
+    """On failure, print the pods, the events and the nodes' kubelet and containerd logs
+    (pytest shows a failed test's captured output)."""
+    try:
+        yield
+    except BaseException:
+        pods = kc.kubectl("get", "pods", "-A", "-o", "wide", check=False)
+        events = kc.kubectl("get", "events", "-A", "--sort-by=.lastTimestamp", check=False)
+        print("\n".join(["=== kind diagnostics ===", "--- kubectl get pods -A ---",
+                         pods.stdout, pods.stderr, "--- kubectl get events -A ---",
+                         events.stdout, events.stderr, kc.node_logs()]))
+        raise
+
+
+def _apply(kc: cluster.KindCluster, *objects: dict[str, Any]) -> None:
+    kc.kubectl("apply", "--server-side", "-f", "-",
+               input="\n---\n".join(json.dumps(o) for o in objects))
+
+
+def _get(kc: cluster.KindCluster, *args: str) -> Any:
+    return json.loads(kc.kubectl("get", *args, "-o", "json").stdout)
+
+
+def _queues(kc: cluster.KindCluster, namespace: str) -> None:
+    """ResourceFlavor, a ClusterQueue with fitgate's AdmissionCheck, a LocalQueue."""
+    quota = {"cpu": "100", "memory": "100Gi",
+             **{r: "64" for r in stack.KUEUE_DRA_RESOURCES}}
+    _apply(kc,
+           {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+            "metadata": {"name": "default"}, "spec": {}},
+           {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+            "metadata": {"name": QUEUE},
+            "spec": {"namespaceSelector": {},
+                     "resourceGroups": [{"coveredResources": list(quota), "flavors": [{
+                         "name": "default", "resources": [
+                             {"name": r, "nominalQuota": q} for r, q in quota.items()]}]}],
+                     "admissionChecksStrategy": {"admissionChecks": [{"name": "fitgate"}]}}},
+           {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": QUEUE, "namespace": namespace},
+            "spec": {"clusterQueue": QUEUE}})
+    kc.wait(lambda: _condition(_get(kc, "admissioncheck", "fitgate"), "Active"), 120,
+            "fitgate's AdmissionCheck Active")
+    kc.wait(lambda: _condition(_get(kc, "clusterqueue", QUEUE), "Active"), 120,
+            f"ClusterQueue {QUEUE} Active")
+
+
+def _condition(obj: dict[str, Any], kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def _claim_template(name: str, namespace: str, device_class: str, count: int,
+                    match_attribute: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"devices": {"requests": [{"name": "devices", "exactly": {
+        "deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}}
+    if match_attribute:
+        spec["devices"]["constraints"] = [{"requests": ["devices"],
+                                           "matchAttribute": match_attribute}]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"spec": spec}}
+
+
+@pytest.fixture
+def namespace(kind: cluster.KindCluster) -> Iterator[str]:
+    ns = f"kind-e2e-{uuid.uuid4().hex[:6]}"
+    kind.kubectl("create", "namespace", ns)
+    yield ns
+    kind.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.mark.timeout(JOB_TIMEOUT_S + 120)
+def test_a_dra_job_queued_through_fitgate_runs_on_a_real_worker(
+        kind: cluster.KindCluster, namespace: str) -> None:
+    with diagnostics(kind):
+        _run_dra_job(kind, namespace)
+
+
+def _run_dra_job(kind: cluster.KindCluster, namespace: str) -> None:
+    _queues(kind, namespace)
+    _apply(kind,
+           _claim_template("two-gpus", namespace, stack.GPU_CLASS, 2,
+                           "resource.kubernetes.io/pcieRoot"),
+           _claim_template("one-nic", namespace, stack.NIC_CLASS, 1))
+    pods_n = 2
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "devices", "namespace": namespace,
+                     "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+        "spec": {"parallelism": pods_n, "completions": pods_n, "suspend": True,
+                 "backoffLimit": 0,
+                 "template": {"spec": {
+                     "restartPolicy": "Never",
+                     "resourceClaims": [
+                         {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
+                         {"name": "nic", "resourceClaimTemplateName": "one-nic"}],
+                     "containers": [{
+                         "name": "main", "image": WORKLOAD_IMAGE,
+                         "imagePullPolicy": "Never",
+                         # Long enough that the test sees the pod Running.
+                         "command": ["/bin/sh", "-c",
+                                     f"env | grep ^{ENV_PREFIX} | sort; sleep 20"],
+                         "resources": {"requests": {"cpu": "50m", "memory": "16Mi"},
+                                       "claims": [{"name": "gpus"}, {"name": "nic"}]}}]}}},
+    }
+    _apply(kind, job)
+
+    # The gate: fitgate's webhook names itself in the Job's admission-gated-by annotation
+    # and the Workload carries fitgate's AdmissionCheck; admitted once the check is Ready.
+    def workload() -> dict[str, Any] | None:
+        for wl in _get(kind, "workloads.kueue.x-k8s.io", "-n", namespace)["items"]:
+            if any(r.get("name") == "devices" for r in wl["metadata"].get("ownerReferences", [])):
+                return dict(wl)
+        return None
+
+    kind.wait(lambda: (wl := workload()) is not None and _condition(wl, "Admitted"),
+              JOB_TIMEOUT_S, "the Job's Workload Admitted")
+    wl = workload()
+    assert wl is not None
+    checks = {c["name"]: c["state"] for c in wl["status"].get("admissionChecks") or []}
+    assert checks == {"fitgate": "Ready"}, checks
+
+    # While a pod runs, its claims (made from the templates) exist and are allocated;
+    # after it finishes they are deleted, so what each pod got is read while it runs.
+    allocated: dict[str, dict[str, str]] = {}  # pod -> env var -> namespace/claim/request
+
+    def pods() -> list[dict[str, Any]]:
+        return list(_get(kind, "pods", "-n", namespace,
+                         "-l", "batch.kubernetes.io/job-name=devices")["items"])
+
+    def record(pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        got: dict[str, str] = {}
+        for ref in pod["status"].get("resourceClaimStatuses") or []:
+            claim = _get(kind, "resourceclaim", "-n", namespace, ref["resourceClaimName"])
+            for r in claim["status"]["allocation"]["devices"]["results"]:
+                assert r["driver"] == stack.DRIVER and r["pool"] == pod["spec"]["nodeName"], r
+                key = ENV_PREFIX + r["device"].upper().replace("-", "_")
+                got[key] = f"{namespace}/{ref['resourceClaimName']}/{r['request']}"
+        allocated[name] = got
+
+    def all_succeeded() -> bool:
+        current = pods()
+        for p in current:
+            if p["status"].get("phase") == "Running" and p["metadata"]["name"] not in allocated:
+                record(p)
+        return len(current) == pods_n and all(p["status"].get("phase") == "Succeeded"
+                                              for p in current)
+
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not all_succeeded():
+        assert time.monotonic() < deadline, (
+            f"pods of Job devices not Succeeded within {JOB_TIMEOUT_S}s: "
+            + json.dumps([(p["metadata"]["name"], p["status"].get("phase"))
+                          for p in pods()]))
+        time.sleep(1)
+    final = pods()
+    assert {p["metadata"]["name"] for p in final} == set(allocated), \
+        "every pod was seen Running (and its claims read) before it Succeeded"
+    workers = set(kind.workers())
+    for pod in final:
+        name = pod["metadata"]["name"]
+        assert pod["spec"]["nodeName"] in workers, f"{name} ran on {pod['spec']['nodeName']}"
+        assert len(allocated[name]) == 3, f"{name}: 2 GPUs + 1 NIC, got {allocated[name]}"
+        logs = kind.kubectl("logs", "-n", namespace, name).stdout
+        seen = dict(line.split("=", 1) for line in logs.splitlines() if "=" in line)
+        assert seen == allocated[name], \
+            f"{name}: the container saw {seen}, its claims were allocated {allocated[name]}"
+    job_status = _get(kind, "job", "-n", namespace, "devices")["status"]
+    assert job_status.get("succeeded") == pods_n, job_status
+
+
+
+@pytest.mark.timeout(300)
+def test_a_gang_that_can_never_fit_is_held_and_explained(kind: cluster.KindCluster,
+                                                        namespace: str) -> None:
+    with diagnostics(kind):
+        _queues(kind, namespace)
+        _apply(kind, _claim_template("three-on-one-root", namespace, stack.GPU_CLASS, 3,
+                                     "resource.kubernetes.io/pcieRoot"))
+        sent: dict[str, Any] = {
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "too-big", "namespace": namespace,
+                         "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+            "spec": {"parallelism": 1, "completions": 1, "suspend": True, "backoffLimit": 0,
+                     "template": {"spec": {
+                         "restartPolicy": "Never",
+                         "resourceClaims": [{"name": "gpus",
+                                             "resourceClaimTemplateName": "three-on-one-root"}],
+                         "containers": [{"name": "main", "image": WORKLOAD_IMAGE,
+                                         "imagePullPolicy": "Never", "command": ["true"],
+                                         "resources": {"claims": [{"name": "gpus"}]}}]}}}}
+        # Submitted as a person would: kubectl create prints the webhook's warning.
+        made = kind.kubectl("create", "-f", "-", input=json.dumps(sent))
+        assert f"fitgate: Job {namespace}/too-big can never be admitted" in made.stderr, \
+            made.stderr
+        created = _get(kind, "job", "-n", namespace, "too-big")
+        assert gating.annotations_of(created)[gating.GATED_BY] == gating.GATE
+        assert created["spec"]["template"]["spec"]["resourceClaims"] == \
+            sent["spec"]["template"]["spec"]["resourceClaims"]
+
+        def explained() -> bool:
+            job = _get(kind, "job", "-n", namespace, "too-big")
+            return gating.EXPLANATION in gating.annotations_of(job)
+        kind.wait(explained, 120, "the gate to hold too-big with an explanation")
+        wls = [w for w in _get(kind, "workloads.kueue.x-k8s.io", "-n", namespace)["items"]
+               if any(r.get("name") == "too-big"
+                      for r in w["metadata"].get("ownerReferences", []))]
+        assert len(wls) == 1 and not _condition(wls[0], "QuotaReserved"), wls
+        pods = _get(kind, "pods", "-n", namespace)["items"]
+        assert pods == [], [p["metadata"]["name"] for p in pods]
+
+
+@pytest.mark.timeout(600)
+def test_helm_upgrade_rolls_the_deployment_without_a_missed_review(
+        kind: cluster.KindCluster, namespace: str) -> None:
+    with diagnostics(kind):
+        _queues(kind, namespace)  # the gate acts on Jobs of a LocalQueue
+
+        def fitgate_pods() -> set[str]:
+            return {p["metadata"]["name"] for p in _get(
+                kind, "pods", "-n", stack.FITGATE_NAMESPACE,
+                "-l", "app.kubernetes.io/name=fitgate")["items"]}
+        before = fitgate_pods()
+        assert before, "fitgate's pods"
+        probe = {"apiVersion": "batch/v1", "kind": "Job",
+                 "metadata": {"name": "probe", "namespace": namespace,
+                              "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+                 "spec": {"suspend": True, "template": {"spec": {
+                     "restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": WORKLOAD_IMAGE,
+                                     "command": ["true"]}]}}}}
+        # A changed value: a fresh pod annotation, so every run rolls the pods.
+        upgrade = stack.upgrade_fitgate_async(kind, (
+            "--reuse-values", "--set", f"podAnnotations.e2e-rollout={uuid.uuid4().hex[:8]}"))
+        reviews = 0
+        try:
+            # Reviews go on until helm is done and the old pods are gone (they terminate
+            # after helm's --wait returns: that window must be served too).
+            deadline = time.monotonic() + 400
+            while upgrade.poll() is None or fitgate_pods() & before:
+                assert time.monotonic() < deadline, \
+                    "helm upgrade and the old pods' termination did not end in 400s"
+                out = kind.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                   input=json.dumps(probe))
+                job = json.loads(out.stdout)
+                assert gating.gated_by_us(job), f"review {reviews} not answered: {job}"
+                reviews += 1
+        finally:
+            if upgrade.poll() is None:
+                upgrade.kill()
+            out_text, _ = upgrade.communicate(timeout=60)
+        assert upgrade.returncode == 0, out_text
+        assert reviews > 0
+        after = fitgate_pods()
+        assert after and not after & before, (before, after)
+        print(f"{reviews} reviews during the rollout, all answered")
