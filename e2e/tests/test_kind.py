@@ -41,7 +41,7 @@ from typing import Any
 
 import pytest
 
-from admission import gating
+from admission.gate import predicates as gating
 from e2e.cluster.kind import cluster, stack
 
 pytestmark = [pytest.mark.e2e]
