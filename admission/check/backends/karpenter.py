@@ -116,41 +116,9 @@ def node_claims(workload: client.Obj, g: fitcore.Gang, check: str, attempt: int,
         if pool is None:
             raise PoolProblem(f"NodeShape {sc.shape}: NodePool {karp.node_pool} "
                               "(spec.provisioning.karpenter.nodePool) does not exist")
-        pool_meta, pool_spec = _template(pool)
-        class_ref = pool_spec.get("nodeClassRef")
-        if not isinstance(class_ref, Mapping):
-            raise PoolProblem(f"NodePool {karp.node_pool} has no spec.template.spec."
-                              "nodeClassRef")
-        requirements = [dict(r) for r in pool_spec.get("requirements") or []
-                        if isinstance(r, Mapping)]
-        requirements += [_requirement(r) for r in karp.requirements]
-        if sc.domain is not None and shape.domain_label is not None:
-            pinned = [r for r in karp.requirements if r.key == shape.domain_label
-                      and r.operator == "In" and len(r.values) == 1]
-            if not pinned:
-                raise provisioning.ShapeProblem(
-                    f"NodeShape {sc.shape}: the plan puts {sc.count} new nodes in one "
-                    f"{shape.domain_label} domain, and Karpenter picks it per NodeClaim; "
-                    "pin it with a spec.provisioning.karpenter.requirements entry "
-                    f"{shape.domain_label} In [one value]")
+        pool_meta, spec = _claim_spec(sc, shape, karp, pool, shares.get(sc.shape, {}))
         claim_labels = {**{str(k): str(v) for k, v in (pool_meta.get("labels") or {}).items()},
                         **shape.node_labels, **labels, NODE_POOL_LABEL: karp.node_pool}
-        taints = [dict(t) for t in pool_spec.get("taints") or [] if isinstance(t, Mapping)]
-        have = {(t.get("key"), t.get("effect")) for t in taints}
-        taints += [{"key": t.key, **({"value": t.value} if t.value else {}),
-                    "effect": t.effect}
-                   for t in shape.taints if (t.key, t.effect) not in have]
-        spec: dict[str, Any] = {
-            "nodeClassRef": dict(class_ref),
-            "requirements": requirements,
-            "resources": {"requests": {k: str(q) for k, q in
-                                       sorted(shares.get(sc.shape, {}).items())}},
-        }
-        if taints:
-            spec["taints"] = taints
-        for key in ("startupTaints", "expireAfter", "terminationGracePeriod"):
-            if pool_spec.get(key) is not None:
-                spec[key] = pool_spec[key]
         pool_ref = {"apiVersion": kinds.NODE_POOL.api_version, "kind": "NodePool",
                     "name": karp.node_pool, "uid": (pool.get("metadata") or {}).get("uid"),
                     "blockOwnerDeletion": True}
@@ -165,6 +133,47 @@ def node_claims(workload: client.Obj, g: fitcore.Gang, check: str, attempt: int,
                              "ownerReferences": [dict(pool_ref)]},
                 "spec": spec})
     return out
+
+
+def _claim_spec(sc: fitcore.ShapeCount, shape: fitcore.NodeShape,
+                karp: fitcore.KarpenterProvisioning, pool: Mapping[str, Any],
+                share: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]]:
+    """The NodePool template's metadata, and the spec of each NodeClaim of `sc`: the pool's
+    class, requirements and taints with the shape's added, the gang's share as requests."""
+    pool_meta, pool_spec = _template(pool)
+    class_ref = pool_spec.get("nodeClassRef")
+    if not isinstance(class_ref, Mapping):
+        raise PoolProblem(f"NodePool {karp.node_pool} has no spec.template.spec."
+                          "nodeClassRef")
+    requirements = [dict(r) for r in pool_spec.get("requirements") or []
+                    if isinstance(r, Mapping)]
+    requirements += [_requirement(r) for r in karp.requirements]
+    if sc.domain is not None and shape.domain_label is not None:
+        pinned = [r for r in karp.requirements if r.key == shape.domain_label
+                  and r.operator == "In" and len(r.values) == 1]
+        if not pinned:
+            raise provisioning.ShapeProblem(
+                f"NodeShape {sc.shape}: the plan puts {sc.count} new nodes in one "
+                f"{shape.domain_label} domain, and Karpenter picks it per NodeClaim; "
+                "pin it with a spec.provisioning.karpenter.requirements entry "
+                f"{shape.domain_label} In [one value]")
+    taints = [dict(t) for t in pool_spec.get("taints") or [] if isinstance(t, Mapping)]
+    have = {(t.get("key"), t.get("effect")) for t in taints}
+    taints += [{"key": t.key, **({"value": t.value} if t.value else {}),
+                "effect": t.effect}
+               for t in shape.taints if (t.key, t.effect) not in have]
+    spec: dict[str, Any] = {
+        "nodeClassRef": dict(class_ref),
+        "requirements": requirements,
+        "resources": {"requests": {k: str(q) for k, q in
+                                   sorted(share.items())}},
+    }
+    if taints:
+        spec["taints"] = taints
+    for key in ("startupTaints", "expireAfter", "terminationGracePeriod"):
+        if pool_spec.get(key) is not None:
+            spec[key] = pool_spec[key]
+    return pool_meta, spec
 
 
 # --------------------------------------------------------------------- reading
