@@ -19,6 +19,7 @@ import tarfile
 from typing import Any
 
 import pytest
+import yaml
 
 from admission.gate import predicates as gating
 from e2e import builders, harness
@@ -51,6 +52,10 @@ def previous_chart(into: pathlib.Path) -> pathlib.Path:
     return into / "charts" / "fitgate"
 
 
+def _crds(chart: pathlib.Path) -> list[dict[str, Any]]:
+    return [yaml.safe_load(f.read_text()) for f in sorted((chart / "crds").glob("*.yaml"))]
+
+
 async def _requests(e2e: harness.Harness) -> list[dict[str, Any]]:
     return await e2e.kube.list(builders.AUTOSCALING, "ProvisioningRequest", e2e.namespace,
                                label_selector=MANAGED)
@@ -62,8 +67,12 @@ async def test_upgrade_from_the_previous_chart_with_jobs_in_flight(
         tmp_path: pathlib.Path) -> None:
     fg = fitgate.Fitgate(e2e, local_cluster)
     ns = e2e.namespace
+    previous = previous_chart(tmp_path)
     try:
-        await fg.install(chart=previous_chart(tmp_path))
+        # The cluster as the previous release left it: its CRDs (Helm never upgrades CRDs;
+        # the harness applied today's, which differ, with its own field manager).
+        local_cluster.apply(_crds(previous))
+        await fg.install(chart=previous)
         await topology.create_claim_template(e2e)
         await topology.create_shapes(e2e)
         queue = await e2e.create_queues(f"upgrade-{ns}", admission_checks=[fitgate.CHECK_NAME])
@@ -106,3 +115,4 @@ async def test_upgrade_from_the_previous_chart_with_jobs_in_flight(
         if "cluster-autoscaler" in local_cluster.stopped:
             local_cluster.start_autoscaler()
         await fg.uninstall()
+        local_cluster.apply(_crds(fitgate.CHART))  # today's CRDs back, for the tests after
