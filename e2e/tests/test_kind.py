@@ -3,7 +3,8 @@
 The module fixture builds (warm: reuses) the node image and fitgate's image, creates a kind
 cluster of one control plane and one worker on the container engine, and installs the stack
 as users do: the fake DRA driver as a DaemonSet (a real kubelet plugin), Kueue from its own
-manifests, fitgate with ``helm install charts/fitgate`` and only the image overridden. The
+manifests, fitgate with ``helm install charts/fitgate``, the image and the webhook's decision
+budget (so that the first submission of a gang that cannot fit is warned about) set. The
 cluster is deleted at the end, also when a test or the set-up fails.
 
 - A Job whose pods claim devices (two GPUs of one PCIe root and one NIC each), queued
@@ -79,7 +80,9 @@ def kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.KindClust
         stack.install_driver(kc)
         stack.install_kueue(kc)
         kc.load(image)
-        stack.install_fitgate(kc, image)
+        # The webhook waits up to 2 s for a decision it has not cached (the chart's default,
+        # 10 ms, lets a first submission through unwarned when the node is busy).
+        stack.install_fitgate(kc, image, extra=("--set", "webhook.decisionBudgetSeconds=2"))
         yield kc
     except BaseException:
         print(kc.node_logs(), file=sys.stderr)

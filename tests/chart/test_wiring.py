@@ -34,7 +34,7 @@ def test_serve_loads_the_charts_configuration(helm: Helm, tmp_path: pathlib.Path
     assert cfg.lease_name == config_of(objects)["lease_name"]
     # The webhook's connection bounds come from the chart's values.
     assert (cfg.webhook_max_connections, cfg.webhook_header_timeout,
-            cfg.webhook_body_timeout) == (256, 10.0, 10.0)
+            cfg.webhook_body_timeout, cfg.webhook_decision_budget) == (256, 10.0, 10.0, 0.01)
     deployments = [o for o in objects if o["kind"] == "Deployment"]
     if deployments:
         (container,) = deployments[0]["spec"]["template"]["spec"]["containers"]

@@ -158,7 +158,9 @@ def components(minor: str | None = None) -> tuple[Component, ...]:
         Component("promtool", PROMETHEUS_VERSION,
                   package="github.com/prometheus/prometheus/cmd/promtool",
                   ldflags=("-X github.com/prometheus/common/version.Version=3.16.0",),
-                  optional=True),
+                  # remove_all_sd (Prometheus >= 3.10) leaves out every service-discovery
+                  # plugin (cloud SDKs): promtool checks rule files, which need none.
+                  tags=("remove_all_sd",), optional=True),
         # Karpenter with its kwok cloud provider: only clusters started with karpenter=True.
         Component("karpenter", KARPENTER_VERSION, package="sigs.k8s.io/karpenter/kwok",
                   env=(("GOTOOLCHAIN", KARPENTER_TOOLCHAIN),), optional=True),
