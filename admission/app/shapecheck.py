@@ -11,9 +11,11 @@ Four checks per NodeShape, each finding naming the file, the shape and the field
   (the service drops such a shape);
 - device names used twice in one pool (the API server only sees duplicates within one
   slice);
-- device attributes that look unique per node (UUIDs, PCI bus addresses, serials:
+- device attributes that hold one device's identity (UUIDs, serials, MAC addresses:
   `admission.app.shapes.identity_reason`): a new node never has them, so verification
-  would call every new node a mismatch.
+  would call every new node a mismatch. PCI bus addresses are not findings here: identical
+  machines usually share them, which only comparing live nodes tells
+  (`fitgate shape capture` does).
 
 Exit status (cli.py): 0 without findings, 1 with findings, 2 when a file cannot be read
 or is not YAML.
@@ -185,6 +187,7 @@ def _engine_errors(obj: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
 def _device_errors(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     """Device names used twice in one pool; attributes that look per node."""
     seen: dict[tuple[str, str, str], str] = {}
+    identities: dict[str, tuple[str, str, int]] = {}  # attribute -> (first path, why, count)
     slices = spec.get("resourceSlices")
     for i, s in enumerate(slices if isinstance(slices, list) else []):
         if not isinstance(s, Mapping):
@@ -207,8 +210,12 @@ def _device_errors(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
                 why = shapes.identity_reason(shapes.qualified(driver, a),
                                              shapes.attribute_value(v))
                 if why:
-                    yield (f"{path}.attributes[{a}]", f"looks unique per node: {why}; every "
-                           "new node would differ from the shape (leave it out)")
+                    first, first_why, n = identities.get(a, (f"{path}.attributes[{a}]", why, 0))
+                    identities[a] = (first, first_why, n + 1)
+    for a, (path, why, n) in identities.items():
+        on = f" (on {n} devices)" if n > 1 else ""
+        yield path, (f"looks unique per node{on}: {why}; every new node would differ from "
+                     f"the shape, and verification would call it a mismatch (leave {a} out)")
 
 
 def check_shape(obj: Any, source: str) -> list[Finding]:

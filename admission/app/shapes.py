@@ -14,8 +14,9 @@ the group, they are right by construction, once what belongs to the one node is 
 - ResourceSlices: the node's (`spec.nodeName`), without `nodeName`, the pool's
   `generation`, and with the node's name in a pool name replaced by the shape's; slices
   that select nodes per device are left out (a shape's slices never select nodes);
-- device attributes that are unique per node (UUIDs, PCI bus addresses, serials; or
-  values no other node of the group shares) are left out: a shape holding one node's
+- device attributes that are unique per node are left out: identities (UUIDs, serials,
+  MAC addresses), PCI bus addresses unless another node of the group has the same ones
+  (identical machines usually do), and values no other node of the group shares: a shape holding one node's
   UUIDs promises them for every new node, and verification would call each new node a
   mismatch. Each is reported with whether a DeviceClass, ResourceClaim or
   ResourceClaimTemplate in the cluster selects on it (a CEL selector that mentions it, a
@@ -69,8 +70,12 @@ _PCI_ADDRESS = re.compile(r"^(?:[0-9a-f]{4,8}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$"
                           re.IGNORECASE)
 _MAC = re.compile(r"^(?:[0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.IGNORECASE)
 _LONG_HEX = re.compile(r"^(?:0x)?[0-9a-f]{16,}$", re.IGNORECASE)
-#: Attribute names (lower case, without their domain) that hold a per-device identity.
-_IDENTITY_NAMES = ("uuid", "guid", "serial", "busid", "pcibusid", "pciaddress", "macaddress")
+#: Attribute names (lower case, without their domain) that hold one device's identity,
+#: never shared by two devices of the cluster.
+_IDENTITY_NAMES = ("uuid", "guid", "serial", "macaddress")
+#: Names of a device's place in its node: the same on identical machines, unless the
+#: firmware numbers buses differently (told apart by comparing nodes of the group).
+_PLACE_NAMES = ("busid", "pcibusid", "pciaddress")
 
 
 # ------------------------------------------------------------- per-node attributes
@@ -88,16 +93,31 @@ def attribute_value(value: Any) -> str | None:
     return None
 
 
+def _short(attribute: str) -> str:
+    return attribute.rsplit("/", 1)[-1]
+
+
 def identity_reason(attribute: str, value: str | None) -> str | None:
-    """Why an attribute looks like a per-device identity (name or value), else None."""
-    short = attribute.rsplit("/", 1)[-1].lower().replace("_", "").replace("-", "")
+    """Why an attribute holds one device's identity (a UUID, a MAC address, a serial: by
+    its value or its name), which no other node shares; else None."""
     if value is not None:
-        for pattern, what in ((_UUID, "a UUID"), (_PCI_ADDRESS, "a PCI bus address"),
-                              (_MAC, "a MAC address"), (_LONG_HEX, "a serial number")):
+        for pattern, what in ((_UUID, "a UUID"), (_MAC, "a MAC address"),
+                              (_LONG_HEX, "a serial number")):
             if pattern.match(value):
                 return f"its value {value!r} looks like {what}"
-    if any(hint in short for hint in _IDENTITY_NAMES):
-        return f"its name says it identifies one device ({attribute.rsplit('/', 1)[-1]})"
+    name = _short(attribute).lower().replace("_", "").replace("-", "")
+    if any(hint in name for hint in _IDENTITY_NAMES):
+        return f"its name says it identifies one device ({_short(attribute)})"
+    return None
+
+
+def place_reason(attribute: str, value: str | None) -> str | None:
+    """Why an attribute may hold a device's bus address (by value or name), else None."""
+    if value is not None and _PCI_ADDRESS.match(value):
+        return f"its value {value!r} looks like a PCI bus address"
+    name = _short(attribute).lower().replace("_", "").replace("-", "")
+    if any(hint in name for hint in _PLACE_NAMES):
+        return f"its name says it is a bus address ({_short(attribute)})"
     return None
 
 
@@ -130,21 +150,31 @@ def _slice_values(slices: Sequence[Mapping[str, Any]]) -> dict[str, set[str]]:
     return out
 
 
+def _first(reason: Any, attribute: str, values: set[str]) -> str | None:
+    return next((r for v in sorted(values) if (r := reason(attribute, v))), None)
+
+
 def per_node_attributes(mine: Sequence[Mapping[str, Any]],
                         others: Mapping[str, Sequence[Mapping[str, Any]]]
                         ) -> dict[str, str]:
     """Qualified attribute -> why it is per node, for the attributes of `mine` (one node's
-    slices): identity-like names or values, or values no other node of the group
-    (`others`: node -> its slices) shares while it has the attribute too."""
+    slices), with `others` the rest of the group (node -> its slices): identities (UUIDs,
+    serials) always; bus addresses unless another node of the group has the same; any
+    other attribute whose values no other node of the group shares."""
     values = _slice_values(mine)
     theirs = {node: _slice_values(s) for node, s in others.items()}
     out: dict[str, str] = {}
     for attribute, have in sorted(values.items()):
-        why = next((r for v in sorted(have) if (r := identity_reason(attribute, v))), None)
+        why = _first(identity_reason, attribute, have)
         if why is None:
             peers = [n for n, vals in sorted(theirs.items()) if attribute in vals]
-            if peers and all(not have & theirs[n][attribute] for n in peers):
-                why = f"its values differ from node {peers[0]}'s"
+            differs = bool(peers) and all(not have & theirs[n][attribute] for n in peers)
+            place = _first(place_reason, attribute, have)
+            if differs:
+                why = f"{place + ', and i' if place else 'i'}ts values differ from node " \
+                      f"{peers[0]}'s"
+            elif place and not peers:
+                why = f"{place}, and no other node of the group has it to compare with"
         if why is not None:
             out[attribute] = why
     return out

@@ -136,8 +136,22 @@ def test_a_single_node_group_flags_only_what_looks_like_an_identity() -> None:
     api = world()
     api.remove(kinds.NODE, "gke-a3-2")
     got = capture(api)
-    assert {p.attribute for p in got.per_node} == {f"{DRIVER}/uuid", f"{DRIVER}/pciBusID"}
+    flagged = {p.attribute: p.why for p in got.per_node}
+    assert set(flagged) == {f"{DRIVER}/uuid", f"{DRIVER}/pciBusID"}
+    assert "no other node of the group" in flagged[f"{DRIVER}/pciBusID"]
     assert got.group == ["gke-a3-1"]
+
+
+def test_bus_addresses_shared_by_the_group_are_kept() -> None:
+    api = world()
+    same = resource_slice("gke-a3-2", 2)
+    for i, dev in enumerate(same["spec"]["devices"]):
+        dev["attributes"]["pciBusID"] = {"string": f"0000:{16 + i:02x}:00.0"}
+    api.seed(kinds.RESOURCE_SLICE, same)
+    got = capture(api)
+    assert f"{DRIVER}/pciBusID" not in {p.attribute for p in got.per_node}
+    dev = got.shape["spec"]["resourceSlices"][0]["devices"][1]
+    assert dev["attributes"]["pciBusID"] == {"string": "0000:11:00.0"}
 
 
 def test_keep_per_node_attributes_keeps_them_and_still_warns() -> None:
