@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -132,7 +133,7 @@ class PerNode:
 
     def text(self) -> str:
         used = ("; selected on by " + ", ".join(self.selected_by) + ": a shape without it "
-                "no longer matches those selectors, decide by hand" if self.selected_by
+                "no longer satisfies them, decide by hand" if self.selected_by
                 else "; nothing in the cluster selects on it")
         return f"{self.attribute}: {self.why}{used}"
 
@@ -260,7 +261,10 @@ class Capture:
         return out
 
     def to_yaml(self) -> str:
-        head = "".join(f"# {line}\n" for line in self.comments())
+        head = "".join(
+            f"# {part}\n" for line in self.comments()
+            for part in textwrap.wrap(line, 96, subsequent_indent="    ",
+                                      break_on_hyphens=False, break_long_words=False))
         return head + yaml.safe_dump(self.shape, sort_keys=False)
 
 
