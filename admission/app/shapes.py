@@ -16,9 +16,9 @@ the group, they are right by construction, once what belongs to the one node is 
   that select nodes per device are left out (a shape's slices never select nodes);
 - device attributes that are unique per node are left out: identities (UUIDs, serials,
   MAC addresses), PCI bus addresses unless another node of the group has the same ones
-  (identical machines usually do), and values no other node of the group shares: a shape holding one node's
-  UUIDs promises them for every new node, and verification would call each new node a
-  mismatch. Each is reported with whether a DeviceClass, ResourceClaim or
+  (identical machines usually do), and values no other node of the group shares. A
+  shape holding one node's UUIDs promises them for every new node, and verification
+  would call each new node a mismatch. Each is reported with whether a DeviceClass, ResourceClaim or
   ResourceClaimTemplate in the cluster selects on it (a CEL selector that mentions it, a
   `matchAttribute` or `distinctAttribute` constraint naming it), because a shape without
   the attribute no longer matches such a selector.
