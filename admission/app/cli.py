@@ -168,7 +168,8 @@ def run_shape(args: argparse.Namespace, connect: Any = None) -> int:
         print(f"fitgate shape capture: node {args.node!r} not found", file=sys.stderr)
         return 1
     except kube_errors.ApiError as exc:
-        print(f"fitgate shape capture: the API server refused: {exc}", file=sys.stderr)
+        what = "cannot reach the API server" if exc.status == 0 else "the API server refused"
+        print(f"fitgate shape capture: {what}: {exc}", file=sys.stderr)
         return 1
     except kube_errors.ConfigError as exc:
         print(f"fitgate shape capture: {exc}", file=sys.stderr)

@@ -220,3 +220,24 @@ def test_every_call_is_declared_for_capture() -> None:
     capture(api)
     for call in api.calls:
         rbac.check(kinds.BY_NAME[call.kind], call.verb, call.subresource, rbac.SHAPE_CAPTURE)
+
+
+@pytest.mark.parametrize("kubeconfig", ["missing", "garbage"])
+def test_cli_a_bad_kubeconfig_is_a_message_not_a_traceback(
+        kubeconfig: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    path = tmp_path / kubeconfig
+    if kubeconfig == "garbage":
+        path.write_text("clusters: [unclosed\n")
+    assert cli.main(["shape", "capture", "n1", "--kubeconfig", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"fitgate shape capture: cannot use kubeconfig {path}" in err, err
+    assert "Traceback" not in err
+
+
+def test_cli_an_unreachable_server_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    api = world()
+    api.fail_next(errors.ApiError(0, "Unreachable", "connection refused"), verb="get")
+    assert run_cli(["shape", "capture", "gke-a3-1"], api) == 1
+    assert "cannot reach the API server: 0 Unreachable" in capsys.readouterr().err
