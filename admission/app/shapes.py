@@ -7,7 +7,9 @@ the group, they are right by construction, once what belongs to the one node is 
 
 - labels: the node group's labels, without the node's own (`kubernetes.io/hostname`,
   labels whose value holds the node's name, topology domains finer than a zone such as a
-  rack or a host, which differ from node to node of a group);
+  rack or a host, and labels another node of the group has otherwise). The group is the
+  nodes of the node's pool (its cloud's node pool label, `POOL_LABELS`), else the nodes
+  that carry all of its other labels;
 - taints: the node's, without the ones the node lifecycle and the autoscalers put on and
   take off (`node.kubernetes.io/not-ready`, `ToBeDeletedByClusterAutoscaler`, ...);
 - allocatable: the node's;
@@ -52,10 +54,11 @@ PER_NODE_LABELS = {
 GROUP_TOPOLOGY_LABELS = frozenset({
     "topology.kubernetes.io/zone", "topology.kubernetes.io/region",
     "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region"})
-#: Labels that name a node group, in the order a default shape name is taken from them.
-GROUP_NAME_LABELS = ("cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
-                     "karpenter.sh/nodepool", "kubernetes.azure.com/agentpool",
-                     "node.kubernetes.io/instance-type")
+#: Labels that name a node pool: the nodes with the same value are one group.
+POOL_LABELS = ("cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
+               "karpenter.sh/nodepool", "kubernetes.azure.com/agentpool")
+#: Labels a default shape name is taken from, in this order.
+GROUP_NAME_LABELS = (*POOL_LABELS, "node.kubernetes.io/instance-type")
 #: Taint key prefixes (and keys) the node lifecycle and autoscalers add and remove.
 TRANSIENT_TAINTS = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/",
                     "ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler",
@@ -286,6 +289,40 @@ def group_labels(node: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str
     return keep, left
 
 
+def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
+    labels: Mapping[str, str] = node["metadata"].get("labels") or {}
+    return labels
+
+
+def node_group(node: Mapping[str, Any], labels: Mapping[str, str],
+               nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The names of the nodes of `node`'s group, its own included: those with the same
+    node pool label (`POOL_LABELS`, the first the node carries), else those that carry
+    all of the group's `labels`."""
+    key = next((k for k in POOL_LABELS if k in labels), None)
+    want = {key: labels[key]} if key else labels
+    names = {str(n["metadata"]["name"]) for n in nodes
+             if all(_labels(n).get(k) == v for k, v in want.items())}
+    return sorted(names | {str(node["metadata"]["name"])})
+
+
+def differing_labels(node_name: str, labels: Mapping[str, str], group: Sequence[str],
+                     nodes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Label -> why left out, for the labels another node of the group has otherwise or
+    lacks (labels a node pool does not set on every node alike)."""
+    peers = [n for n in nodes
+             if str(n["metadata"]["name"]) in group and n["metadata"]["name"] != node_name]
+    out: dict[str, str] = {}
+    for key, value in labels.items():
+        for peer in peers:
+            have, name = _labels(peer).get(key), peer["metadata"]["name"]
+            if have != value:
+                out[key] = (f"node {name} of the group has {have!r}" if have is not None
+                            else f"node {name} of the group does not carry it")
+                break
+    return out
+
+
 def shape_name(node: Mapping[str, Any]) -> str:
     """A default name: the node group's (a cloud's node pool label), else the node's
     name without a trailing ordinal."""
@@ -351,11 +388,10 @@ def build(node: Mapping[str, Any], *, nodes: Sequence[Mapping[str, Any]],
     node_name = str(node["metadata"]["name"])
     name = name or shape_name(node)
     labels, left_labels = group_labels(node)
-    group = sorted(str(n["metadata"]["name"]) for n in nodes
-                   if all((n["metadata"].get("labels") or {}).get(k) == v
-                          for k, v in labels.items())) or [node_name]
-    if node_name not in group:
-        group = sorted([*group, node_name])
+    group = node_group(node, labels, nodes)
+    for key, why in differing_labels(node_name, labels, group, nodes).items():
+        del labels[key]
+        left_labels[key] = why
     by_node = _slices_by_node(slices)
     mine = sorted(by_node.get(node_name, []),
                   key=lambda s: (s["spec"].get("driver"), (s["spec"].get("pool") or {})

@@ -28,6 +28,7 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 def node(name: str, rack: str, taints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {
+                "example.com/driver-version": "570.2",
                 "kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64",
                 "cloud.google.com/gke-nodepool": "a3-pool",
                 "topology.kubernetes.io/zone": "zone-a",
@@ -64,7 +65,9 @@ def world() -> fake.FakeClient:
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule",
          "timeAdded": "2026-01-01T00:00:00Z"}]))
-    api.seed(kinds.NODE, node("gke-a3-2", "r2"))
+    second = node("gke-a3-2", "r2")
+    second["metadata"]["labels"]["example.com/driver-version"] = "570.1"
+    api.seed(kinds.NODE, second)
     other = node("cpu-1", "r1")
     other["metadata"]["labels"]["cloud.google.com/gke-nodepool"] = "cpu-pool"
     api.seed(kinds.NODE, other)
@@ -100,7 +103,9 @@ def test_the_shape_holds_the_groups_labels_taints_allocatable_and_devices() -> N
                                   "kubernetes.io/arch": "amd64",
                                   "topology.kubernetes.io/zone": "zone-a"}
     assert set(got.left_out_labels) == {"kubernetes.io/hostname", "topology.example.com/rack",
-                                        "example.com/machine"}
+                                        "example.com/machine", "example.com/driver-version"}
+    assert got.left_out_labels["example.com/driver-version"] == (
+        "node gke-a3-2 of the group has '570.1'")
     assert spec["taints"] == [{"key": "nvidia.com/gpu", "value": "present",
                                "effect": "NoSchedule"}]
     assert got.left_out_taints == ["node.kubernetes.io/unschedulable:NoSchedule"]
