@@ -140,4 +140,5 @@ def test_an_unreadable_file_exits_2(tmp_path: pathlib.Path, capsys: pytest.Captu
 
 def test_the_shipped_crd_is_the_charts() -> None:
     chart = EXAMPLES.parents[1] / "charts" / "fitgate" / "crds" / "nodeshapes.fitgate.io.yaml"
-    assert shapecheck.CRD_FILE.read_text() == chart.read_text()
+    assert shapecheck.CRD_FILE.read_text() == chart.read_text(), (
+        f"{shapecheck.CRD_FILE} is a copy of {chart} shipped in the package: copy it again")
