@@ -61,3 +61,13 @@ bench-webhook: setup
 	$(PY) -m bench.webhook
 
 .PHONY: bench-webhook
+
+## The real gate and check (serve's own wiring over the fake API client) deciding a burst
+## of 1,000 pending Workloads on realistic 1,000 and 5,000-node clusters while node,
+## slice, claim and pod events keep arriving (about 10 minutes on 2 busy cores; not part
+## of `make test`). BENCH_CONTROLLER_NODES=1000,5000,10000 adds the largest size.
+BENCH_CONTROLLER_NODES ?= 1000,5000
+bench-controller: setup
+	$(PY) -m bench.controller --nodes $(BENCH_CONTROLLER_NODES)
+
+.PHONY: bench-controller
