@@ -26,8 +26,11 @@ ResourceClaimTemplates: 8 H100 GPUs and the NIC of one PCIe root, 1 H100, 4 A100
 on one root, two MIG slices of one A30. A fifth ask for B200 GPUs (only a NodeShape has
 them: the check asks for nodes with a ProvisioningRequest), a tenth for 24 GPUs on one
 PCIe root (no node or shape has that: the gate holds them, the check rejects them).
-What this bench does in Kueue's place: when the gate lifts its entry from a Job, the
-Workload's copy of the annotation is lifted too (Kueue syncs it).
+What this bench does in Kueue's and the scheduler's place: when the gate lifts its entry
+from a Job, the Workload's copy of the annotation is lifted too (Kueue syncs it); when the
+check stores a gang's placements, the gang's pods are bound where fitcore placed them
+`BIND_AFTER_S` later (what ends the check's promise of those nodes to the gang; their
+cpu and memory count, their device claims are not allocated).
 
 Meanwhile a feeder applies node, slice, claim and pod changes to the fake API at
 `--rate` events per second (bounded: the pods and claims it adds it removes again):
@@ -41,7 +44,9 @@ keeps its gate, the check writes Ready / Rejected / Retry or creates a
 ProvisioningRequest), p50 / p99 from a Workload's arrival to its decision, the event
 loop's worst and p99 lag, events applied to the caches per second, the process's peak
 RSS (and the fake API server's share of it, measured while seeding, before the service
-starts) and the machine's load average at start and end. Then each target of issue 23
+starts) and the machine's load average at start and end. A burst not decided within
+`--timeout` seconds is cut there: the table says how many were decided, and the rates
+and percentiles are of those. Then each target of issue 23
 item 2, met or missed. Figures, not assertions; `tests/bench/test_controller.py` runs
 the same machinery small and checks every decision.
 """
@@ -674,8 +679,10 @@ def table(rows: list[dict[str, Any]]) -> str:
             f" {r['load_start'][0]:>11.2f} {r['load_end'][0]:>9.2f}")
     lines.append("decided: Workloads decided by both the gate and the check; /s: those per "
                  "second, first arrival to last decision; p50/p99: arrival to the later of "
-                 "the two decisions; lag: event loop (10 ms ticker); events/s: node, pod, "
-                 "slice and claim events applied to the caches during the burst; RSS: the "
+                 "the two decisions (of those decided: a burst cut short leaves the rest "
+                 "waiting longer than it ran); lag: event loop (10 ms ticker); events/s: "
+                 "node, pod, slice and claim events applied to the caches during the "
+                 "burst; RSS: the "
                  "process's peak (the only fitgate process here: the webhook's decision "
                  "process is not started), (fake): of which the fake API server's objects; "
                  "load: 1-minute load average of the machine")
