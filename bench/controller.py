@@ -657,7 +657,7 @@ def _one(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
                              sampler=sampler, progress=15.0))
     if sampler is not None:
         with open(f"{args.profile}.{nodes}.txt", "w") as f:
-            f.write(sampler.report(25) + "\n")
+            f.write(sampler.report(40) + "\n")
     out = dataclasses.asdict(result)
     for k in ("expected", "gate", "check"):
         del out[k]
