@@ -312,11 +312,15 @@ async def _queue_and_check(reads: visibility.Reads, report: Report, wl: client.O
     queues = gating.Queues(aux[kinds.LOCAL_QUEUE], aux[kinds.CLUSTER_QUEUE],
                            aux[kinds.ADMISSION_CHECK])
     queue = queues.resolve(namespace, lq) if isinstance(lq, str) and lq else None
-    if queue is not None:
-        report.queue = {"localQueue": queue.local_queue, "clusterQueue": queue.cluster_queue,
-                        "checks": list(queue.checks)}
     status = wl.get("status") if isinstance(wl.get("status"), Mapping) else {}
     assert isinstance(status, Mapping)
+    if queue is not None:
+        # Without the queues, the ClusterQueue the Workload's quota is reserved in.
+        admitted_in = (status.get("admission") or {}).get("clusterQueue") \
+            if isinstance(status.get("admission"), Mapping) else None
+        report.queue = {"localQueue": queue.local_queue,
+                        "clusterQueue": queue.cluster_queue or admitted_in,
+                        "checks": list(queue.checks)}
     if reads.refused((kinds.ADMISSION_CHECK,)):
         report.checks = visibility.check_entries(status)
         return visibility.guess_entry(report.checks), queue

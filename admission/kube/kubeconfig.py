@@ -156,7 +156,10 @@ def load(kubeconfig: str | None = None, context: str | None = None,
     try:
         config = merge([(p, _read(p)) for p in present])
     except errors.ConfigError as exc:
-        raise errors.ConfigError(f"cannot use {where}: {exc}") from None
+        detail = str(exc)
+        if len(present) == 1:  # the file is named once
+            detail = detail.removeprefix(f"{present[0]}: ")
+        raise errors.ConfigError(f"cannot use {where}: {detail}") from None
     name = context or config.get("current-context")
     if not name:
         raise errors.ConfigError(f"cannot use {where}: no current-context, and no "
