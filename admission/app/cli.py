@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
-
 import fitcore
 from admission import config
 from admission.app import offline

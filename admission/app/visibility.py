@@ -78,7 +78,7 @@ class Reads:
             self._refused(exc, kind, "get", namespace)
             return None
 
-    def refused(self, kinds_: Sequence[kinds.Kind]) -> list[Unseen]:
+    def refused(self, kinds_: Sequence[kinds.Kind]) -> Sequence[Unseen]:
         want = {k.kind for k in kinds_}
         return [u for u in self.unseen if u.kind.kind in want]
 

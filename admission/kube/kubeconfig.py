@@ -12,8 +12,9 @@ plugin's `command` with a directory part) is relative to the file that holds the
 current context) and that context's namespace, the default of `-n` as in kubectl. Every
 problem is an `errors.ConfigError` whose message names the file and the field: a missing
 file, a file that is not a kubeconfig, no current context, an unknown context (with the
-contexts there are); `require_cluster` adds a context naming no cluster with a server. The client library
-then only turns the checked configuration into a connection (`client.ApiClient.connect`).
+contexts there are); `require_cluster` adds a context naming no cluster with a server.
+The client library then only turns the checked configuration into a connection
+(`client.ApiClient.connect`).
 """
 
 from __future__ import annotations
@@ -137,10 +138,8 @@ def merge(docs: Sequence[tuple[pathlib.Path, Mapping[str, Any]]]) -> dict[str, A
 
 
 def _named(config: Mapping[str, Any], list_name: str, name: str) -> Mapping[str, Any] | None:
-    for entry in config.get(list_name) or []:
-        if entry.get("name") == name:
-            return entry
-    return None
+    entries: list[Mapping[str, Any]] = config.get(list_name) or []
+    return next((e for e in entries if e.get("name") == name), None)
 
 
 def load(kubeconfig: str | None = None, context: str | None = None,
@@ -178,14 +177,14 @@ def load(kubeconfig: str | None = None, context: str | None = None,
 
 def require_cluster(loaded: Loaded) -> None:
     """Raise `errors.ConfigError` unless the context names a cluster with a server."""
-    body = _named(loaded.config, "contexts", loaded.context) or {}
-    cluster = (body.get("context") or {}).get("cluster")
+    entry_ = _named(loaded.config, "contexts", loaded.context) or {}
+    cluster = (entry_.get("context") or {}).get("cluster")
     entry = _named(loaded.config, "clusters", cluster) if isinstance(cluster, str) else None
     if entry is None:
         raise errors.ConfigError(f"cannot use {loaded.where}: context {loaded.context!r}: "
                                  f"cluster {cluster!r} is not in the kubeconfig")
-    server = entry.get("cluster").get("server") if isinstance(entry.get("cluster"),
-                                                              Mapping) else None
+    body = entry.get("cluster")
+    server = body.get("server") if isinstance(body, Mapping) else None
     if not isinstance(server, str) or not server:
         raise errors.ConfigError(f"cannot use {loaded.where}: cluster {cluster!r}: "
                                  "no server")

@@ -14,7 +14,6 @@ import pytest
 
 from admission import constants as c
 from admission.app import cli
-from admission.app import diagnose as explain
 from admission.gate import predicates as gating
 from admission.kube import errors, fake, kinds
 from tests.admission import builders as ab
