@@ -245,7 +245,8 @@ def run_explain(args: argparse.Namespace, connect: Any = None) -> int:
     async def run() -> diagnose.Report:
         if connect is None:
             api = await kube_client.ApiClient.connect(args.kubeconfig, args.context,
-                                                      request_timeout=timeout)
+                                                      request_timeout=timeout,
+                                                      in_cluster_first=False)
         else:
             api = await connect(args.kubeconfig, args.context)
         server.append(str(getattr(api, "host", "") or ""))

@@ -288,6 +288,11 @@ async def explain(api: client.Client, namespace: str, name: str, kind: str | Non
     requests_known = not reads.refused((kinds.PROVISIONING_REQUEST,))
     report.stage, report.summary = _stage(wl, job, entry, request, report.gate["gated"],
                                           requests_known)
+    if report.checks is not None:  # which check is fitgate's is not known
+        report.summary = report.summary.replace(
+            "fitgate's check is Ready; waiting for the other checks",
+            "every admission check is Ready; Kueue admits it next").replace(
+            "fitgate's check", f"check {entry.get('name') if entry else '?'}")
     report.category = _category(report, explanation, entry)
     if fit:
         await _fit_now(reads, report, wl, namespace, queue)

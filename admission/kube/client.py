@@ -137,20 +137,22 @@ class ApiClient:
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
-                      request_timeout: float = 30.0, permissions: rbac.Table | None = None
-                      ) -> ApiClient:
-        """In-cluster configuration when neither `kubeconfig` nor $KUBECONFIG is given and
-        the process runs in a pod; otherwise the kubeconfig files read and merged as
-        kubectl does (`kubeconfig.load`: --kubeconfig, else $KUBECONFIG, else
-        ~/.kube/config) and their `context` (default: the current context). Raises
-        `errors.ConfigError`, naming the file and why."""
+                      request_timeout: float = 30.0, permissions: rbac.Table | None = None,
+                      in_cluster_first: bool = True) -> ApiClient:
+        """In-cluster configuration when `kubeconfig` is None and the process runs in a
+        pod (with `in_cluster_first=False`, as kubectl: only when $KUBECONFIG is unset
+        too); otherwise the kubeconfig files read and merged as kubectl does
+        (`kubeconfig.load`: `kubeconfig`, else $KUBECONFIG, else ~/.kube/config) and their
+        `context` (default: the current context). Raises `errors.ConfigError`, naming the
+        file and why."""
         from kubernetes_asyncio import client as k8s
         from kubernetes_asyncio import config as k8s_config
 
         configuration = k8s.Configuration()
         where = "the in-cluster configuration"
         try:
-            if kubeconfig is None and not os.environ.get("KUBECONFIG") and _in_cluster():
+            if kubeconfig is None and _in_cluster() and (
+                    in_cluster_first or not os.environ.get("KUBECONFIG")):
                 k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
                     client_configuration=configuration)
             else:

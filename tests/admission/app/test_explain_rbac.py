@@ -119,6 +119,7 @@ async def test_a_rejected_check_reads_as_rejected_without_the_admission_checks()
     namespace_only(k.api)
     report = await k.explain()
     assert report.stage == "rejected" and report.category == "configuration"
+    assert report.summary.startswith("check topo-fit rejected it"), report.summary
 
 
 async def test_a_kind_the_server_does_not_serve_is_empty_not_refused() -> None:
