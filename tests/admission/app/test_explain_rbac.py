@@ -177,3 +177,24 @@ def test_a_target_it_may_not_read_is_one_line_and_its_own_exit_code(
     code, out, err = run_cli(k, capsys)
     assert code == cli.EXIT_FORBIDDEN and out == ""
     assert err.count("\n") == 1 and "refused to show it (403 Forbidden)" in err, err
+
+
+def test_a_server_lost_midway_is_unreachable_not_unseen(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    k = gated_cluster()
+    k.api.fail_next(errors.ApiError(0, "Unreachable", "list Node: ConnectionResetError()"),
+                    verb="list", kind=kinds.NODE)
+    code, out, err = run_cli(k, capsys)
+    assert code == cli.EXIT_UNREACHABLE and out == ""
+    assert err.startswith("fitgate explain: the API server does not answer") and \
+        err.count("\n") == 1, err
+
+
+async def test_the_owning_job_it_may_not_read_is_noted() -> None:
+    k = Cluster().with_workload(NO_QUOTA)
+    k.api.fail_next(forbidden(kinds.JOB), verb="get", kind=kinds.JOB)
+    report = await k.explain(k.workload["metadata"]["name"], None, fit=False)
+    assert report.workload == k.workload["metadata"]["name"] and report.job is None
+    assert [(u["resource"], u["verb"], u["namespace"]) for u in report.unseen] == [
+        ("jobs", "get", ab.NS)]
+    assert "  - get jobs.batch in namespace team-a" in report.to_text()
