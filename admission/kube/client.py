@@ -141,10 +141,10 @@ class ApiClient:
                       in_cluster_first: bool = True) -> ApiClient:
         """In-cluster configuration when `kubeconfig` is None and the process runs in a
         pod (with `in_cluster_first=False`, as kubectl: only when $KUBECONFIG is unset
-        too); otherwise the kubeconfig files read and merged as kubectl does
-        (`kubeconfig.load`: `kubeconfig`, else $KUBECONFIG, else ~/.kube/config) and their
-        `context` (default: the current context). Raises `errors.ConfigError`, naming the
-        file and why."""
+        too); otherwise the kubeconfig files chosen, checked and merged as kubectl does
+        (`kubeconfig.load`, with the library's merge: `kubeconfig`, else $KUBECONFIG, else
+        ~/.kube/config) and their `context` (default: the current context). Raises
+        `errors.ConfigError`, naming the file and why."""
         from kubernetes_asyncio import client as k8s
         from kubernetes_asyncio import config as k8s_config
 
@@ -159,9 +159,7 @@ class ApiClient:
                 loaded = kubeconfig_.load(kubeconfig, context)
                 kubeconfig_.require_cluster(loaded)
                 where = loaded.where
-                await k8s_config.load_kube_config_from_dict(
-                    loaded.config, context=loaded.context,
-                    client_configuration=configuration)
+                await kubeconfig_.configure(loaded, configuration)
         except errors.ConfigError:
             raise
         except Exception as exc:  # the library's ConfigException, and what a bad file

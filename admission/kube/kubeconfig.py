@@ -1,20 +1,26 @@
-"""Kubeconfig files read as kubectl reads them, before any client is made.
+"""Kubeconfig files as kubectl takes them: the client library reads and merges them; this
+module chooses the files, checks them and the context, and adds what the library lacks.
 
-Which files: `--kubeconfig PATH` alone when given (it must exist); else every file of
-`$KUBECONFIG` (a `os.pathsep`-separated list; files that do not exist are skipped, as
-kubectl skips them); else `~/.kube/config`. Several files merge as kubectl merges them:
-the first file that names a cluster, user or context wins for that name, and the first
-file that sets `current-context` wins. A relative file path inside an entry
-(`certificate-authority`, `client-certificate`, `client-key`, `tokenFile`, an exec
-plugin's `command` with a directory part) is relative to the file that holds the entry.
+kubernetes_asyncio's `KubeConfigMerger` reads the files and merges them (the first file
+that names a cluster, user or context wins for that name; each entry keeps its file's
+path), and its `KubeConfigLoader` (`configure`) makes the connection of a context,
+reading a relative `certificate-authority` or `tokenFile` from the file that names it.
+Left here, where the library does otherwise than kubectl, or nothing:
 
-`load` returns the merged configuration, the context chosen (`--context`, else the
-current context) and that context's namespace, the default of `-n` as in kubectl. Every
-problem is an `errors.ConfigError` whose message names the file and the field: a missing
-file, a file that is not a kubeconfig, no current context, an unknown context (with the
-contexts there are); `require_cluster` adds a context naming no cluster with a server.
-The client library then only turns the checked configuration into a connection
-(`client.ApiClient.connect`).
+- Which files: `--kubeconfig PATH` alone when given (it must exist); else the files of
+  `$KUBECONFIG` (an `os.pathsep`-separated list) that exist, as kubectl skips missing
+  ones; else `~/.kube/config`. An empty file is an empty kubeconfig, as in kubectl (the
+  library fails on it). A `--kubeconfig` path containing `os.pathsep` is refused: the
+  library's merger would split it into several files (kubectl reads it as one).
+- `current-context`: the first file that sets it wins (in the library the last does).
+- A user's relative `client-certificate` and `client-key`, and an exec plugin's relative
+  `command` with a directory part, relative to the user's file (the library reads the
+  first two from the cluster's file's directory and runs the command from the working
+  directory).
+- Errors naming the file and the field (`errors.ConfigError`): a missing file, a file
+  that is not a kubeconfig, no current context, an unknown context (with the contexts
+  there are), and, in `require_cluster`, a context naming no cluster with a server.
+- The context's namespace: `-n`'s default, as in kubectl.
 """
 
 from __future__ import annotations
@@ -22,28 +28,32 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-import yaml
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from admission.kube import errors
 
-#: The named lists of a kubeconfig, merged by name.
-_LISTS = ("clusters", "users", "contexts")
-#: Per list: the key of an entry's body.
+if TYPE_CHECKING:
+    from kubernetes_asyncio.config.kube_config import ConfigNode, KubeConfigMerger
+
+#: The named lists of a kubeconfig, and the key of an entry's body in each.
 _BODY = {"clusters": "cluster", "users": "user", "contexts": "context"}
-#: Per list: the entry's body key and the file paths in that body.
-_PATH_FIELDS = {"clusters": ("cluster", ("certificate-authority",)),
-                "users": ("user", ("client-certificate", "client-key", "tokenFile"))}
+#: A user's file paths that the library resolves against the cluster's file.
+_USER_PATHS = ("client-certificate", "client-key")
 
 
 @dataclasses.dataclass(frozen=True)
 class Loaded:
-    config: dict[str, Any]  # the merged kubeconfig, file paths made absolute
+    config: ConfigNode  # the library's merged kubeconfig; each entry knows its file
     context: str  # the context in use
     namespace: str | None  # that context's namespace
     where: str  # the files, for messages: "kubeconfig PATH" or "the kubeconfig (A:B)"
+
+    def entry(self, list_name: str, name: str) -> Mapping[str, Any] | None:
+        """The body of the named cluster, user or context, or None."""
+        node = self.config[list_name].get_with_name(name, safe=True)
+        body = node.safe_get(_BODY[list_name]) if node is not None else None
+        return body if isinstance(body, Mapping) else None
 
 
 def files(kubeconfig: str | None, env: Mapping[str, str] | None = None) -> list[pathlib.Path]:
@@ -65,110 +75,124 @@ def describe(kubeconfig: str | None, env: Mapping[str, str] | None = None) -> st
     return f"the kubeconfig ({env.get('KUBECONFIG') or '~/.kube/config'})"
 
 
-def _read(path: pathlib.Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise errors.ConfigError(f"{path}: not a kubeconfig (not UTF-8 text)") from None
-    except OSError as exc:
-        raise errors.ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" (line {where.line + 1})" if where is not None else ""
-        raise errors.ConfigError(f"{path}: not YAML{at}") from None
-    if doc is None:
-        return {}
+def _problem(doc: Any) -> str | None:
+    """What makes a parsed file no kubeconfig, naming the field; None when it is one."""
     if not isinstance(doc, Mapping):
-        raise errors.ConfigError(f"{path}: not a kubeconfig (a {type(doc).__name__}, "
-                                 "not a mapping)")
-    return dict(doc)
+        return f"not a kubeconfig (a {type(doc).__name__}, not a mapping)"
+    for list_name, body_key in _BODY.items():
+        entries = doc.get(list_name)
+        if entries is not None and not isinstance(entries, list):
+            return f"{list_name}: not a list"
+        for i, entry in enumerate(entries or []):
+            name = entry.get("name") if isinstance(entry, Mapping) else None
+            if not isinstance(name, str) or not name:
+                return f"{list_name}[{i}].name: missing"
+            if not isinstance(entry.get(body_key) or {}, Mapping):
+                return f"{list_name}[{i}].{body_key}: not a mapping"
+    return None
 
 
-def _absolute(entry: Mapping[str, Any], list_name: str, base: pathlib.Path
-              ) -> dict[str, Any]:
-    """`entry` with the relative file paths of its body made relative to `base`."""
-    out = dict(entry)
-    body_key, fields = _PATH_FIELDS.get(list_name, ("", ()))
-    body = out.get(body_key)
-    if not isinstance(body, Mapping):
-        return out
-    body = dict(body)
-    for field in fields:
-        value = body.get(field)
-        if isinstance(value, str) and value and not os.path.isabs(value):
-            body[field] = str(base / value)
-    plugin = body.get("exec")
-    if list_name == "users" and isinstance(plugin, Mapping):
+def _why(path: pathlib.Path, exc: Exception) -> str | None:
+    """Why the library could not read `path` (None: it is empty, an empty kubeconfig)."""
+    import yaml
+
+    if isinstance(exc, UnicodeDecodeError):
+        return "not a kubeconfig (not UTF-8 text)"
+    if isinstance(exc, OSError):
+        return f"cannot read it: {exc.strerror or exc}"
+    if isinstance(exc, (yaml.YAMLError, RecursionError)):
+        mark = getattr(exc, "problem_mark", None)
+        return "not YAML" + (f" (line {mark.line + 1})" if mark is not None else "")
+    # The library read the YAML and choked on its shape: read it again to name the field.
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except Exception:  # changed since the library read it
+        return f"not a kubeconfig ({exc})"
+    return None if doc is None else _problem(doc) or f"not a kubeconfig ({exc})"
+
+
+def _merge(paths: list[pathlib.Path]) -> KubeConfigMerger | None:
+    """The library's merge of the files, first file first; None when all are empty."""
+    from kubernetes_asyncio.config.kube_config import KubeConfigMerger
+
+    merger: KubeConfigMerger | None = None
+    for path in paths:
+        try:
+            if merger is None:
+                merger = KubeConfigMerger(str(path))
+            else:
+                merger.load_config(str(path))
+        except Exception as exc:  # what the library's reading raises on a bad file
+            problem = _why(path, exc)
+            if problem is None:
+                continue
+            raise errors.ConfigError(f"{path}: {problem}") from None
+        problem = _problem(merger.config_files[str(path)])
+        if problem is not None:
+            raise errors.ConfigError(f"{path}: {problem}")
+    return merger
+
+
+def _current_context(merger: KubeConfigMerger) -> str | None:
+    """kubectl's current-context: the first file's that sets one."""
+    return next((str(doc["current-context"]) for doc in merger.config_files.values()
+                 if doc.get("current-context")), None)
+
+
+def _resolve_user_paths(config: ConfigNode) -> None:
+    """Make each user's relative certificate, key and exec command (with a directory
+    part) absolute against the user's own file, as kubectl does (module docstring)."""
+    for node in config.value["users"]:
+        body = node.value.get("user")
+        if not isinstance(body, dict) or node.path is None:
+            continue
+        base = os.path.abspath(os.path.dirname(node.path))
+        for field in _USER_PATHS:
+            value = body.get(field)
+            if isinstance(value, str) and value and not os.path.isabs(value):
+                body[field] = os.path.join(base, value)
+        plugin = body.get("exec")
+        if not isinstance(plugin, dict):
+            continue
         command = plugin.get("command")
         if isinstance(command, str) and os.sep in command and not os.path.isabs(command):
-            body["exec"] = {**plugin, "command": str(base / command)}
-    out[body_key] = body
-    return out
-
-
-def merge(docs: Sequence[tuple[pathlib.Path, Mapping[str, Any]]]) -> dict[str, Any]:
-    """kubectl's merge of kubeconfig files, first file first (module docstring)."""
-    merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config",
-                              **{name: [] for name in _LISTS}}
-    seen: dict[str, set[str]] = {name: set() for name in _LISTS}
-    for path, doc in docs:
-        if doc.get("current-context") and "current-context" not in merged:
-            merged["current-context"] = str(doc["current-context"])
-        for list_name in _LISTS:
-            entries = doc.get(list_name)
-            if entries is None:
-                continue
-            if not isinstance(entries, list):
-                raise errors.ConfigError(f"{path}: {list_name}: not a list")
-            for i, entry in enumerate(entries):
-                name = entry.get("name") if isinstance(entry, Mapping) else None
-                if not isinstance(name, str) or not name:
-                    raise errors.ConfigError(f"{path}: {list_name}[{i}].name: missing")
-                body_key = _BODY[list_name]
-                if not isinstance(entry.get(body_key) or {}, Mapping):
-                    raise errors.ConfigError(f"{path}: {list_name}[{i}].{body_key}: not a "
-                                             "mapping")
-                if name not in seen[list_name]:
-                    seen[list_name].add(name)
-                    merged[list_name].append(_absolute(entry, list_name,
-                                                       path.resolve().parent))
-    return merged
-
-
-def _named(config: Mapping[str, Any], list_name: str, name: str) -> Mapping[str, Any] | None:
-    entries: list[Mapping[str, Any]] = config.get(list_name) or []
-    return next((e for e in entries if e.get("name") == name), None)
+            body["exec"] = {**plugin, "command": os.path.join(base, command)}
 
 
 def load(kubeconfig: str | None = None, context: str | None = None,
          env: Mapping[str, str] | None = None) -> Loaded:
     """The merged kubeconfig and the context in use; raises `errors.ConfigError`."""
-    paths = files(kubeconfig, env)
     where = describe(kubeconfig, env)
-    if kubeconfig and not paths[0].exists():
-        raise errors.ConfigError(f"cannot use {where}: no such file")
-    present = [p for p in paths if p.exists()]
+    if kubeconfig and os.pathsep in kubeconfig:
+        raise errors.ConfigError(f"cannot use {where}: a file name with {os.pathsep!r} is "
+                                 "not supported (the client library splits it as a list)")
+    present = [p for p in files(kubeconfig, env) if p.exists()]
     if not present:
         raise errors.ConfigError(f"cannot use {where}: no such file")
     try:
-        config = merge([(p, _read(p)) for p in present])
+        merger = _merge(present)
     except errors.ConfigError as exc:
         detail = str(exc)
         if len(present) == 1:  # the file is named once
             detail = detail.removeprefix(f"{present[0]}: ")
         raise errors.ConfigError(f"cannot use {where}: {detail}") from None
-    name = context or config.get("current-context")
+    current = _current_context(merger) if merger is not None else None
+    name = context or current
     if not name:
         raise errors.ConfigError(f"cannot use {where}: no current-context, and no "
                                  "--context given")
-    ctx = _named(config, "contexts", name)
-    if ctx is None:
-        known = ", ".join(str(c.get("name")) for c in config["contexts"]) or "none"
+    config = merger.config if merger is not None else None
+    ctx = config["contexts"].get_with_name(name, safe=True) if config is not None else None
+    if config is None or ctx is None:
+        known = ", ".join(c.value["name"] for c in config.value["contexts"]) if config else ""
         raise errors.ConfigError(f"cannot use {where}: no context {name!r} "
-                                 f"(contexts: {known})")
-    body = ctx.get("context")
+                                 f"(contexts: {known or 'none'})")
+    if current:  # the library's merge holds the last file's
+        config.value["current-context"] = current
+    else:
+        config.value.pop("current-context", None)
+    _resolve_user_paths(config)
+    body = ctx.safe_get("context")
     if not isinstance(body, Mapping):
         raise errors.ConfigError(f"cannot use {where}: context {name!r}: no context body")
     namespace = body.get("namespace")
@@ -177,14 +201,22 @@ def load(kubeconfig: str | None = None, context: str | None = None,
 
 def require_cluster(loaded: Loaded) -> None:
     """Raise `errors.ConfigError` unless the context names a cluster with a server."""
-    entry_ = _named(loaded.config, "contexts", loaded.context) or {}
-    cluster = (entry_.get("context") or {}).get("cluster")
-    entry = _named(loaded.config, "clusters", cluster) if isinstance(cluster, str) else None
-    if entry is None:
+    cluster = (loaded.entry("contexts", loaded.context) or {}).get("cluster")
+    body = loaded.entry("clusters", cluster) if isinstance(cluster, str) else None
+    if body is None:
         raise errors.ConfigError(f"cannot use {loaded.where}: context {loaded.context!r}: "
                                  f"cluster {cluster!r} is not in the kubeconfig")
-    body = entry.get("cluster")
-    server = body.get("server") if isinstance(body, Mapping) else None
+    server = body.get("server")
     if not isinstance(server, str) or not server:
         raise errors.ConfigError(f"cannot use {loaded.where}: cluster {cluster!r}: "
                                  "no server")
+
+
+async def configure(loaded: Loaded, configuration: Any) -> None:
+    """Set the library's client `configuration` from the loaded context (the library's
+    `KubeConfigLoader`: server, TLS files, token, exec plugin)."""
+    from kubernetes_asyncio.config.kube_config import KubeConfigLoader
+
+    loader = KubeConfigLoader(loaded.config, active_context=loaded.context,
+                              config_base_path=None)
+    await loader.load_and_set(configuration)

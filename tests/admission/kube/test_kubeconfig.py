@@ -5,6 +5,7 @@ clear ConfigError for what kubectl would refuse."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pathlib
 import re
@@ -59,9 +60,9 @@ def test_the_first_file_wins_per_name_and_for_current_context(
     first, second = two
     loaded = kubeconfig.load(env=env_of(first, second))
     assert loaded.context == "dev" and loaded.namespace == "team-a"
-    clusters = {c["name"]: c["cluster"] for c in loaded.config["clusters"]}
-    assert clusters["c1"]["server"] == "https://127.0.0.1:1"  # not the second file's
-    assert set(clusters) == {"c1", "c2"}
+    assert (loaded.entry("clusters", "c1") or {})["server"] == "https://127.0.0.1:1"
+    assert loaded.entry("clusters", "c2") is not None  # from the second file
+    assert loaded.config["current-context"] == "dev"  # the library's merge says "prod"
     # The other order: the second file's current-context and its "dev" win.
     loaded = kubeconfig.load(env=env_of(second, first))
     assert (loaded.context, loaded.namespace) == ("prod", "team-p")
@@ -86,17 +87,62 @@ def test_kubeconfig_flag_alone_wins_over_the_environment(
         kubeconfig.load(str(second), "dev2", env=env_of(first))
 
 
-def test_relative_paths_are_relative_to_their_file(
-        two: tuple[pathlib.Path, pathlib.Path]) -> None:
-    first, second = two
-    loaded = kubeconfig.load(env=env_of(first, second))
-    base = first.resolve().parent
-    (cluster,) = [c["cluster"] for c in loaded.config["clusters"] if c["name"] == "c1"]
-    (user,) = [u["user"] for u in loaded.config["users"]]
-    assert cluster["certificate-authority"] == str(base / "ca.pem")
-    assert user["client-certificate"] == "/abs/cert.pem"
-    assert user["client-key"] == str(base / "keys" / "key.pem")
-    assert user["exec"]["command"] == str(base / "bin" / "login")
+def test_relative_paths_are_relative_to_their_file(tmp_path: pathlib.Path) -> None:
+    """The cluster's CA, the user's certificate, key and token file, and the exec plugin's
+    command, each relative to the file that names it, whatever the working directory: the
+    library makes the connection settings, the exec plugin really runs."""
+    (tmp_path / "a" / "keys").mkdir(parents=True)
+    (tmp_path / "b" / "bin").mkdir(parents=True)
+    for name in ("a/ca.pem", "b/cert.pem", "b/keys.pem", "b/token"):
+        (tmp_path / name).write_text(name)
+    login = tmp_path / "b" / "bin" / "login"
+    login.write_text("#!/bin/sh\necho '{\"apiVersion\": \"x\", \"kind\": "
+                     "\"ExecCredential\", \"status\": {\"token\": \"from-exec\"}}'\n")
+    login.chmod(0o755)
+    first = write(tmp_path / "a" / "config", "dev",
+                  contexts={"dev": {"cluster": "c1", "user": "u"},
+                            "tok": {"cluster": "c1", "user": "t"}},
+                  clusters={"c1": {"server": "https://127.0.0.1:1",
+                                   "certificate-authority": "ca.pem"}})
+    second = write(tmp_path / "b" / "config",
+                   users={"u": {"client-certificate": "cert.pem", "client-key": "keys.pem",
+                                "exec": {"command": "./bin/login", "apiVersion": "x"}},
+                          "t": {"tokenFile": "token"}})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cwd = os.getcwd()
+    os.chdir(elsewhere)
+    try:
+        cfg = configured(kubeconfig.load(env=env_of(first, second)))
+        token = configured(kubeconfig.load(context="tok", env=env_of(first, second)))
+    finally:
+        os.chdir(cwd)
+    assert cfg.ssl_ca_cert == str(tmp_path / "a" / "ca.pem")
+    assert (cfg.cert_file, cfg.key_file) == (str(tmp_path / "b" / "cert.pem"),
+                                             str(tmp_path / "b" / "keys.pem"))
+    assert cfg.api_key["BearerToken"] == "Bearer from-exec"
+    assert token.api_key["BearerToken"] == "Bearer b/token"
+
+
+def configured(loaded: kubeconfig.Loaded) -> Any:
+    from kubernetes_asyncio import client
+
+    configuration = client.Configuration()
+    asyncio.run(kubeconfig.configure(loaded, configuration))
+    return configuration
+
+
+def test_an_empty_file_is_an_empty_kubeconfig(
+        two: tuple[pathlib.Path, pathlib.Path], tmp_path: pathlib.Path) -> None:
+    _, second = two
+    (tmp_path / "empty").write_text("")
+    (tmp_path / "comment").write_text("# nothing\n")
+    loaded = kubeconfig.load(env=env_of(tmp_path / "empty", tmp_path / "comment", second))
+    assert (loaded.context, loaded.namespace) == ("prod", "team-p")
+    with pytest.raises(errors.ConfigError, match="no current-context"):
+        kubeconfig.load(str(tmp_path / "empty"), env={})
+    with pytest.raises(errors.ConfigError, match=r"no context 'x' \(contexts: none\)"):
+        kubeconfig.load(str(tmp_path / "comment"), "x", env={})
 
 
 BAD = [
@@ -141,3 +187,12 @@ def test_a_context_needs_a_cluster_with_a_server(tmp_path: pathlib.Path) -> None
                  clusters={"c": {}})
     with pytest.raises(errors.ConfigError, match="cluster 'c': no server"):
         kubeconfig.require_cluster(kubeconfig.load(str(path), env={}))
+
+
+def test_a_kubeconfig_flag_with_a_path_separator_is_refused(tmp_path: pathlib.Path) -> None:
+    """The library's merger splits its argument at os.pathsep; rather than read other
+    files than the one named, such a name is refused."""
+    path = write(tmp_path / f"a{os.pathsep}b", "a", contexts={"a": {"cluster": "c"}})
+    with pytest.raises(errors.ConfigError, match=f"cannot use kubeconfig {re.escape(str(path))}:"
+                       " a file name with"):
+        kubeconfig.load(str(path), env={})
