@@ -29,6 +29,11 @@ from admission.app import offline
 from admission.runtime import failpoint
 
 EXIT_BAD_INPUT = 2
+#: Offline there is no API server to ask: the version is a flag with a stated default
+#: (`fitgate serve` follows the API server's, `admission.app.kubeversion`).
+KUBE_VERSION_HELP = ("the Kubernetes minor version whose default-feature scheduler and DRA "
+                     "allocator to follow: %(choices)s (default %(default)s; set it to your "
+                     "cluster's)")
 
 
 # ------------------------------------------------------------------------ main
@@ -50,9 +55,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="warn about unknown fields instead of refusing the object (the "
                           "API server's strict field validation refuses them)")
     fit.add_argument("--kube-version", default=fitcore.DEFAULT_KUBE_VERSION,
-                     choices=fitcore.KUBE_VERSIONS,
-                     help="the Kubernetes minor version whose default-feature scheduler to "
-                          "follow (default %(default)s)")
+                     choices=fitcore.KUBE_VERSIONS, help=KUBE_VERSION_HELP)
     verify = sub.add_parser("verify", help="plan on an inventory, then check the nodes that "
                                            "came against what their shapes promised")
     verify.add_argument("--before", action="append", required=True, metavar="PATH",
@@ -67,8 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--lenient", action="store_true",
                         help="warn about unknown fields instead of refusing the object")
     verify.add_argument("--kube-version", default=fitcore.DEFAULT_KUBE_VERSION,
-                        choices=fitcore.KUBE_VERSIONS,
-                        help="the Kubernetes minor version to follow (default %(default)s)")
+                        choices=fitcore.KUBE_VERSIONS, help=KUBE_VERSION_HELP)
     serve = sub.add_parser("serve", help="run the admission check controller (in a cluster, "
                                           "or locally with a kubeconfig)")
     serve.add_argument("--config", metavar="FILE", help="YAML file of configuration fields")
@@ -152,11 +154,12 @@ def run_serve(args: argparse.Namespace) -> int:
     except failpoint.UnknownStep as exc:
         print(f"fitgate serve: bad test hook: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from admission.app import kubeversion
     from admission.kube import errors as kube_errors
 
     try:
         return asyncio.run(serve.serve(cfg))
-    except kube_errors.ConfigError as exc:
+    except (kube_errors.ConfigError, kubeversion.UnsupportedVersion) as exc:
         print(f"fitgate serve: {exc}", file=sys.stderr)
         return 1
 
@@ -261,6 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except metadata.PackageNotFoundError:
             version = "unknown"
         print(f"fitgate {version}")
+        print(f"Kubernetes versions followed: {', '.join(fitcore.KUBE_VERSIONS)}")
+        print("  fitgate serve: the API server's (read at start; config kube_version "
+              "overrides)")
+        print(f"  fitgate fit, verify: --kube-version, default {fitcore.DEFAULT_KUBE_VERSION}")
         return 0
     try:
         if args.command == "verify":
