@@ -118,7 +118,8 @@ class ShapeStatusController:
         self.kube_version = kube_version
         self.karpenter = karpenter
         self.recorder = recorder or events.Recorder(api, self.clock)
-        #: Verdicts by (name, resourceVersion): a Node event re-counts, never re-reads.
+        #: Verdicts by name, with the uid and generation they were read at: a Node event
+        #: or fitgate's own status write re-counts, never re-reads the spec.
         self._verdicts: dict[str, tuple[str, dict[str, Any]]] = {}
 
     def keys(self, kind: kinds.Kind, event: client.WatchEvent, before: client.Obj | None
@@ -140,7 +141,9 @@ class ShapeStatusController:
                 yield workqueue.key_of(shape)
 
     def _verdict(self, name: str, obj: Mapping[str, Any]) -> dict[str, Any]:
-        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        meta = obj.get("metadata") or {}
+        version = (f"{meta.get('uid')}/{meta.get('generation')}"
+                   if meta.get("generation") is not None else "")
         kept = self._verdicts.get(name)
         if kept is not None and version and kept[0] == version:
             return kept[1]

@@ -92,6 +92,14 @@ def test_the_charts_kube_versions_are_the_ones_fitgate_follows(helm: Helm) -> No
     assert schema["properties"]["kubeVersion"]["enum"] == ["", *fitcore.KUBE_VERSIONS]
     with pytest.raises(HelmError, match="kubeVersion"):
         helm.template({"kubeVersion": "1.35"})
+    # The chart installs on the oldest minor fitgate follows, not on the one before.
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    oldest = min(fitcore.KUBE_VERSIONS, key=lambda v: tuple(map(int, v.split("."))))
+    assert chart["kubeVersion"] == f">={oldest}.0-0"
+    helm.template(extra=("--kube-version", f"v{oldest}.0"))
+    major, minor = map(int, oldest.split("."))
+    with pytest.raises(HelmError, match="kubeVersion|incompatible"):
+        helm.template(extra=("--kube-version", f"v{major}.{minor - 1}.0"))
 
 
 def test_the_default_job_kinds_are_the_kinds_the_code_gates() -> None:

@@ -211,3 +211,35 @@ async def test_a_deleted_shape_is_left_alone() -> None:
     w = World()
     assert await w.ctl.reconcile("gone") is None
     assert w.status_patches() == 0
+
+
+async def test_the_spec_is_read_once_per_generation(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[str] = []
+    real = shapestatus.desired
+
+    def counted(obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        reads.append(obj["metadata"]["name"])
+        return real(obj, **kw)
+    monkeypatch.setattr(shapestatus, "desired", counted)
+    w = World((kinds.NODE_SHAPE, gb.shape("h100")))
+    await w.sync("h100")  # reads it, writes the status (a new resourceVersion)
+    for i in range(3):
+        w.seed(kinds.NODE, _node(f"n{i}", "h100"))
+        await w.sync("h100")
+    assert reads == ["h100"]
+    w.seed(kinds.NODE_SHAPE, gb.shape("h100", price=11))  # a new generation
+    await w.sync("h100")
+    assert reads == ["h100", "h100"]
+
+
+def test_serve_runs_it_on_the_leader_with_the_version_and_karpenter_it_follows() -> None:
+    from admission import config
+    from admission.app import components, serve
+
+    cfg = config.load(env={}, flags={"leader_election": False, "kube_version": "1.36",
+                                     "karpenter": True})
+    svc = serve.Service(cfg, fake.FakeClient(), factories=components.factories())
+    [ctl] = [q.ctrl for q in svc.runtime.queues.values()
+             if isinstance(q.ctrl, shapestatus.ShapeStatusController)]
+    assert ctl.leader_only and (ctl.kube_version, ctl.karpenter) == ("1.36", True)
+    svc.inventory.close()
