@@ -98,7 +98,7 @@ def test_the_charts_kube_versions_are_the_ones_fitgate_follows(helm: Helm) -> No
     assert chart["kubeVersion"] == f">={oldest}.0-0"
     helm.template(extra=("--kube-version", f"v{oldest}.0"))
     major, minor = map(int, oldest.split("."))
-    with pytest.raises(HelmError, match="kubeVersion|incompatible"):
+    with pytest.raises(HelmError, match=r"kubeVersion|incompatible"):
         helm.template(extra=("--kube-version", f"v{major}.{minor - 1}.0"))
 
 
