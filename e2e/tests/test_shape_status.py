@@ -7,12 +7,14 @@ refuses (a device attribute name that is not a C identifier). Checked: the leade
 `Valid=True` and `nodes: 2` on the first; `Valid=False`, reason `Invalid`, the field named,
 on the second, with a Warning Event `InvalidShape` regarding it; `kubectl get nodeshapes`
 shows both in its `Valid` and `Nodes` columns; a node deleted is counted out; a fixed
-shape turns valid.
+shape turns valid. And `fitgate serve`, with the chart's `kube_version: auto`, followed
+the API server's Kubernetes minor (item 2).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -108,6 +110,13 @@ async def test_shapes_say_whether_fitgate_uses_them_and_count_their_nodes(
         obj, _ = await e2e.wait_for(lambda: status_of(bad_name, "True", 1), 60,
                                     "the fixed shape Valid")
         assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+        # The chart leaves kube_version at auto: serve followed the API server's minor.
+        server = await e2e.kube.request("GET", "/version")
+        lines = [json.loads(x) for x in fitgate_installed.replicas[0].log_text().splitlines()
+                 if x.startswith("{")]
+        [followed] = [x for x in lines if x.get("event") == "serve.kube_version"]
+        assert (followed["source"], followed["server"]) == ("api-server", server["gitVersion"])
+        assert followed["kube_version"] == f"{server['major']}.{server['minor']}"
     finally:
         for name in (good_name, bad_name):
             await e2e.kube.delete(SHAPE_API, "NodeShape", name)
