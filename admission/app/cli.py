@@ -3,7 +3,9 @@
 `fitgate fit` and `fitgate verify` answer offline what the admission check answers in the
 cluster (`admission.app.offline`); `fitgate serve` runs the service
 (`admission.app.serve`); `fitgate explain` says where a gang stands and what holds it back,
-from the live objects (`admission.app.diagnose`).
+from the live objects (`admission.app.diagnose`); `fitgate shape capture` writes a
+NodeShape from a live node and `fitgate shape check` lints shapes offline
+(`admission.app.shapes`, `admission.app.shapecheck`).
 
 Exit status: 0 for any verdict; 2 for bad input, with a message naming the file, the
 object and the field.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import pathlib
@@ -106,7 +109,77 @@ def _parser() -> argparse.ArgumentParser:
     rel.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, "
                                           "~/.kube/config, or in-cluster)")
     rel.add_argument("--context", help="kubeconfig context")
+    _shape_parser(sub)
     return parser
+
+
+def _shape_parser(sub: Any) -> None:
+    shape = sub.add_parser("shape", help="write NodeShapes from live nodes, lint them offline")
+    verbs = shape.add_subparsers(dest="shape_command", required=True)
+    cap = verbs.add_parser(
+        "capture", help="print the NodeShape (YAML) of a live node's group",
+        description="Reads the node, its ResourceSlices and the cluster's DeviceClasses "
+                    "and claims; leaves out what belongs to the one node (see "
+                    "docs/platform-guide.md, 'Writing NodeShapes'). Per-node device "
+                    "attributes are reported on stderr.")
+    cap.add_argument("node", metavar="NODE")
+    cap.add_argument("--name", help="the NodeShape's name (default: the node group's)")
+    cap.add_argument("--keep-per-node-attributes", action="store_true",
+                     help="keep device attributes unique per node (UUIDs, bus ids)")
+    cap.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, "
+                                          "~/.kube/config, or in-cluster)")
+    cap.add_argument("--context", help="kubeconfig context")
+    check = verbs.add_parser(
+        "check", help="lint NodeShape files offline (exit 0 clean, 1 findings, 2 unreadable)")
+    check.add_argument("files", nargs="+", metavar="FILE", help="file or directory")
+
+
+def run_shape(args: argparse.Namespace, connect: Any = None) -> int:
+    """`fitgate shape capture|check`; `connect(kubeconfig, context)` makes the client
+    (tests pass a fake)."""
+    from admission.app import shapecheck, shapes
+
+    if args.shape_command == "check":
+        try:
+            findings = shapecheck.check_files(args.files)
+        except shapecheck.Unreadable as exc:
+            print(f"fitgate shape check: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        for finding in findings:
+            print(finding)
+        return 1 if findings else 0
+    from admission.kube import client as kube_client
+    from admission.kube import errors as kube_errors
+    from admission.kube import rbac
+
+    async def run() -> shapes.Capture:
+        api = await (connect or functools.partial(
+            kube_client.ApiClient.connect, permissions=rbac.SHAPE_CAPTURE))(
+                args.kubeconfig, args.context)
+        try:
+            return await shapes.capture(api, args.node, name=args.name,
+                                        keep_per_node=args.keep_per_node_attributes)
+        finally:
+            close = getattr(api, "close", None)
+            if close is not None:
+                await close()
+
+    try:
+        got = asyncio.run(run())
+    except kube_errors.NotFound:
+        print(f"fitgate shape capture: node {args.node!r} not found", file=sys.stderr)
+        return 1
+    except kube_errors.ApiError as exc:
+        what = "cannot reach the API server" if exc.status == 0 else "the API server refused"
+        print(f"fitgate shape capture: {what}: {exc}", file=sys.stderr)
+        return 1
+    except kube_errors.ConfigError as exc:
+        print(f"fitgate shape capture: {exc}", file=sys.stderr)
+        return 1
+    for warning in got.warnings():
+        print(f"fitgate shape capture: warning: {warning}", file=sys.stderr)
+    print(got.to_yaml(), end="")
+    return 0
 
 
 def run_release(args: argparse.Namespace, connect: Any = None) -> int:
@@ -258,6 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_explain(args)
     if args.command == "release":
         return run_release(args)
+    if args.command == "shape":
+        return run_shape(args)
     if args.command == "version":
         try:
             version = metadata.version("fitgate")

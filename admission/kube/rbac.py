@@ -137,6 +137,16 @@ RELEASE_ALL: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.CLUSTER_QUEUE, ""): frozenset({"list"}),
 }
 
+#: The calls of `fitgate shape capture` (admission/app/shapes.py), all reads: the node,
+#: the nodes of its group and their slices, and what may select on device attributes.
+SHAPE_CAPTURE: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
+    (kinds.NODE, ""): frozenset({"get", "list"}),
+    (kinds.RESOURCE_SLICE, ""): frozenset({"list"}),
+    (kinds.DEVICE_CLASS, ""): frozenset({"list"}),
+    (kinds.RESOURCE_CLAIM, ""): frozenset({"list"}),
+    (kinds.RESOURCE_CLAIM_TEMPLATE, ""): frozenset({"list"}),
+}
+
 
 class Undeclared(Exception):
     """Code called the API in a way `PERMISSIONS` does not declare (and RBAC would refuse)."""
