@@ -41,6 +41,11 @@ EXIT_UNREACHABLE = 4
 EXIT_FORBIDDEN = 5
 #: `fitgate explain`'s default bound on each request, in seconds.
 EXPLAIN_REQUEST_TIMEOUT = 10.0
+#: Offline there is no API server to ask: the version is a flag with a stated default
+#: (`fitgate serve` follows the API server's, `admission.app.kubeversion`).
+KUBE_VERSION_HELP = ("the Kubernetes minor version whose default-feature scheduler and DRA "
+                     "allocator to follow: %(choices)s (default %(default)s; set it to your "
+                     "cluster's)")
 
 
 # ------------------------------------------------------------------------ main
@@ -62,9 +67,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="warn about unknown fields instead of refusing the object (the "
                           "API server's strict field validation refuses them)")
     fit.add_argument("--kube-version", default=fitcore.DEFAULT_KUBE_VERSION,
-                     choices=fitcore.KUBE_VERSIONS,
-                     help="the Kubernetes minor version whose default-feature scheduler to "
-                          "follow (default %(default)s)")
+                     choices=fitcore.KUBE_VERSIONS, help=KUBE_VERSION_HELP)
     verify = sub.add_parser("verify", help="plan on an inventory, then check the nodes that "
                                            "came against what their shapes promised")
     verify.add_argument("--before", action="append", required=True, metavar="PATH",
@@ -79,8 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--lenient", action="store_true",
                         help="warn about unknown fields instead of refusing the object")
     verify.add_argument("--kube-version", default=fitcore.DEFAULT_KUBE_VERSION,
-                        choices=fitcore.KUBE_VERSIONS,
-                        help="the Kubernetes minor version to follow (default %(default)s)")
+                        choices=fitcore.KUBE_VERSIONS, help=KUBE_VERSION_HELP)
     serve = sub.add_parser("serve", help="run the admission check controller (in a cluster, "
                                           "or locally with a kubeconfig)")
     serve.add_argument("--config", metavar="FILE", help="YAML file of configuration fields")
@@ -250,11 +252,12 @@ def run_serve(args: argparse.Namespace) -> int:
     except failpoint.UnknownStep as exc:
         print(f"fitgate serve: bad test hook: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from admission.app import kubeversion
     from admission.kube import errors as kube_errors
 
     try:
         return asyncio.run(serve.serve(cfg))
-    except kube_errors.ConfigError as exc:
+    except (kube_errors.ConfigError, kubeversion.UnsupportedVersion) as exc:
         print(f"fitgate serve: {exc}", file=sys.stderr)
         return 1
 
@@ -378,6 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except metadata.PackageNotFoundError:
             version = "unknown"
         print(f"fitgate {version}")
+        print(f"Kubernetes versions followed: {', '.join(fitcore.KUBE_VERSIONS)}")
+        print("  fitgate serve: the API server's (read at start; config kube_version "
+              "overrides)")
+        print(f"  fitgate fit, verify: --kube-version, default {fitcore.DEFAULT_KUBE_VERSION}")
         return 0
     try:
         if args.command == "verify":

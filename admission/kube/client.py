@@ -84,6 +84,10 @@ class Client(Protocol):
                      *, precondition_uid: str | None = None) -> None:
         """Raises NotFound."""
 
+    async def version(self) -> Obj:
+        """The API server's version (GET /version: major, minor, gitVersion, ...); every
+        authenticated client may read it, so it is not in `rbac.PERMISSIONS`."""
+
 
 # --------------------------------------------------------------------------- ApiClient
 
@@ -215,6 +219,9 @@ class ApiClient:
         finally:
             resp.release()
         return data if isinstance(data, dict) else {}
+
+    async def version(self) -> Obj:
+        return await self._json("GET", "/version", what="get the API server's version")
 
     async def get(self, kind: kinds.Kind, name: str, namespace: str | None = None) -> Obj:
         rbac.check(kind, "get", None, self.permissions)
