@@ -18,8 +18,9 @@ The version followed is logged at start (`serve.kube_version`), labels the
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -32,6 +33,11 @@ log = structlog.get_logger("fitgate.serve")
 
 _GIT_VERSION = re.compile(r"^v?(\d+)\.(\d+)")
 _NUMBER = re.compile(r"^(\d+)")
+
+
+#: How long `resolve` keeps asking a server that does not answer, or answers 429 or 5xx,
+#: before it gives up: a control plane still starting is no reason to exit at once.
+READ_DEADLINE_S = 60.0
 
 
 class UnsupportedVersion(Exception):
@@ -67,14 +73,34 @@ def follow(answer: Mapping[str, Any]) -> str:
         "version whose rules to follow.")
 
 
-async def resolve(api: client.Client, cfg: config.Config) -> config.Config:
+async def _read(api: client.Client, deadline: float,
+                sleep: Callable[[float], Awaitable[None]]) -> Mapping[str, Any]:
+    """GET /version, asked again with backoff (0.5 s doubling to 8 s) while the server
+    does not answer or answers 429/5xx, until `deadline` seconds of waiting."""
+    delay, waited = 0.5, 0.0
+    while True:
+        try:
+            return await api.version()
+        except errors.ApiError as exc:
+            if not (exc.status in (0, 429) or exc.status >= 500) or waited + delay > deadline:
+                raise
+            log.warning("serve.kube_version_retry", error=str(exc), retry_in=delay)
+            await sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 8.0)
+
+
+async def resolve(api: client.Client, cfg: config.Config, *,
+                  deadline: float = READ_DEADLINE_S,
+                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> config.Config:
     """`cfg` with `kube_version` set to the version to follow: the override, or the API
-    server's (`follow`). Logs which, and why."""
+    server's (`follow`; a server that does not answer yet is asked again for `deadline`
+    seconds). Logs which, and why."""
     if cfg.kube_version != config.AUTO:
         log.info("serve.kube_version", kube_version=cfg.kube_version, source="kube_version")
         return cfg
     try:
-        answer = await api.version()
+        answer = await _read(api, deadline, sleep)
     except errors.ApiError as exc:
         raise UnsupportedVersion(
             f"cannot read the API server's version (GET /version): {exc}. Set kube_version "

@@ -89,8 +89,35 @@ async def test_kube_version_overrides_without_asking() -> None:
 
 async def test_a_server_that_does_not_answer_stops_the_start_naming_the_override() -> None:
     api = fake.FakeClient()
-    api.fail_next(errors.ApiError(0, "Unreachable", "connection refused"), verb="version")
+    api.fail_next(errors.ApiError(0, "Unreachable", "connection refused"), verb="version",
+                  times=100)
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
     with pytest.raises(kubeversion.UnsupportedVersion, match=r"GET /version.*kube_version"):
+        await kubeversion.resolve(api, config.load(env={}), deadline=20, sleep=sleep)
+    # Asked again with backoff, never waiting past the deadline.
+    assert slept == [0.5, 1.0, 2.0, 4.0, 8.0] and sum(slept) <= 20
+
+
+async def test_a_server_still_starting_is_asked_again() -> None:
+    api = fake.FakeClient()
+    api.server_version = {"major": "1", "minor": "37", "gitVersion": "v1.37.2"}
+    api.fail_next(errors.ApiError(503, "ServiceUnavailable", "starting"), verb="version",
+                  times=2)
+
+    async def sleep(_s: float) -> None:
+        return None
+    cfg = await kubeversion.resolve(api, config.load(env={}), sleep=sleep)
+    assert cfg.kube_version == "1.37"
+
+
+async def test_a_refusal_is_not_asked_again() -> None:
+    api = fake.FakeClient()
+    # Refused once: were it asked again, the second answer (the version) would let it start.
+    api.fail_next(errors.ApiError(403, "Forbidden", "no"), verb="version")
+    with pytest.raises(kubeversion.UnsupportedVersion, match="403"):
         await kubeversion.resolve(api, config.load(env={}))
 
 
