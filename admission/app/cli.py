@@ -9,10 +9,11 @@ NodeShape from a live node and `fitgate shape check` lints shapes offline
 
 Exit status: 0 for any verdict; 2 for bad input, with a message naming the file, the
 object and the field. `fitgate explain` and `fitgate shape capture` also exit 1 when
-the object is not found (or the API server answers with another error), 3 when no kubeconfig or context
-is usable (missing or malformed file, unknown `--context`), 4 when the API server does
-not answer (refused, or no answer within `--request-timeout`), 5 when the credentials
-may not read the Workload or job (or the node) itself; each with one line on stderr.
+the object is not found (or the API server answers with another error), 3 when no
+kubeconfig or context is usable (missing or malformed file, unknown `--context`), 4 when
+the API server does not answer (refused, or no answer within `--request-timeout`), 5
+when the credentials may not read the Workload or job (or the node) itself; each with one
+line on stderr.
 """
 
 from __future__ import annotations
