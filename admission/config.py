@@ -20,7 +20,11 @@ from typing import Any, Literal
 import pydantic
 import yaml
 
+import fitcore
+
 ENV_PREFIX = "FITGATE_"
+#: `kube_version`: follow the API server's minor version (`admission.app.kubeversion`).
+AUTO = "auto"
 
 
 class ConfigError(Exception):
@@ -75,9 +79,11 @@ class Config(pydantic.BaseModel):
     decision_timeout: float = pydantic.Field(
         30.0, gt=0, description="seconds a decision may take before it is undecided "
                                 "(each is also bounded by fitcore's work budget)")
-    kube_version: Literal["1.36", "1.37"] = pydantic.Field(
-        "1.37", description="the Kubernetes minor version whose scheduler and DRA allocator "
-                            "(default features) fitgate's decisions follow: the cluster's")
+    kube_version: str = pydantic.Field(
+        AUTO, description="the Kubernetes minor version whose scheduler and DRA allocator "
+                          "(default features) fitgate's decisions follow: auto (the API "
+                          "server's, read at start) or one of "
+                          f"{', '.join(fitcore.KUBE_VERSIONS)} to override it")
     provisioning_wait: float = pydantic.Field(
         600.0, gt=0, description="seconds to wait for provisioned nodes and their "
                                  "ResourceSlices before verifying")
@@ -108,6 +114,14 @@ class Config(pydantic.BaseModel):
     # Logs
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "json"
+
+    @pydantic.field_validator("kube_version")
+    @classmethod
+    def _kube_version(cls, value: str) -> str:
+        if value not in (AUTO, *fitcore.KUBE_VERSIONS):
+            raise ValueError(f"must be {AUTO} or one of {', '.join(fitcore.KUBE_VERSIONS)} "
+                             "(the Kubernetes minor versions fitgate follows)")
+        return value
 
     @pydantic.model_validator(mode="after")
     def _lease_timings(self) -> Config:

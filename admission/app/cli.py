@@ -8,23 +8,27 @@ NodeShape from a live node and `fitgate shape check` lints shapes offline
 (`admission.app.shapes`, `admission.app.shapecheck`).
 
 Exit status: 0 for any verdict; 2 for bad input, with a message naming the file, the
-object and the field.
+object and the field. `fitgate explain` and `fitgate shape capture` also exit 1 when
+the object is not found (or the API server answers with another error), 3 when no
+kubeconfig or context is usable (missing or malformed file, unknown `--context`), 4 when
+the API server does not answer (refused, or no answer within `--request-timeout`), 5
+when the credentials may not read the Workload or job (or the node) itself; each with one
+line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
 import pathlib
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
-
-import yaml
 
 import fitcore
 from admission import config
@@ -32,6 +36,17 @@ from admission.app import offline
 from admission.runtime import failpoint
 
 EXIT_BAD_INPUT = 2
+EXIT_NOT_FOUND = 1
+EXIT_KUBECONFIG = 3
+EXIT_UNREACHABLE = 4
+EXIT_FORBIDDEN = 5
+#: `fitgate explain`'s default bound on each request, in seconds.
+EXPLAIN_REQUEST_TIMEOUT = 10.0
+#: Offline there is no API server to ask: the version is a flag with a stated default
+#: (`fitgate serve` follows the API server's, `admission.app.kubeversion`).
+KUBE_VERSION_HELP = ("the Kubernetes minor version whose default-feature scheduler and DRA "
+                     "allocator to follow: %(choices)s (default %(default)s; set it to your "
+                     "cluster's)")
 
 
 # ------------------------------------------------------------------------ main
@@ -53,9 +68,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="warn about unknown fields instead of refusing the object (the "
                           "API server's strict field validation refuses them)")
     fit.add_argument("--kube-version", default=fitcore.DEFAULT_KUBE_VERSION,
-                     choices=fitcore.KUBE_VERSIONS,
-                     help="the Kubernetes minor version whose default-feature scheduler to "
-                          "follow (default %(default)s)")
+                     choices=fitcore.KUBE_VERSIONS, help=KUBE_VERSION_HELP)
     verify = sub.add_parser("verify", help="plan on an inventory, then check the nodes that "
                                            "came against what their shapes promised")
     verify.add_argument("--before", action="append", required=True, metavar="PATH",
@@ -70,8 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--lenient", action="store_true",
                         help="warn about unknown fields instead of refusing the object")
     verify.add_argument("--kube-version", default=fitcore.DEFAULT_KUBE_VERSION,
-                        choices=fitcore.KUBE_VERSIONS,
-                        help="the Kubernetes minor version to follow (default %(default)s)")
+                        choices=fitcore.KUBE_VERSIONS, help=KUBE_VERSION_HELP)
     serve = sub.add_parser("serve", help="run the admission check controller (in a cluster, "
                                           "or locally with a kubeconfig)")
     serve.add_argument("--config", metavar="FILE", help="YAML file of configuration fields")
@@ -87,9 +99,14 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("-n", "--namespace",
                          help="namespace (default: the kubeconfig context's, else default)")
     explain.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    explain.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, "
-                                              "~/.kube/config, or in-cluster)")
-    explain.add_argument("--context", help="kubeconfig context")
+    explain.add_argument("--kubeconfig", help="kubeconfig file (default: the files of "
+                                              "$KUBECONFIG merged as kubectl merges them, "
+                                              "else ~/.kube/config, else in-cluster)")
+    explain.add_argument("--context", help="kubeconfig context (default: the current one)")
+    explain.add_argument("--request-timeout", type=_seconds, metavar="SECONDS",
+                         default=EXPLAIN_REQUEST_TIMEOUT,
+                         help="bound on each request to the API server (default "
+                              "%(default)s)")
     explain.add_argument("--no-fit", action="store_true",
                          help="do not read the inventory to plan the gang now")
     sub.add_parser("version", help="print the version")
@@ -170,14 +187,25 @@ def run_shape(args: argparse.Namespace, connect: Any = None) -> int:
     except kube_errors.ApiError as exc:
         what = "cannot reach the API server" if exc.status == 0 else "the API server refused"
         print(f"fitgate shape capture: {what}: {exc}", file=sys.stderr)
-        return 1
+        return (EXIT_UNREACHABLE if exc.status == 0
+                else EXIT_FORBIDDEN if exc.status in (401, 403) else EXIT_NOT_FOUND)
     except kube_errors.ConfigError as exc:
         print(f"fitgate shape capture: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_KUBECONFIG
     for warning in got.warnings():
         print(f"fitgate shape capture: warning: {warning}", file=sys.stderr)
     print(got.to_yaml(), end="")
     return 0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: between 0 and 3600 seconds")
+    return value
 
 
 def run_release(args: argparse.Namespace, connect: Any = None) -> int:
@@ -225,39 +253,34 @@ def run_serve(args: argparse.Namespace) -> int:
     except failpoint.UnknownStep as exc:
         print(f"fitgate serve: bad test hook: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from admission.app import kubeversion
     from admission.kube import errors as kube_errors
 
     try:
         return asyncio.run(serve.serve(cfg))
-    except kube_errors.ConfigError as exc:
+    except (kube_errors.ConfigError, kubeversion.UnsupportedVersion) as exc:
         print(f"fitgate serve: {exc}", file=sys.stderr)
         return 1
 
 
 def context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
     """The namespace of the kubeconfig context (the current one unless named), as kubectl
-    takes it when -n is not given; None when there is none or no readable kubeconfig."""
-    paths = ([kubeconfig] if kubeconfig else
-             [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-             or [str(pathlib.Path.home() / ".kube" / "config")])
-    docs = []
-    for path in paths:
-        try:
-            doc = yaml.safe_load(pathlib.Path(path).read_text())
-        except (OSError, ValueError, yaml.YAMLError, RecursionError):  # ValueError: UTF-8
-            continue
-        if isinstance(doc, Mapping):
-            docs.append(doc)
-    current = context or next((d.get("current-context") for d in docs
-                               if d.get("current-context")), None)
-    for doc in docs:
-        entries = doc.get("contexts")
-        for entry in entries if isinstance(entries, list) else []:
-            if isinstance(entry, Mapping) and entry.get("name") == current:
-                ctx = entry.get("context")
-                ns = ctx.get("namespace") if isinstance(ctx, Mapping) else None
-                return str(ns) if ns else None
+    takes it when -n is not given (in a pod without a kubeconfig: the pod's namespace);
+    None when there is none or no readable kubeconfig."""
+    from admission.kube import errors as kube_errors
+    from admission.kube import kubeconfig as kubeconfig_
+
+    try:
+        return kubeconfig_.load(kubeconfig, context).namespace
+    except kube_errors.ConfigError:
+        pass
+    if kubeconfig is None and not os.environ.get("KUBECONFIG"):
+        with contextlib.suppress(OSError, ValueError):
+            return pathlib.Path(_POD_NAMESPACE).read_text().strip() or None
     return None
+
+
+_POD_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 def explain_target(target: str, namespace: str | None, default_namespace: str | None = None
@@ -283,7 +306,7 @@ def explain_target(target: str, namespace: str | None, default_namespace: str | 
 
 def run_explain(args: argparse.Namespace, connect: Any = None) -> int:
     """`fitgate explain`; `connect(kubeconfig, context)` makes the client (tests pass a
-    fake)."""
+    fake). Exit codes: the module docstring."""
     from admission.app import diagnose
     from admission.kube import client as kube_client
     from admission.kube import errors as kube_errors
@@ -294,9 +317,17 @@ def run_explain(args: argparse.Namespace, connect: Any = None) -> int:
     except offline.UsageError as exc:
         print(f"fitgate explain: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    timeout = getattr(args, "request_timeout", EXPLAIN_REQUEST_TIMEOUT)
+    server: list[str] = []
 
     async def run() -> diagnose.Report:
-        api = await (connect or kube_client.ApiClient.connect)(args.kubeconfig, args.context)
+        if connect is None:
+            api = await kube_client.ApiClient.connect(args.kubeconfig, args.context,
+                                                      request_timeout=timeout,
+                                                      in_cluster_first=False)
+        else:
+            api = await connect(args.kubeconfig, args.context)
+        server.append(str(getattr(api, "host", "") or ""))
         try:
             return await diagnose.explain(api, namespace, name, kind, fit=not args.no_fit)
         finally:
@@ -308,16 +339,31 @@ def run_explain(args: argparse.Namespace, connect: Any = None) -> int:
         report = asyncio.run(run())
     except diagnose.NotFound as exc:
         print(f"fitgate explain: {exc}", file=sys.stderr)
-        return 1
-    except kube_errors.ApiError as exc:
-        print(f"fitgate explain: the API server refused: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_NOT_FOUND
     except kube_errors.ConfigError as exc:
         print(f"fitgate explain: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_KUBECONFIG
+    except kube_errors.ApiError as exc:
+        return _explain_api_error(exc, server[0] if server else "", timeout)
     print(json.dumps(report.to_json(), indent=2) if args.output == "json"
           else report.to_text())
     return 0
+
+
+def _explain_api_error(exc: Any, server: str, timeout: float) -> int:
+    """One line on stderr for an API error that ends `fitgate explain`; the exit code."""
+    at = f" at {server}" if server else ""
+    if exc.status == 0:
+        why = exc.message.split(": ", 1)[-1][:300]
+        print(f"fitgate explain: the API server{at} does not answer (within {timeout:g} s): "
+              f"{why}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    if exc.status in (401, 403):
+        print(f"fitgate explain: the API server{at} refused to show it ({exc.status} "
+              f"{exc.reason}): {exc.message[:300]}", file=sys.stderr)
+        return EXIT_FORBIDDEN
+    print(f"fitgate explain: the API server refused: {str(exc)[:400]}", file=sys.stderr)
+    return EXIT_NOT_FOUND
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -336,6 +382,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except metadata.PackageNotFoundError:
             version = "unknown"
         print(f"fitgate {version}")
+        print(f"Kubernetes versions followed: {', '.join(fitcore.KUBE_VERSIONS)}")
+        print("  fitgate serve: the API server's (read at start; config kube_version "
+              "overrides)")
+        print(f"  fitgate fit, verify: --kube-version, default {fitcore.DEFAULT_KUBE_VERSION}")
         return 0
     try:
         if args.command == "verify":

@@ -13,6 +13,11 @@ spells it), `explain` reads through the `Client`:
   ResourceClaims, bound Pods, NodeShapes) and the FitPolicies, to plan the gang now and
   say per pod set what the closest node or shape lacks.
 
+A read the API server refuses (a user who may read only their namespace) is reported,
+never read as empty (`admission.app.visibility`): without the whole inventory there is
+no plan now, and the report says what it could not see and what the Job's and the
+Workload's own annotations and conditions say.
+
 The stage is one of: `no workload yet`, `gated` (held by fitgate before quota), `waiting
 for quota`, `planning` (the check works on it), `provisioning` (a ProvisioningRequest is
 out), `verifying` (the nodes came; fitgate checks them), `admitted`, `running`, `rejected`,
@@ -30,6 +35,7 @@ from typing import Any
 
 import fitcore
 from admission import constants as c
+from admission.app import visibility
 from admission.check import provisioning, topology
 from admission.engine import fitting
 from admission.gate import predicates as gating
@@ -37,7 +43,7 @@ from admission.kube import client, errors, kinds, store
 from admission.policy import fitpolicy as policy
 
 STAGES = ("no workload yet", "gated", "waiting for quota", "planning", "provisioning",
-          "verifying", "admitted", "running", "rejected", "finished")
+          "verifying", "checking", "admitted", "running", "rejected", "finished", "unknown")
 _CATEGORIES = ("capacity", "configuration", "coordination")
 
 
@@ -61,6 +67,11 @@ class Report:
     fit: dict[str, Any] | None = None
     topology: dict[str, Any] | None = None  # Kueue's TAS domains, fitgate's disagreement
     problems: list[str] = dataclasses.field(default_factory=list)
+    quota: dict[str, Any] | None = None  # the Workload's QuotaReserved, as it stands
+    #: Every admission check entry, when which one is fitgate's cannot be read.
+    checks: list[dict[str, Any]] | None = None
+    unseen: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    no_fit: str | None = None  # why there is no fit now, when reads were refused
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,6 +81,8 @@ class Report:
             "queue": self.queue, "check": self.check, "gate": self.gate,
             "provisioningRequest": self.provisioning_request, "plan": self.plan,
             "fit": self.fit, "topology": self.topology, "problems": self.problems,
+            "quota": self.quota, "checks": self.checks, "unseen": self.unseen,
+            "noFit": self.no_fit,
         }
 
     def to_text(self) -> str:
@@ -80,18 +93,30 @@ class Report:
         lines = [who, f"stage: {self.stage}: {self.summary}"]
         if self.category:
             lines.append(f"held back by: {self.category}")
+        lines.extend(visibility.unseen_lines(self.unseen))
+        if self.no_fit:
+            lines.append(self.no_fit)
+        lines.extend(visibility.quota_line(self.quota))
         if self.queue:
             lines.append(f"queue: LocalQueue {self.queue['localQueue']} → ClusterQueue "
                          f"{self.queue.get('clusterQueue') or '(unknown)'}")
         if self.check:
             msg = f": {self.check['message']}" if self.check.get("message") else ""
             lines.append(f"check {self.check['name']}: {self.check['state']}{msg}")
+        if self.checks is not None:
+            lines.append("checks (which is fitgate's is unknown: AdmissionChecks not "
+                         "readable):" if self.checks else "checks: none on the Workload")
+            lines.extend(f"  {e['name']}: {e['state']}"
+                         + (f": {e['message']}" if e.get("message") else "")
+                         for e in self.checks)
         lines.extend(_topology_lines(self.topology))
         if self.gate and self.gate.get("explanation"):
             ex = self.gate["explanation"]
             lines.append(f"gate: holds it ({ex.get('category')}"
                          + (", policy violation" if ex.get("policyViolation") else "")
                          + f"), evaluated {ex.get('evaluatedAt')}")
+            if self.fit is None:
+                lines.extend(visibility.gate_reason_lines(ex))
         pr = self.provisioning_request
         if pr:
             attempt = pr["attempt"] if pr["attempt"] is not None else "unknown"
@@ -166,9 +191,11 @@ def job_kind(name: str) -> kinds.Kind | None:
     return None
 
 
-async def _resolve(api: client.Client, namespace: str, name: str, kind: str | None
+async def _resolve(reads: visibility.Reads, namespace: str, name: str, kind: str | None
                    ) -> tuple[client.Obj | None, tuple[kinds.Kind, client.Obj] | None]:
-    """(the Workload or None, (job kind, job) or None)."""
+    """(the Workload or None, (job kind, job) or None). A refused read of the target
+    itself raises `errors.ApiError`; a refused read of the other half is noted."""
+    api = reads.api
     wanted_job = job_kind(kind) if kind else None
     if kind and wanted_job is None and kind.lower() not in ("workload", "workloads", "wl",
                                                              "workload.kueue.x-k8s.io"):
@@ -184,10 +211,9 @@ async def _resolve(api: client.Client, namespace: str, name: str, kind: str | No
         found = gating.owner(wl, kinds.JOB_KINDS)
         job = None
         if found is not None:
-            try:
-                job = (found[0], await api.get(found[0], found[1], namespace))
-            except errors.ApiError:
-                job = None
+            with contextlib.suppress(errors.NotFound):
+                got = await reads.get(found[0], found[1], namespace)
+                job = (found[0], got) if got is not None else None
         return wl, job
     for k in ([wanted_job] if wanted_job else [kinds.JOB]):
         try:
@@ -195,8 +221,7 @@ async def _resolve(api: client.Client, namespace: str, name: str, kind: str | No
         except errors.NotFound:
             continue
         uid = _meta(obj).get("uid")
-        listing = await api.list(kinds.WORKLOAD, namespace)
-        for w in listing.items:
+        for w in await reads.list(kinds.WORKLOAD, namespace) or []:
             for ref in _meta(w).get("ownerReferences") or []:
                 if ref.get("uid") == uid or (ref.get("kind") == k.kind
                                              and ref.get("name") == name):
@@ -205,109 +230,150 @@ async def _resolve(api: client.Client, namespace: str, name: str, kind: str | No
     raise NotFound(f"no Workload or {(wanted_job or kinds.JOB).kind} {namespace}/{name}")
 
 
-async def _stores(api: client.Client, kinds_: Sequence[kinds.Kind]
+async def _stores(reads: visibility.Reads, kinds_: Sequence[kinds.Kind],
+                  namespaced: Mapping[kinds.Kind, str] | None = None
                   ) -> dict[kinds.Kind, store.Store]:
+    """A store per kind (listed in the namespace `namespaced` names for it, else
+    everywhere); a kind not served reads as empty, a refused one is in `reads.unseen`."""
     out = {}
     for k in kinds_:
         s = store.Store(k)
-        # A kind that is not served (no NodeShape CRD) reads as empty.
-        with contextlib.suppress(errors.ApiError):
-            s.replace((await api.list(k)).items)
+        s.replace(await reads.list(k, (namespaced or {}).get(k)) or [])
         out[k] = s
     return out
+
+
+def _gate_explanation(job: tuple[kinds.Kind, client.Obj] | None) -> Mapping[str, Any] | None:
+    """The gate's verdict on the job (`fitgate.io/explanation`), when it is an object."""
+    if job is None:
+        return None
+    raw = gating.annotations_of(job[1]).get(gating.EXPLANATION)
+    try:
+        explanation = json.loads(raw) if isinstance(raw, str) else None
+    except (ValueError, RecursionError):
+        return None
+    # Not the gate's (not an object): nothing to read from it.
+    return explanation if isinstance(explanation, Mapping) else None
 
 
 async def explain(api: client.Client, namespace: str, name: str, kind: str | None = None, *,
                   fit: bool = True) -> Report:
     """See the module docstring."""
-    wl, job = await _resolve(api, namespace, name, kind)
+    reads = visibility.Reads(api)
+    wl, job = await _resolve(reads, namespace, name, kind)
     job_ref = (job[0].kind, str(_meta(job[1]).get("name"))) if job else None
-    explanation = None
-    if job is not None:
-        raw = gating.annotations_of(job[1]).get(gating.EXPLANATION)
-        try:
-            explanation = json.loads(raw) if isinstance(raw, str) else None
-        except (ValueError, RecursionError):
-            explanation = None
-        if explanation is not None and not isinstance(explanation, Mapping):
-            explanation = None  # not the gate's (an object): nothing to read from it
+    explanation = _gate_explanation(job)
     if wl is None:
         gated = job is not None and gating.gated_by_us(job[1])
-        return Report(namespace, None, job_ref, "no workload yet",
-                      "Kueue has not made a Workload for this job yet"
-                      + (" (it carries fitgate's gate)" if gated else ""),
-                      gate={"gated": gated, "explanation": explanation})
+        report = Report(namespace, None, job_ref, "no workload yet",
+                        "Kueue has not made a Workload for this job yet"
+                        + (" (it carries fitgate's gate)" if gated else ""),
+                        gate={"gated": gated, "explanation": explanation})
+        if reads.refused((kinds.WORKLOAD,)):
+            report.stage = "unknown"
+            report.summary = (f"the Workloads of namespace {namespace} could not be read"
+                              + (" (the job carries fitgate's gate)" if gated else ""))
+        report.unseen = [u.to_json() for u in reads.unseen]
+        return report
     report = Report(namespace, str(_meta(wl).get("name")), job_ref, "", "")
+    entry, queue = await _queue_and_check(reads, report, wl, namespace)
+    report.gate = {"gated": gating.gated_by_us(wl) or (job is not None and
+                                                       gating.gated_by_us(job[1])),
+                   "explanation": explanation}
+    report.quota = visibility.quota(wl)
+    request = await _latest_request(reads, wl)
+    if request is not None:
+        _report_request(report, request)
+    report.topology = topology.report(wl, job[1] if job else None)
+    requests_known = not reads.refused((kinds.PROVISIONING_REQUEST,))
+    report.stage, report.summary = _stage(wl, job, entry, request, report.gate["gated"],
+                                          requests_known)
+    if report.checks is not None:  # which check is fitgate's is not known
+        report.summary = report.summary.replace(
+            "fitgate's check is Ready; waiting for the other checks",
+            "every admission check is Ready; Kueue admits it next").replace(
+            "fitgate's check", f"check {entry.get('name') if entry else '?'}")
+    report.category = _category(report, explanation, entry)
+    if fit:
+        await _fit_now(reads, report, wl, namespace, queue)
+        if report.category is None and report.stage in ("gated", "waiting for quota",
+                                                        "planning") and report.fit:
+            report.category = report.fit.get("category")
+    report.unseen = [u.to_json() for u in reads.unseen]
+    return report
+
+
+async def _queue_and_check(reads: visibility.Reads, report: Report, wl: client.Obj,
+                           namespace: str
+                           ) -> tuple[Mapping[str, Any] | None, gating.Queue | None]:
+    """Fill the report's queue and fitgate's check entry; returns (that entry, the
+    queue). Without the AdmissionChecks, every entry is listed and the one that decides
+    the stage guessed."""
     spec = wl.get("spec") if isinstance(wl.get("spec"), Mapping) else {}
     assert isinstance(spec, Mapping)
     lq = spec.get("queueName")
-    aux = await _stores(api, (kinds.LOCAL_QUEUE, kinds.CLUSTER_QUEUE, kinds.ADMISSION_CHECK))
+    aux = await _stores(reads, (kinds.LOCAL_QUEUE, kinds.CLUSTER_QUEUE,
+                                kinds.ADMISSION_CHECK), {kinds.LOCAL_QUEUE: namespace})
     queues = gating.Queues(aux[kinds.LOCAL_QUEUE], aux[kinds.CLUSTER_QUEUE],
                            aux[kinds.ADMISSION_CHECK])
     queue = queues.resolve(namespace, lq) if isinstance(lq, str) and lq else None
-    if queue is not None:
-        report.queue = {"localQueue": queue.local_queue, "clusterQueue": queue.cluster_queue,
-                        "checks": list(queue.checks)}
-    ours = gating.our_checks(aux[kinds.ADMISSION_CHECK].list())
     status = wl.get("status") if isinstance(wl.get("status"), Mapping) else {}
     assert isinstance(status, Mapping)
+    if queue is not None:
+        # Without the queues, the ClusterQueue the Workload's quota is reserved in.
+        admitted_in = (status.get("admission") or {}).get("clusterQueue") \
+            if isinstance(status.get("admission"), Mapping) else None
+        report.queue = {"localQueue": queue.local_queue,
+                        "clusterQueue": queue.cluster_queue or admitted_in,
+                        "checks": list(queue.checks)}
+    if reads.refused((kinds.ADMISSION_CHECK,)):
+        report.checks = visibility.check_entries(status)
+        return visibility.guess_entry(report.checks), queue
+    ours = gating.our_checks(aux[kinds.ADMISSION_CHECK].list())
     entry = next((e for e in status.get("admissionChecks") or []
                   if isinstance(e, Mapping) and e.get("name") in ours), None)
     if entry is not None:
         report.check = {"name": entry.get("name"), "state": entry.get("state", "Pending"),
                         "message": entry.get("message", ""),
                         "retryCount": entry.get("retryCount", 0)}
-    report.gate = {"gated": gating.gated_by_us(wl) or (job is not None and
-                                                       gating.gated_by_us(job[1])),
-                   "explanation": explanation}
-    request = await _latest_request(api, wl)
-    if request is not None:
-        state, _ = provisioning.state(request)
-        report.provisioning_request = {
-            "name": _meta(request).get("name"),
-            "attempt": _attempt(request),
-            "state": state,
-            "conditions": [{k: cond.get(k) for k in ("type", "status", "reason", "message")}
-                           for cond in _conditions(request).values()]}
-        if report.provisioning_request["attempt"] is None:
-            label = (_meta(request).get("labels") or {}).get(c.ATTEMPT_LABEL)
-            report.problems.append(
-                f"ProvisioningRequest {_meta(request).get('name')}: metadata.labels"
-                f"[{c.ATTEMPT_LABEL!r}]: {str(label)[:40]!r} is not an attempt number")
-        raw_plan = (_meta(request).get("annotations") or {}).get(c.PLAN_ANNOTATION)
-        if isinstance(raw_plan, str):
-            try:
-                p = provisioning.plan_from_json(raw_plan)
-                report.plan = _plan_json(p, "the ProvisioningRequest's")
-            except provisioning.PlanFormatError as exc:
-                report.problems.append(f"ProvisioningRequest {_meta(request).get('name')}: "
-                                       f"{exc}")
-    report.topology = topology.report(wl, job[1] if job else None)
-    report.stage, report.summary = _stage(wl, job, entry, request, report.gate["gated"])
-    report.category = _category(report, explanation, entry)
-    if fit:
-        await _fit_now(api, report, wl, namespace, queue)
-        if report.category is None and report.stage in ("gated", "waiting for quota",
-                                                        "planning") and report.fit:
-            report.category = report.fit.get("category")
-    return report
+    return entry, queue
 
 
-async def _latest_request(api: client.Client, wl: client.Obj) -> client.Obj | None:
+def _report_request(report: Report, request: client.Obj) -> None:
+    state, _ = provisioning.state(request)
+    report.provisioning_request = {
+        "name": _meta(request).get("name"),
+        "attempt": _attempt(request),
+        "state": state,
+        "conditions": [{k: cond.get(k) for k in ("type", "status", "reason", "message")}
+                       for cond in _conditions(request).values()]}
+    if report.provisioning_request["attempt"] is None:
+        label = (_meta(request).get("labels") or {}).get(c.ATTEMPT_LABEL)
+        report.problems.append(
+            f"ProvisioningRequest {_meta(request).get('name')}: metadata.labels"
+            f"[{c.ATTEMPT_LABEL!r}]: {str(label)[:40]!r} is not an attempt number")
+    raw_plan = (_meta(request).get("annotations") or {}).get(c.PLAN_ANNOTATION)
+    if isinstance(raw_plan, str):
+        try:
+            p = provisioning.plan_from_json(raw_plan)
+            report.plan = _plan_json(p, "the ProvisioningRequest's")
+        except provisioning.PlanFormatError as exc:
+            report.problems.append(f"ProvisioningRequest {_meta(request).get('name')}: "
+                                   f"{exc}")
+
+
+async def _latest_request(reads: visibility.Reads, wl: client.Obj) -> client.Obj | None:
     uid = _meta(wl).get("uid")
     if not uid:
         return None
-    try:
-        listing = await api.list(kinds.PROVISIONING_REQUEST, str(_meta(wl).get("namespace")),
-                                 label_selector=f"{c.WORKLOAD_UID_LABEL}={uid}")
-    except errors.ApiError:
-        return None
-    if not listing.items:
+    items = await reads.list(kinds.PROVISIONING_REQUEST, str(_meta(wl).get("namespace")),
+                             label_selector=f"{c.WORKLOAD_UID_LABEL}={uid}")
+    if not items:
         return None
 
     def attempt(r: client.Obj) -> tuple[int, str]:
         return (_attempt(r, 0) or 0, str(_meta(r).get("creationTimestamp")))
-    return max(listing.items, key=attempt)
+    return max(items, key=attempt)
 
 
 def _attempt(request: client.Obj, default: int = 1) -> int | None:
@@ -322,8 +388,8 @@ def _attempt(request: client.Obj, default: int = 1) -> int | None:
 
 
 def _stage(wl: client.Obj, job: tuple[kinds.Kind, client.Obj] | None,
-           entry: Mapping[str, Any] | None, request: client.Obj | None, gated: bool
-           ) -> tuple[str, str]:
+           entry: Mapping[str, Any] | None, request: client.Obj | None, gated: bool,
+           requests_known: bool = True) -> tuple[str, str]:
     if _true(wl, c.FINISHED):
         return "finished", _conditions(wl)[c.FINISHED].get("message") or "the job finished"
     if entry is not None and entry.get("state") == c.REJECTED:
@@ -343,6 +409,10 @@ def _stage(wl: client.Obj, job: tuple[kinds.Kind, client.Obj] | None,
         return "waiting for quota", reason or "Kueue has not reserved quota yet"
     if entry is None or entry.get("state") == c.READY:
         return "admitted", "fitgate's check is Ready; waiting for the other checks"
+    if request is None and not requests_known:
+        return "checking", (f"quota reserved; check {entry.get('name')} is "
+                            f"{entry.get('state', 'Pending')} (its ProvisioningRequests "
+                            "could not be read)")
     if request is None:
         return "planning", "quota reserved; fitgate plans where the gang goes"
     state, _ = provisioning.state(request)
@@ -375,10 +445,16 @@ def _plan_json(p: fitcore.Plan, source: str | None = None) -> dict[str, Any]:
     return out
 
 
-async def _fit_now(api: client.Client, report: Report, wl: client.Obj, namespace: str,
+async def _fit_now(reads: visibility.Reads, report: Report, wl: client.Obj, namespace: str,
                    queue: gating.Queue | None) -> None:
-    stores = await _stores(api, (*fitting.INVENTORY_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE,
-                                 kinds.FIT_POLICY, kinds.NAMESPACE))
+    """Plan the gang on the inventory now; no plan when a read of it was refused."""
+    needed = (*fitting.INVENTORY_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE, kinds.FIT_POLICY,
+              kinds.NAMESPACE)
+    stores = await _stores(reads, needed, {kinds.RESOURCE_CLAIM_TEMPLATE: namespace})
+    refused = reads.refused(needed)
+    if refused:
+        report.no_fit = visibility.no_plan_reason(refused)
+        return
     engine = fitting.StoreEngine(stores)
     try:
         gang_ = fitting.gang_of(wl, stores)

@@ -2,7 +2,9 @@
 
 Start-up, in order:
 1. configuration (`config.load`) and logs (`logging.configure`);
-2. the API client (`kube.client.ApiClient`: in-cluster, or a kubeconfig and context);
+2. the API client (`kube.client.ApiClient`: in-cluster, or a kubeconfig and context), and
+   the Kubernetes version to follow (`kubeversion.resolve`: the API server's, unless
+   `kube_version` overrides it; an unsupported one stops the start);
 3. the informers (`kube.cache.Informers`, every kind of `cache.SERVE`), the
    `inventory.ClusterInventory` over their stores, the reconcile `workqueue.Runtime`;
 4. the components (`components.factories()`): each gets the `Context` and returns a
@@ -41,7 +43,7 @@ from aiohttp import web
 
 from admission import clock as clock_
 from admission import config, context
-from admission.app import components
+from admission.app import components, kubeversion
 from admission.app import logging as flog
 from admission.engine import inventory
 from admission.kube import cache, client, lease
@@ -102,6 +104,9 @@ class Service:
                  factories: Sequence[context.Factory] | None = None,
                  specs: Sequence[cache.Spec] | None = None,
                  clock: clock_.Clock | None = None) -> None:
+        if cfg.kube_version == config.AUTO:
+            raise ValueError("Service needs the Kubernetes version to follow: "
+                             "kubeversion.resolve(api, cfg) first")
         self.cfg = cfg
         self.api = api
         self.clock = clock or clock_.SystemClock()
@@ -230,7 +235,9 @@ async def serve(cfg: config.Config, *, factories: Sequence[context.Factory] | No
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        log.info("serve.starting", identity=cfg.identity, namespace=cfg.namespace)
+        cfg = await kubeversion.resolve(api, cfg)
+        log.info("serve.starting", identity=cfg.identity, namespace=cfg.namespace,
+                 kube_version=cfg.kube_version)
         await Service(cfg, api, factories=factories).run(stop)
     finally:
         await api.close()

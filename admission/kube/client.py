@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from admission.kube import errors, kinds, rbac
+from admission.kube import kubeconfig as kubeconfig_
 
 Obj = dict[str, Any]
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
@@ -83,6 +84,10 @@ class Client(Protocol):
                      *, precondition_uid: str | None = None) -> None:
         """Raises NotFound."""
 
+    async def version(self) -> Obj:
+        """The API server's version (GET /version: major, minor, gitVersion, ...); every
+        authenticated client may read it, so it is not in `rbac.PERMISSIONS`."""
+
 
 # --------------------------------------------------------------------------- ApiClient
 
@@ -136,26 +141,31 @@ class ApiClient:
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
-                      request_timeout: float = 30.0, permissions: rbac.Table | None = None
-                      ) -> ApiClient:
+                      request_timeout: float = 30.0, permissions: rbac.Table | None = None,
+                      in_cluster_first: bool = True) -> ApiClient:
         """In-cluster configuration when `kubeconfig` is None and the process runs in a
-        pod; otherwise the kubeconfig file (default ~/.kube/config or $KUBECONFIG) and
-        its `context` (default: the file's current context)."""
+        pod (with `in_cluster_first=False`, as kubectl: only when $KUBECONFIG is unset
+        too); otherwise the kubeconfig files chosen, checked and merged as kubectl does
+        (`kubeconfig.load`, with the library's merge: `kubeconfig`, else $KUBECONFIG, else
+        ~/.kube/config) and their `context` (default: the current context). Raises
+        `errors.ConfigError`, naming the file and why."""
         from kubernetes_asyncio import client as k8s
         from kubernetes_asyncio import config as k8s_config
 
         configuration = k8s.Configuration()
         where = "the in-cluster configuration"
         try:
-            if kubeconfig is None and _in_cluster():
+            if kubeconfig is None and _in_cluster() and (
+                    in_cluster_first or not os.environ.get("KUBECONFIG")):
                 k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
                     client_configuration=configuration)
             else:
-                where = (f"kubeconfig {kubeconfig}" if kubeconfig else "the kubeconfig ("
-                         + (os.environ.get("KUBECONFIG") or "~/.kube/config") + ")")
-                await k8s_config.load_kube_config(config_file=kubeconfig, context=context,
-                                                  client_configuration=configuration,
-                                                  persist_config=False)
+                loaded = kubeconfig_.load(kubeconfig, context)
+                kubeconfig_.require_cluster(loaded)
+                where = loaded.where
+                await kubeconfig_.configure(loaded, configuration)
+        except errors.ConfigError:
+            raise
         except Exception as exc:  # the library's ConfigException, and what a bad file
             # makes it raise on the way (TypeError, AttributeError, yaml and OS errors)
             reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
@@ -163,6 +173,11 @@ class ApiClient:
                 f"cannot use {where}: {reason or type(exc).__name__}") from exc
         return cls(k8s.ApiClient(configuration), request_timeout=request_timeout,
                    permissions=permissions)
+
+    @property
+    def host(self) -> str:
+        """The API server's URL."""
+        return str(getattr(getattr(self._api, "configuration", None), "host", "") or "")
 
     async def close(self) -> None:
         await self._api.close()
@@ -204,6 +219,9 @@ class ApiClient:
         finally:
             resp.release()
         return data if isinstance(data, dict) else {}
+
+    async def version(self) -> Obj:
+        return await self._json("GET", "/version", what="get the API server's version")
 
     async def get(self, kind: kinds.Kind, name: str, namespace: str | None = None) -> Obj:
         rbac.check(kind, "get", None, self.permissions)

@@ -141,6 +141,9 @@ class FakeClient:
         self.calls: list[Call] = []
         #: The creationTimestamp the server stamps on objects created from now on.
         self.creation_time = "2026-01-01T00:00:00Z"
+        #: What GET /version answers (`version`).
+        self.server_version: client.Obj = {"major": "1", "minor": "37",
+                                           "gitVersion": "v1.37.2"}
 
     # ------------------------------------------------------------------ test controls
 
@@ -248,6 +251,17 @@ class FakeClient:
                 q.put_nowait(ev)
 
     # ------------------------------------------------------------------ Client
+
+    async def close(self) -> None:
+        """As `ApiClient.close` (nothing to release)."""
+
+    async def version(self) -> client.Obj:
+        for i, (v, k, err) in enumerate(self._failures):
+            if v in (None, "version") and k is None:
+                del self._failures[i]
+                raise err
+        self.calls.append(Call("version", "", None, None, None, None))
+        return copy.deepcopy(self.server_version)
 
     async def get(self, kind: kinds.Kind, name: str, namespace: str | None = None
                   ) -> client.Obj:

@@ -4,7 +4,8 @@
 - The webhook server runs on every replica (`context.Server`): TLS from `cert_dir`
   (`tls.crt`, `tls.key`, reloaded when they change) on `webhook_port`; `/readyz` answers
   200 once the informers are synced.
-- The gate controller and the FitPolicy status controller (`Valid`) run on the leader
+- The gate controller and the FitPolicy and NodeShape status controllers (`Valid`,
+  `admission.policy.status`, `admission.engine.shapestatus`) run on the leader
   (`controller.Controller`).
 
 Each decides on the idle cluster (could the gang ever fit as configured?): the gate in
@@ -25,7 +26,7 @@ from typing import Any
 import structlog
 
 from admission import context
-from admission.engine import fitting
+from admission.engine import fitting, shapestatus
 from admission.gate import reconciler as gate
 from admission.kube import kinds, store
 from admission.policy import status as policy_status
@@ -87,4 +88,8 @@ def component(ctx: context.Context) -> context.Component:
         log.warning("webhook.disabled", reason="no cert_dir configured; the gate still runs")
     statuses = policy_status.PolicyStatusController(ctx.api, stores[kinds.FIT_POLICY],
                                                     clock=ctx.clock)
-    return context.Component(controllers=[gate_controller, statuses], servers=servers)
+    shape_statuses = shapestatus.ShapeStatusController(
+        ctx.api, stores[kinds.NODE_SHAPE], stores[kinds.NODE], clock=ctx.clock,
+        kube_version=version, karpenter=ctx.config.karpenter)
+    return context.Component(controllers=[gate_controller, statuses, shape_statuses],
+                             servers=servers)

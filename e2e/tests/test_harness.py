@@ -55,6 +55,16 @@ async def test_token_for_acts_with_the_service_accounts_rights_only(
     assert denied.returncode != 0 and "forbidden" in denied.stderr.lower()
 
 
+def test_free_ports_are_distinct_and_below_the_ephemeral_range() -> None:
+    # Below the range, no outgoing connection's source port can take one before its
+    # component binds it.
+    low, high = processes.ephemeral_range()
+    assert 1024 < low < high
+    ports = [processes.free_port() for _ in range(50)]
+    assert len(set(ports)) == len(ports)
+    assert all(10000 <= p < low for p in ports), ports
+
+
 @pytest.mark.timeout(120)
 async def test_local_process_is_started_restarted_and_stopped_with_its_log(
         e2e: harness.Harness) -> None:

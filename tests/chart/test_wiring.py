@@ -5,17 +5,28 @@ examples are valid against the CRDs the chart installs."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 
 import pytest
 import yaml
 
+import fitcore
 from admission import config
 from admission.certs import keeper as certs
 from admission.kube import kinds
 from tests.chart import openapi
-from tests.chart.conftest import CHART, NAMESPACE, SCENARIOS, Helm, config_of, env_of, one
+from tests.chart.conftest import (
+    CHART,
+    NAMESPACE,
+    SCENARIOS,
+    Helm,
+    HelmError,
+    config_of,
+    env_of,
+    one,
+)
 
 REPO = CHART.parents[1]
 
@@ -62,6 +73,33 @@ def test_the_request_deadline_reaches_serve(helm: Helm, tmp_path: pathlib.Path,
     cfg = config.load(str(path), env={})
     assert cfg.provisioning_timeout == seconds
     assert config.Config(namespace="x").provisioning_timeout == 1800.0  # chart = code default
+
+
+@pytest.mark.parametrize("values, version", [
+    ({}, "auto"), ({"kubeVersion": "1.36"}, "1.36"), ({"kubeVersion": "1.37"}, "1.37")],
+    ids=["default-auto", "1.36", "1.37"])
+def test_the_kube_version_override_reaches_serve(helm: Helm, tmp_path: pathlib.Path,
+                                                 values: dict[str, object], version: str
+                                                 ) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(one(helm.template(values), "ConfigMap")["data"]["config.yaml"])
+    assert config.load(str(path), env={}).kube_version == version
+    assert config.Config(namespace="x").kube_version == "auto"  # chart = code default
+
+
+def test_the_charts_kube_versions_are_the_ones_fitgate_follows(helm: Helm) -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["kubeVersion"]["enum"] == ["", *fitcore.KUBE_VERSIONS]
+    with pytest.raises(HelmError, match="kubeVersion"):
+        helm.template({"kubeVersion": "1.35"})
+    # The chart installs on the oldest minor fitgate follows, not on the one before.
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    oldest = min(fitcore.KUBE_VERSIONS, key=lambda v: tuple(map(int, v.split("."))))
+    assert chart["kubeVersion"] == f">={oldest}.0-0"
+    helm.template(extra=("--kube-version", f"v{oldest}.0"))
+    major, minor = map(int, oldest.split("."))
+    with pytest.raises(HelmError, match=r"kubeVersion|incompatible"):
+        helm.template(extra=("--kube-version", f"v{major}.{minor - 1}.0"))
 
 
 def test_the_default_job_kinds_are_the_kinds_the_code_gates() -> None:

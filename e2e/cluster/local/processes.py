@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import os
 import pathlib
+import random
 import signal
 import socket
 import ssl
@@ -36,11 +37,45 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+#: Ports below the kernel's ephemeral range that free_port chooses from.
+_LOWEST_PORT = 10000
+_given: set[int] = set()  # ports this process has handed out
+
+
+def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
+    """The ports the kernel picks source ports (and `bind(0)`) from."""
+    try:
+        low, high = (int(w) for w in pathlib.Path(path).read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now (the kernel picks it)."""
+    """A TCP port on 127.0.0.1 that is free now, for a component to bind later.
+
+    Chosen at random below the kernel's ephemeral range, never twice in this process: the
+    kernel gives outgoing connections source ports from that range only, so none can
+    take the port between now and the component's bind (a port from `bind(0)` could, and
+    did: kueue exited with "address already in use" on a busy machine). Falls back to the
+    kernel's choice if no port below the range is free."""
+    low, _ = ephemeral_range()
+    for _ in range(500 if low > _LOWEST_PORT + 100 else 0):
+        port = random.randrange(_LOWEST_PORT, low)
+        if port in _given:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        port = int(s.getsockname()[1])
+    _given.add(port)
+    return port
 
 
 class Process:

@@ -82,21 +82,22 @@ def test_explain_with_a_bad_kubeconfig_says_so(capsys: pytest.CaptureFixture[str
     path = no_cluster / "kubeconfig"
     path.write_bytes(content)
     code, _, err = explain_cli(capsys, "--kubeconfig", str(path))
-    assert code == 1
-    assert err.startswith("fitgate explain: "), err
+    assert code == cli.EXIT_KUBECONFIG
+    assert err.startswith("fitgate explain: ") and err.count("\n") == 1, err
 
 
 def test_explain_with_a_missing_kubeconfig_names_it(capsys: pytest.CaptureFixture[str],
                                                     no_cluster: pathlib.Path) -> None:
     missing = no_cluster / "nope"
     code, _, err = explain_cli(capsys, "--kubeconfig", str(missing))
-    assert code == 1 and f"cannot use kubeconfig {missing}" in err, err
+    assert code == cli.EXIT_KUBECONFIG and f"cannot use kubeconfig {missing}" in err, err
 
 
 def test_explain_without_any_kubeconfig_says_so(capsys: pytest.CaptureFixture[str],
                                                 no_cluster: pathlib.Path) -> None:
     code, _, err = explain_cli(capsys)
-    assert code == 1 and "cannot use the kubeconfig (~/.kube/config)" in err, err
+    assert code == cli.EXIT_KUBECONFIG and "cannot use the kubeconfig (~/.kube/config)" \
+        in err, err
 
 
 @bounded(25)
@@ -120,7 +121,7 @@ def test_explain_with_any_kubeconfig_answers_cleanly(capsys: pytest.CaptureFixtu
         path = pathlib.Path(tmp) / "kubeconfig"
         path.write_bytes(content)
         code, _, err = explain_cli(capsys, "--kubeconfig", str(path))
-    assert code == 1 and err.startswith("fitgate explain: "), err
+    assert code == cli.EXIT_KUBECONFIG and err.startswith("fitgate explain: "), err
 
 
 # ------------------------------------------------- what explain reads from the cluster

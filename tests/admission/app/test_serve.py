@@ -24,7 +24,8 @@ async def _until(pred: Callable[[], object], what: str, timeout: float = 5.0) ->
 def _cfg(**kw: object) -> config.Config:
     return config.load(env={}, flags={"health_address": "127.0.0.1", "health_port": 0,
                                       "identity": "replica-1", "retry_period": 0.05,
-                                      "renew_deadline": 0.5, "lease_duration": 1, **kw})
+                                      "renew_deadline": 0.5, "lease_duration": 1,
+                                      "kube_version": "1.37", **kw})
 
 
 async def _get(port: int, path: str) -> tuple[int, str]:

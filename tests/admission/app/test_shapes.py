@@ -235,7 +235,7 @@ def test_cli_a_bad_kubeconfig_is_a_message_not_a_traceback(
     path = tmp_path / kubeconfig
     if kubeconfig == "garbage":
         path.write_text("clusters: [unclosed\n")
-    assert cli.main(["shape", "capture", "n1", "--kubeconfig", str(path)]) == 1
+    assert cli.main(["shape", "capture", "n1", "--kubeconfig", str(path)]) == cli.EXIT_KUBECONFIG
     # The client library's own log line may come first; the command ends on its message.
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith(f"fitgate shape capture: cannot use kubeconfig {path}"), last
@@ -244,5 +244,5 @@ def test_cli_a_bad_kubeconfig_is_a_message_not_a_traceback(
 def test_cli_an_unreachable_server_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     api = world()
     api.fail_next(errors.ApiError(0, "Unreachable", "connection refused"), verb="get")
-    assert run_cli(["shape", "capture", "gke-a3-1"], api) == 1
+    assert run_cli(["shape", "capture", "gke-a3-1"], api) == cli.EXIT_UNREACHABLE
     assert "cannot reach the API server: 0 Unreachable" in capsys.readouterr().err

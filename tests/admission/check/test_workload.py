@@ -697,8 +697,8 @@ def test_serve_runs_the_workload_and_release_controllers() -> None:
     from admission import config
     from admission.app import components, serve
 
-    svc = serve.Service(config.Config(leader_election=False), w.fake.FakeClient(),
-                        factories=components.factories())
+    svc = serve.Service(config.Config(leader_election=False, kube_version="1.37"),
+                        w.fake.FakeClient(), factories=components.factories())
     assert {"workload", "release", "admissioncheck"} <= set(svc.runtime.queues)
 
 

@@ -37,7 +37,7 @@ async def test_serve_runs_the_webhook_and_the_gate(tmp_path: pathlib.Path) -> No
     cfg = config.load(env={}, flags={"health_address": "127.0.0.1", "health_port": 0,
                                      "webhook_address": "127.0.0.1", "webhook_port": 0,
                                      "cert_dir": str(tmp_path),
-                                     "leader_election": False})
+                                     "leader_election": False, "kube_version": "1.37"})
     svc = serve.Service(cfg, api, factories=[component.component])
     stop = asyncio.Event()
     task = asyncio.create_task(svc.run(stop))
@@ -79,7 +79,7 @@ def test_the_gate_and_the_check_share_one_idle_engine() -> None:
             return captured[-1]
         return wrapped
 
-    cfg = config.load(env={}, flags={"leader_election": False})
+    cfg = config.load(env={}, flags={"leader_election": False, "kube_version": "1.37"})
     serve.Service(cfg, fake.FakeClient(),
                   factories=[keep(workload.component), keep(component.component)])
     controllers = [c for part in captured for c in part.controllers]
