@@ -86,6 +86,8 @@ B200_LABEL = "fitgate.io/shape"
 #: Seconds from the check's placements to the gang's pods bound (Kueue admitting, the job
 #: controller creating pods, the release controller and the scheduler binding them).
 BIND_AFTER_S = 2.0
+#: The Kubernetes minor version the service follows (the fake API server reports none).
+KUBE_VERSION = "1.36"
 
 #: Targets of issue 23 item 2.
 DECISIONS_TARGET = 200.0  # per second, at 5,000 nodes
@@ -527,9 +529,11 @@ def _pct(values: list[float], q: float) -> float:
 
 def service(api: fake.FakeClient) -> serve.Service:
     """`fitgate serve`'s Service over the fake client: the default components, no
-    leader election (one replica), no webhook server (no certificate directory)."""
+    leader election (one replica), no webhook server (no certificate directory),
+    Kubernetes `KUBE_VERSION`'s semantics."""
     cfg = config.load(env={}, flags={"health_address": "127.0.0.1", "health_port": 0,
-                                     "leader_election": False, "log_level": "warning"})
+                                     "leader_election": False, "log_level": "warning",
+                                     "kube_version": KUBE_VERSION})
     return serve.Service(cfg, api, factories=components.factories())
 
 
