@@ -15,6 +15,9 @@ read back by a replica that takes over (`promises.Recovery`).
 
 from __future__ import annotations
 
+import bisect
+import datetime
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -95,25 +98,30 @@ class NodeLedger:
                                          _int(_meta(r.obj).get("resourceVersion"))))
         if not requests:
             return {}
-        nodes = sorted(self.stores.nodes.list(),
-                       key=lambda n: (str(_meta(n).get("creationTimestamp") or ""),
-                                      str(_meta(n).get("name"))))
+        # Oldest first; each creation time parsed once (`_created`), and each request looks
+        # only at the nodes created since it (bisect), not at every node of the cluster:
+        # this runs for every decision, on the event loop.
+        nodes = sorted((_created(_text(_meta(n).get("creationTimestamp"))),
+                        str(_meta(n).get("name")),
+                        _meta(n).get("labels") or {}) for n in self.stores.nodes.list())
+        times = [t for t, _, _ in nodes]
         names = kueue.ours(self.stores.admission_checks.list())
         out: inputs.Owners = {}
         for r in requests:
             admitted = any(e.get("state") == c.READY for e in kueue.entries(r.workload, names))
             since = predicates.parse_time(_meta(r.obj).get("creationTimestamp"))
-            planned = r.plan
+            # A node whose creation time cannot be read (`_UNKNOWN`) is never "created
+            # since" a request.
+            newer = nodes[bisect.bisect_left(times, since):] if since is not None else nodes
             owner = (r.name, r.workload_uid, admitted)
-            for sc in planned.shapes:
+            for sc in r.plan.shapes:
                 shape = node_shapes.get(sc.shape)
                 if shape is None:
                     continue
-                mine = [str(_meta(n)["name"]) for n in nodes
-                        if str(_meta(n)["name"]) not in out
-                        and _created_since(n, since)
-                        and all((_meta(n).get("labels") or {}).get(k) == v
-                                for k, v in shape.node_labels.items())][:sc.count]
+                want = shape.node_labels.items()
+                mine = [name for _, name, labels in newer
+                        if name not in out and all(labels.get(k) == v for k, v in want)
+                        ][:sc.count]
                 out.update((n, owner) for n in mine)
         return out
 
@@ -169,9 +177,19 @@ def _int(text: Any) -> int:
     return int(text) if isinstance(text, str) and text.isdigit() else 0
 
 
-def _created_since(node: Mapping[str, Any], since: Any) -> bool:
-    created = predicates.parse_time(_meta(node).get("creationTimestamp"))
-    return since is None or (created is not None and created >= since)
+#: The creation time of a node whose creationTimestamp cannot be read: before any other.
+_UNKNOWN = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+@functools.lru_cache(maxsize=65536)
+def _created(text: str | None) -> datetime.datetime:
+    """A node's creation time (`_UNKNOWN` if unreadable); cached: nodes' timestamps do
+    not change, and many nodes share one (created in the same second)."""
+    return predicates.parse_time(text) or _UNKNOWN
 
 
 def workload_of_request(obj: Mapping[str, Any]) -> tuple[str, str] | None:
