@@ -2,10 +2,11 @@
 
 The module fixture builds (warm: reuses) the node image and fitgate's image, creates a kind
 cluster of one control plane and one worker on the container engine, and installs the stack
-as users do: the fake DRA driver as a DaemonSet (a real kubelet plugin), the autoscaler's
-ProvisioningRequest CRD (no autoscaler runs), Kueue from its own manifests, fitgate with ``helm install charts/fitgate``, the image and the webhook's decision
-budget (so that the first submission of a gang that cannot fit is warned about) set. The
-cluster is deleted at the end, also when a test or the set-up fails.
+as users do (``stack.install``): the fake DRA driver as a DaemonSet (a real kubelet plugin),
+the autoscaler's ProvisioningRequest CRD (no autoscaler runs), Kueue from its own manifests,
+fitgate with ``helm install charts/fitgate``, the image and the webhook's decision budget
+(so that the first submission of a gang that cannot fit is warned about) set. The cluster
+is deleted at the end, also when a test or the set-up fails.
 
 - A Job whose pods claim devices (two GPUs of one PCIe root and one NIC each), queued
   through fitgate's AdmissionCheck, is admitted, its pods are Running on the worker and
@@ -32,6 +33,9 @@ cluster is deleted at the end, also when a test or the set-up fails.
   Workloads and the Lease show exactly one request ever, no Workload admitted twice or
   evicted, and the old leader never back.
 
+- `make demo-kind`'s scenario (``e2e/demo_kind.show``) on the module's cluster: it prints
+  the gate, the check Ready, the pods Running on the worker and the devices they see.
+
 A failing test prints the nodes' kubelet and containerd journals and the pods' events.
 """
 
@@ -49,6 +53,7 @@ from typing import Any
 import pytest
 
 from admission.gate import predicates as gating
+from e2e import demo_kind
 from e2e.cluster.kind import cluster, objects, stack
 
 pytestmark = [pytest.mark.e2e]
@@ -475,3 +480,17 @@ def _admitted_once(history: list[dict[str, Any]]) -> None:
                 admitted.setdefault(uid, set()).add(cond["lastTransitionTime"])
     assert len(admitted) == 2, f"first and second admitted: {admitted}"
     assert all(len(times) == 1 for times in admitted.values()), admitted
+
+
+@pytest.mark.timeout(demo_kind.TIMEOUT_S + 120)
+def test_the_kind_demo_runs_its_job(kind: cluster.KindCluster, namespace: str,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`make demo-kind`'s part after the cluster is up, on the module's cluster."""
+    with diagnostics(kind):
+        assert demo_kind.show(kind, namespace)
+    out = capsys.readouterr().out
+    for said in (f"{gating.GATED_BY}='{gating.GATE}'", "the gate is lifted",
+                 "fitgate's check on the Workload: Ready", "admitted",
+                 "Running on " + kind.workers()[0], "sees FITGATE_DEVICE_GPU_",
+                 "sees FITGATE_DEVICE_NIC_", f"{demo_kind.PODS} of {demo_kind.PODS} pods"):
+        assert said in out, f"the demo did not print {said!r}:\n{out}"

@@ -122,26 +122,33 @@ def pods_of(kc: KindCluster, namespace: str, job_name: str) -> list[dict[str, An
 
 
 def node_shape(kc: KindCluster, name: str, node: str) -> dict[str, Any]:
-    """A NodeShape promising nodes like `node`: its allocatable, and the ResourceSlices
-    the fake driver publishes on it (without the node name)."""
-    live = get(kc, "node", node)
-    allocatable = {k: v for k, v in live["status"]["allocatable"].items()
+    """A NodeShape promising nodes like the live `node` (`shape_of`)."""
+    return shape_of(name, get(kc, "node", node), get(kc, "resourceslices")["items"])
+
+
+def shape_of(name: str, node: dict[str, Any], slices: list[dict[str, Any]]
+             ) -> dict[str, Any]:
+    """A NodeShape `name` promising nodes like `node`: its allocatable cpu, memory and
+    pods, and the ResourceSlices the fake driver publishes on it (without the node name);
+    at most one node of it."""
+    node_name = node["metadata"]["name"]
+    allocatable = {k: v for k, v in node["status"]["allocatable"].items()
                    if k in ("cpu", "memory", "pods")}
-    slices = []
-    for s in get(kc, "resourceslices")["items"]:
+    shaped = []
+    for s in slices:
         spec = s["spec"]
-        if spec.get("nodeName") != node or spec["driver"] != stack.DRIVER:
+        if spec.get("nodeName") != node_name or spec["driver"] != stack.DRIVER:
             continue
-        shaped = {k: v for k, v in spec.items() if k not in ("nodeName", "pool")}
-        shaped["pool"] = {"name": spec["pool"]["name"],
-                          "resourceSliceCount": spec["pool"]["resourceSliceCount"]}
-        slices.append(shaped)
-    if not slices:
-        raise RuntimeError(f"node {node} publishes no ResourceSlices of {stack.DRIVER}")
+        one = {k: v for k, v in spec.items() if k not in ("nodeName", "pool")}
+        one["pool"] = {"name": spec["pool"]["name"],
+                       "resourceSliceCount": spec["pool"]["resourceSliceCount"]}
+        shaped.append(one)
+    if not shaped:
+        raise RuntimeError(f"node {node_name} publishes no ResourceSlices of {stack.DRIVER}")
     return {"apiVersion": "fitgate.io/v1alpha1", "kind": "NodeShape",
             "metadata": {"name": name},
             "spec": {"nodeLabels": {SHAPE_LABEL: name}, "allocatable": allocatable,
-                     "resourceSlices": slices, "maxNodes": 1}}
+                     "resourceSlices": shaped, "maxNodes": 1}}
 
 
 def device_env(logs: str) -> dict[str, str]:
