@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from e2e.cluster.kind import stack
@@ -157,6 +158,22 @@ def device_env(logs: str) -> dict[str, str]:
                 if line.startswith(ENV_PREFIX) and "=" in line)
 
 
+def json_stream(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a stream of concatenated, pretty-printed documents (what
+    ``kubectl get --watch -o json`` prints), each as soon as its last line arrives."""
+    decoder = json.JSONDecoder()
+    buffer = ""
+    for line in lines:
+        buffer += line
+        while buffer.strip():
+            try:
+                obj, end = decoder.raw_decode(buffer.lstrip())
+            except json.JSONDecodeError:
+                break  # not complete yet
+            buffer = buffer.lstrip()[end:]
+            yield obj
+
+
 class Watch:
     """Every version of the objects of one kind that ``kubectl get --watch -o json`` sees
     (the current ones first, then each change), collected by a reader thread until
@@ -176,18 +193,9 @@ class Watch:
 
     def _read(self) -> None:
         assert self._proc.stdout is not None
-        decoder = json.JSONDecoder()
-        buffer = ""
-        for line in self._proc.stdout:
-            buffer += line
-            while buffer.strip():
-                try:
-                    obj, end = decoder.raw_decode(buffer.lstrip())
-                except json.JSONDecodeError:
-                    break  # an object not complete yet
-                buffer = buffer.lstrip()[end:]
-                with self._lock:
-                    self.seen.append(obj)
+        for obj in json_stream(self._proc.stdout):
+            with self._lock:
+                self.seen.append(obj)
 
     def versions(self) -> list[dict[str, Any]]:
         with self._lock:
