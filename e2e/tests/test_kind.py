@@ -365,6 +365,18 @@ def _node_shape_like(kc: cluster.KindCluster, node: str, name: str) -> Iterator[
         kc.kubectl("delete", "nodeshape", name, "--ignore-not-found", check=False)
 
 
+@contextlib.contextmanager
+def _fitgate_logs_on_failure(kc: cluster.KindCluster) -> Iterator[None]:
+    """On failure, print the end of every fitgate replica's log (the leader's decisions)."""
+    try:
+        yield
+    except BaseException:
+        logs = kc.kubectl("logs", "-n", stack.FITGATE_NAMESPACE, "--prefix", "--tail=150",
+                          "-l", "app.kubernetes.io/name=fitgate", check=False)
+        print("--- fitgate's logs ---", logs.stdout, logs.stderr, sep="\n")
+        raise
+
+
 def _holder_pod(lease: dict[str, Any]) -> str:
     """The pod named by the Lease's holderIdentity (``<hostname>_<suffix>``; '' when
     released)."""
@@ -382,7 +394,7 @@ def test_the_leader_pod_deleted_mid_check_hands_the_gang_to_the_other_replica(
     and admit second on the worker's GPUs once first has finished (deleting the request).
     No Workload is admitted twice or evicted."""
     started = time.monotonic()
-    with diagnostics(kind):
+    with diagnostics(kind), _fitgate_logs_on_failure(kind):
         objects.queues(kind, namespace, QUEUE)
         worker = kind.workers()[0]
         objects.apply(kind, objects.claim_template("four-gpus", namespace, stack.GPU_CLASS, 4))
