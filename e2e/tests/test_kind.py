@@ -378,9 +378,9 @@ def _fitgate_logs_on_failure(kc: cluster.KindCluster) -> Iterator[None]:
 
 
 def _holder_pod(lease: dict[str, Any]) -> str:
-    """The pod named by the Lease's holderIdentity (``<hostname>_<suffix>``; '' when
-    released)."""
-    return str(lease.get("spec", {}).get("holderIdentity") or "").rpartition("_")[0]
+    """The pod holding the Lease ('' when released): the chart sets each replica's
+    identity to its pod's name (FITGATE_IDENTITY from metadata.name)."""
+    return str(lease.get("spec", {}).get("holderIdentity") or "")
 
 
 @pytest.mark.timeout(600)
