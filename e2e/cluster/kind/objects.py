@@ -208,8 +208,11 @@ class Watch:
             self._proc.terminate()
             self._proc.wait(timeout=30)
         self._reader.join(timeout=30)
+        err = self._proc.stderr.read() if self._proc.stderr else ""
+        for pipe in (self._proc.stdout, self._proc.stderr):
+            if pipe is not None:
+                pipe.close()
         if code is not None:
-            err = self._proc.stderr.read() if self._proc.stderr else ""
             raise RuntimeError(f"kubectl get {' '.join(self.args)} --watch ended "
                                f"(exit {code}) before it was stopped: {err}")
 
