@@ -53,10 +53,10 @@ def show(kc: cluster.KindCluster, namespace: str, timeout: float = TIMEOUT_S) ->
                       f"env | grep ^{objects.ENV_PREFIX} | sort; sleep 15", pods=PODS)
     say(f"submitting Job {namespace}/{JOB}: {PODS} pods, each claiming 2 GPUs on one PCIe "
         f"root and 1 NIC, on LocalQueue {QUEUE} (fitgate's AdmissionCheck)")
-    made = kc.kubectl("create", "-f", "-", input=json.dumps(job))
+    made = kc.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(job))
     for line in made.stderr.splitlines():
         say(f"kubectl: {line}")
-    created = objects.get(kc, "job", "-n", namespace, JOB)
+    created = json.loads(made.stdout)  # as the API server stored it, after the webhooks
     say(f"the Job as created: {gating.GATED_BY}="
         f"{gating.annotations_of(created).get(gating.GATED_BY)!r} (fitgate's webhook)")
     return _follow(kc, namespace, time.monotonic() + timeout)
