@@ -70,11 +70,13 @@ def _follow(kc: cluster.KindCluster, namespace: str, deadline: float) -> bool:
     phases: dict[str, str] = {}
     devices: dict[str, dict[str, str]] = {}
     while time.monotonic() < deadline:
+        # The Workload first: a check seen on it implies the gate was lifted before, and
+        # the Job, read after, shows that, so the two are printed in the order they came.
+        wl = objects.workload_of(kc, namespace, JOB)
         job = objects.get(kc, "job", "-n", namespace, JOB)
         if gated and not gating.gated_by_us(job):
             gated = False
             say("the gate is lifted: the gang can fit, so Kueue may reserve quota")
-        wl = objects.workload_of(kc, namespace, JOB)
         if (now := objects.check_state(wl)) is not None and now != check:
             check = now
             say(f"fitgate's check on the Workload: {now[0]}" + (f": {now[1]}" if now[1] else ""))
