@@ -256,8 +256,10 @@ def _run_dra_job(kind: cluster.KindCluster, namespace: str) -> None:
         seen = dict(line.split("=", 1) for line in logs.splitlines() if "=" in line)
         assert seen == allocated[name], \
             f"{name}: the container saw {seen}, its claims were allocated {allocated[name]}"
-    job_status = _get(kind, "job", "-n", namespace, "devices")["status"]
-    assert job_status.get("succeeded") == pods_n, job_status
+    # The Job controller counts finished pods a moment after they finish (its
+    # uncountedTerminatedPods step): wait for the count rather than read it once.
+    kind.wait(lambda: _get(kind, "job", "-n", namespace, "devices")["status"].get(
+        "succeeded") == pods_n, 60, f"Job devices counting {pods_n} succeeded pods")
 
 
 
