@@ -3,10 +3,13 @@
 #                       reused) and print its tag
 #   make kind-up        build, create the cluster `fitgate` and print its kubeconfig path
 #   make kind-down      delete it
+#   make demo-kind      build (warm: reuse), create a cluster, install the stack, run one
+#                       DRA Job through fitgate printing what happens, delete the cluster
+#                       (e2e/demo_kind.py)
 # `make e2e` (part of `make test`) builds the node image first, outside any test timeout;
 # e2e/tests/test_kind.py creates its own cluster on it and deletes it at the end.
 
-.PHONY: kind-node kind-up kind-down
+.PHONY: kind-node kind-up kind-down demo-kind
 
 kind-node: setup
 	@start=$$(date +%s); nice -n 10 $(PY) -m e2e.cluster.kind build; rc=$$?; \
@@ -17,5 +20,8 @@ kind-up: kind-node
 
 kind-down:
 	$(PY) -m e2e.cluster.kind down
+
+demo-kind: setup
+	$(PY) -m e2e.demo_kind
 
 e2e: kind-node

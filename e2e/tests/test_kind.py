@@ -2,10 +2,11 @@
 
 The module fixture builds (warm: reuses) the node image and fitgate's image, creates a kind
 cluster of one control plane and one worker on the container engine, and installs the stack
-as users do: the fake DRA driver as a DaemonSet (a real kubelet plugin), Kueue from its own
-manifests, fitgate with ``helm install charts/fitgate``, the image and the webhook's decision
-budget (so that the first submission of a gang that cannot fit is warned about) set. The
-cluster is deleted at the end, also when a test or the set-up fails.
+as users do (``stack.install``): the fake DRA driver as a DaemonSet (a real kubelet plugin),
+the autoscaler's ProvisioningRequest CRD (no autoscaler runs), Kueue from its own manifests,
+fitgate with ``helm install charts/fitgate``, the image and the webhook's decision budget
+(so that the first submission of a gang that cannot fit is warned about) set. The cluster
+is deleted at the end, also when a test or the set-up fails.
 
 - A Job whose pods claim devices (two GPUs of one PCIe root and one NIC each), queued
   through fitgate's AdmissionCheck, is admitted, its pods are Running on the worker and
@@ -24,6 +25,17 @@ cluster is deleted at the end, also when a test or the set-up fails.
   failed: a terminating pod still in the Service's endpoints missed a review, and the Job
   gate's failurePolicy Ignore let the Job through ungated.)
 
+- The leader pod deleted mid-check: Job first holds the worker's four GPUs; Job second
+  needs them too, so fitgate asks for a new node (a NodeShape like the worker) with a
+  ProvisioningRequest nothing answers and waits. Deleting the leader pod then moves the
+  Lease to the other replica, which finds that request instead of making a second one,
+  and admits second on the worker once first is done. Watches on the requests, the
+  Workloads and the Lease show exactly one request ever, no Workload admitted twice or
+  evicted, and the old leader never back.
+
+- `make demo-kind`'s scenario (``e2e/demo_kind.show``) on the module's cluster: it prints
+  the gate, the check Ready, the pods Running on the worker and the devices they see.
+
 A failing test prints the nodes' kubelet and containerd journals and the pods' events.
 """
 
@@ -32,8 +44,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import pathlib
-import subprocess
 import sys
 import time
 import uuid
@@ -43,46 +53,30 @@ from typing import Any
 import pytest
 
 from admission.gate import predicates as gating
-from e2e.cluster.kind import cluster, stack
+from e2e import demo_kind
+from e2e.cluster.kind import cluster, objects, stack
 
 pytestmark = [pytest.mark.e2e]
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-BUILD_IMAGE = REPO / "e2e" / "cluster" / "container" / "build-image.sh"
 WORKLOAD_IMAGE = "fitgate.local/kind-workload:latest"
 QUEUE = "kind-e2e"
 JOB_TIMEOUT_S = 600
 ENV_PREFIX = "FITGATE_DEVICE_"
 
 
-def _fitgate_image(env: dict[str, str]) -> str:
-    out = subprocess.run([str(BUILD_IMAGE), sys.executable], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=1800, check=False)
-    assert out.returncode == 0, f"make image failed:\n{out.stdout}\n{out.stderr}"
-    images = subprocess.run(["docker", "image", "ls", "--format",
-                             "{{.Repository}}:{{.Tag}}", "fitgate"], env=env,
-                            capture_output=True, text=True, timeout=60, check=True)
-    tags = [t for t in images.stdout.split() if ":src-" in t]
-    assert len(tags) == 1, f"expected one fitgate:src-* image, found {tags}"
-    return tags[0]
-
-
 @pytest.fixture(scope="module")
 def kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.KindCluster]:
     env = cluster.engine_env()
     node_image = cluster.build_node_image(env)
-    image = _fitgate_image(env)
+    image = stack.fitgate_image(env)
     name = f"fitgate-e2e-{uuid.uuid4().hex[:6]}"
     kc = cluster.KindCluster(name, tmp_path_factory.mktemp("kind"), env, node_image)
     atexit.register(kc.delete)  # also when SIGTERM ends the run before finalizers
     try:
         kc.create()
-        stack.install_driver(kc)
-        stack.install_kueue(kc)
-        kc.load(image)
         # The webhook waits up to 2 s for a decision it has not cached (the chart's default,
         # 10 ms, lets a first submission through unwarned when the node is busy).
-        stack.install_fitgate(kc, image, extra=("--set", "webhook.decisionBudgetSeconds=2"))
+        stack.install(kc, image, extra=("--set", "webhook.decisionBudgetSeconds=2"))
         yield kc
     except BaseException:
         print(kc.node_logs(), file=sys.stderr)
@@ -262,8 +256,10 @@ def _run_dra_job(kind: cluster.KindCluster, namespace: str) -> None:
         seen = dict(line.split("=", 1) for line in logs.splitlines() if "=" in line)
         assert seen == allocated[name], \
             f"{name}: the container saw {seen}, its claims were allocated {allocated[name]}"
-    job_status = _get(kind, "job", "-n", namespace, "devices")["status"]
-    assert job_status.get("succeeded") == pods_n, job_status
+    # The Job controller counts finished pods a moment after they finish (its
+    # uncountedTerminatedPods step): wait for the count rather than read it once.
+    kind.wait(lambda: _get(kind, "job", "-n", namespace, "devices")["status"].get(
+        "succeeded") == pods_n, 60, f"Job devices counting {pods_n} succeeded pods")
 
 
 
@@ -351,3 +347,164 @@ def test_helm_upgrade_rolls_the_deployment_without_a_missed_review(
         after = fitgate_pods()
         assert after and not after & before, (before, after)
         print(f"{reviews} reviews during the rollout, all answered")
+
+
+LEASE = "fitgate-leader"  # the chart's Lease for release fitgate (names.lease)
+HOLDER_SECONDS = 40  # Job first holds the worker's GPUs this long once Running
+HANDOVER_TIMEOUT_S = 120
+# fitgate looks again at a gang waiting on its ProvisioningRequest every 60 s
+# (inputs.Settings.pending_poll_seconds), so B is Ready at most that long after A is done.
+SECOND_READY_TIMEOUT_S = HOLDER_SECONDS + 60 + 120
+
+
+@contextlib.contextmanager
+def _node_shape_like(kc: cluster.KindCluster, node: str, name: str) -> Iterator[None]:
+    """A NodeShape of nodes like `node`, deleted at the end (NodeShapes are cluster-wide)."""
+    objects.apply(kc, objects.node_shape(kc, name, node))
+    try:
+        yield
+    finally:
+        kc.kubectl("delete", "nodeshape", name, "--ignore-not-found", check=False)
+
+
+@contextlib.contextmanager
+def _fitgate_logs_on_failure(kc: cluster.KindCluster) -> Iterator[None]:
+    """On failure, print the end of every fitgate replica's log (the leader's decisions)."""
+    try:
+        yield
+    except BaseException:
+        logs = kc.kubectl("logs", "-n", stack.FITGATE_NAMESPACE, "--prefix", "--tail=150",
+                          "-l", "app.kubernetes.io/name=fitgate", check=False)
+        print("--- fitgate's logs ---", logs.stdout, logs.stderr, sep="\n")
+        raise
+
+
+def _holder_pod(lease: dict[str, Any]) -> str:
+    """The pod holding the Lease ('' when released): the chart sets each replica's
+    identity to its pod's name (FITGATE_IDENTITY from metadata.name)."""
+    return str(lease.get("spec", {}).get("holderIdentity") or "")
+
+
+@pytest.mark.timeout(600)
+def test_the_leader_pod_deleted_mid_check_hands_the_gang_to_the_other_replica(
+        kind: cluster.KindCluster, namespace: str) -> None:
+    """Job first takes all four GPUs of the worker; Job second needs all four too, so
+    fitgate's check on it plans one new node of the NodeShape and asks for it with a
+    ProvisioningRequest that nothing answers (no autoscaler), and waits (Pending). The
+    leader pod is deleted while it waits. The other replica must take the Lease, find the
+    request the old leader made (its name is deterministic) instead of making a second,
+    and admit second on the worker's GPUs once first has finished (deleting the request).
+    No Workload is admitted twice or evicted."""
+    started = time.monotonic()
+    with diagnostics(kind), _fitgate_logs_on_failure(kind):
+        objects.queues(kind, namespace, QUEUE)
+        worker = kind.workers()[0]
+        objects.apply(kind, objects.claim_template("four-gpus", namespace, stack.GPU_CLASS, 4))
+        with _node_shape_like(kind, worker, f"like-{namespace}"), \
+                objects.Watch(kind, "provisioningrequests.autoscaling.x-k8s.io",
+                              "-n", namespace) as requests, \
+                objects.Watch(kind, "workloads.kueue.x-k8s.io", "-n", namespace) as workloads, \
+                objects.Watch(kind, "lease", LEASE, "-n", stack.FITGATE_NAMESPACE) as leases:
+            old, new = _hand_over_mid_check(kind, namespace, worker)
+            holders = [h for v in leases.versions() if (h := _holder_pod(v))]
+            made = {v["metadata"]["uid"]: v["metadata"]["name"] for v in requests.versions()}
+            history = workloads.versions()
+        assert len(made) == 1, f"one ProvisioningRequest, the old leader's: {made}"
+        assert kind.kubectl("get", "provisioningrequests.autoscaling.x-k8s.io", "-n",
+                            namespace, "-o", "name").stdout.strip() == "", \
+            "the request is deleted once second is admitted on freed capacity"
+        _admitted_once(history)
+        # The watch saw the old leader, then the new one, and the old one never again.
+        assert holders and holders[0] == old and new in holders \
+            and old not in holders[holders.index(new):], holders
+    print(f"leader handover test: {time.monotonic() - started:.0f}s")
+
+
+def _hand_over_mid_check(kind: cluster.KindCluster, namespace: str, worker: str
+                         ) -> tuple[str, str]:
+    """Runs first and second, deleting the leader while second waits; returns the pods
+    that held the Lease before and after."""
+    gpus = {"gpus": "four-gpus"}
+    objects.apply(kind, objects.job("first", namespace, QUEUE, gpus,
+                                    f"sleep {HOLDER_SECONDS}"))
+    kind.wait(lambda: any(p["status"].get("phase") == "Running"
+                          for p in objects.pods_of(kind, namespace, "first")),
+              JOB_TIMEOUT_S, "Job first's pod Running")
+    objects.apply(kind, objects.job("second", namespace, QUEUE, gpus,
+                                    f"env | grep ^{ENV_PREFIX} | sort"))
+
+    def waiting_on_request() -> bool:
+        state = objects.check_state(objects.workload_of(kind, namespace, "second"))
+        return state is not None and state[0] == "Pending" \
+            and "ProvisioningRequest" in state[1]
+    kind.wait(waiting_on_request, HANDOVER_TIMEOUT_S,
+              "second's check Pending on a ProvisioningRequest")
+
+    lease = _get(kind, "lease", "-n", stack.FITGATE_NAMESPACE, LEASE)
+    old = _holder_pod(lease)
+    replicas = {p["metadata"]["name"] for p in _get(
+        kind, "pods", "-n", stack.FITGATE_NAMESPACE,
+        "-l", "app.kubernetes.io/name=fitgate")["items"]}
+    assert old in replicas and len(replicas) == 2, (lease["spec"], replicas)
+    phases = [p["status"].get("phase") for p in objects.pods_of(kind, namespace, "first")]
+    assert phases == ["Running"], f"first still holds the GPUs when the leader goes: {phases}"
+    kind.kubectl("delete", "pod", "-n", stack.FITGATE_NAMESPACE, old, "--wait=false")
+
+    def new_holder() -> str:
+        return _holder_pod(_get(kind, "lease", "-n", stack.FITGATE_NAMESPACE, LEASE))
+    kind.wait(lambda: new_holder() not in ("", old), HANDOVER_TIMEOUT_S,
+              f"the Lease {LEASE} taken from {old}")
+    new = new_holder()
+    print(f"the Lease moved from {old} to {new}")
+    state = objects.check_state(objects.workload_of(kind, namespace, "second"))
+    assert state is not None and state[0] == "Pending", state
+
+    kind.wait(lambda: _condition(objects.workload_of(kind, namespace, "second") or {},
+                                 "Admitted"),
+              SECOND_READY_TIMEOUT_S, "second admitted by the new leader")
+    state = objects.check_state(objects.workload_of(kind, namespace, "second"))
+    assert state is not None and state[0] == "Ready" and "freed" in state[1], state
+    kind.wait(lambda: [p["status"].get("phase") in ("Succeeded", "Failed")
+                       for p in objects.pods_of(kind, namespace, "second")] == [True],
+              JOB_TIMEOUT_S, "second's pod done")
+    [first] = objects.pods_of(kind, namespace, "first")
+    [second] = objects.pods_of(kind, namespace, "second")
+    assert first["status"]["phase"] == "Succeeded", first["status"]
+    assert second["status"]["phase"] == "Succeeded", second["status"]
+    assert second["spec"]["nodeName"] == worker, second["spec"]["nodeName"]
+    first_done = first["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
+    second_ran = second["status"]["containerStatuses"][0]["state"]["terminated"]["startedAt"]
+    assert second_ran >= first_done, (first_done, second_ran)  # RFC 3339, both UTC
+    seen = objects.device_env(kind.kubectl("logs", "-n", namespace,
+                                           second["metadata"]["name"]).stdout)
+    assert len(seen) == 4, f"second's container saw the worker's four GPUs: {seen}"
+    return old, new
+
+
+def _admitted_once(history: list[dict[str, Any]]) -> None:
+    """Per Workload (uid), across every version the watch saw: never Evicted, and
+    Admitted turned True at most once."""
+    admitted: dict[str, set[str]] = {}
+    for wl in history:
+        uid = wl["metadata"]["uid"]
+        for cond in (wl.get("status") or {}).get("conditions") or []:
+            assert not (cond["type"] == "Evicted" and cond["status"] == "True"), \
+                (wl["metadata"]["name"], cond)
+            if cond["type"] == "Admitted" and cond["status"] == "True":
+                admitted.setdefault(uid, set()).add(cond["lastTransitionTime"])
+    assert len(admitted) == 2, f"first and second admitted: {admitted}"
+    assert all(len(times) == 1 for times in admitted.values()), admitted
+
+
+@pytest.mark.timeout(demo_kind.TIMEOUT_S + 120)
+def test_the_kind_demo_runs_its_job(kind: cluster.KindCluster, namespace: str,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`make demo-kind`'s part after the cluster is up, on the module's cluster."""
+    with diagnostics(kind):
+        assert demo_kind.show(kind, namespace)
+    out = capsys.readouterr().out
+    for said in (f"{gating.GATED_BY}='{gating.GATE}'", "the gate is lifted",
+                 "fitgate's check on the Workload: Ready", "admitted",
+                 "Running on " + kind.workers()[0], "sees FITGATE_DEVICE_GPU_",
+                 "sees FITGATE_DEVICE_NIC_", f"{demo_kind.PODS} of {demo_kind.PODS} pods"):
+        assert said in out, f"the demo did not print {said!r}:\n{out}"

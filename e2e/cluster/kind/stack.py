@@ -6,14 +6,21 @@
   ``kubectl kustomize``) with the image built from our Kueue binary (preloaded) and its
   configuration's ``resources.deviceClassMappings`` mapping the GPU DeviceClass to a quota
   resource;
+- the autoscaler's ProvisioningRequest CRD (``autoscaling.x-k8s.io``, from the
+  cluster-autoscaler apis module the local cluster uses), as on a cluster whose autoscaler
+  serves ProvisioningRequests; no autoscaler runs, so a request fitgate makes stays
+  unanswered;
 - fitgate with ``helm install charts/fitgate``, only the image overridden; the image is put
   onto the nodes with ``kind load docker-image``.
+
+``install`` does all of it on a new cluster, in that order.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from typing import Any
 
 import yaml
@@ -31,6 +38,7 @@ MIG_CLASS = "mig.kind.fitgate.io"
 KUEUE_DRA_RESOURCES = {"kind.fitgate.io/gpu": GPU_CLASS, "kind.fitgate.io/nic": NIC_CLASS,
                        "kind.fitgate.io/mig": MIG_CLASS}
 ROLLOUT_TIMEOUT_S = 300
+BUILD_IMAGE = REPO / "e2e" / "cluster" / "container" / "build-image.sh"
 
 
 def install_driver(kc: KindCluster) -> None:
@@ -90,6 +98,42 @@ def install_kueue(kc: KindCluster) -> None:
     kc.wait(lambda: kc.kubectl("create", "--dry-run=server", "-f", "-",
                                input=json.dumps(probe), check=False).returncode == 0,
             ROLLOUT_TIMEOUT_S, "Kueue's webhooks")
+
+
+def install_provisioning_request_crd(kc: KindCluster) -> None:
+    """The ProvisioningRequest CRD, established."""
+    from e2e.cluster.local import build
+    src = build.module_source("k8s.io/autoscaler/cluster-autoscaler/apis",
+                              build.CA_APIS_VERSION, via="kueue")
+    kc.kubectl("apply", "--server-side", "-f",
+               str(src / "config" / "crd" / "autoscaling.x-k8s.io_provisioningrequests.yaml"))
+    kc.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+               "crd/provisioningrequests.autoscaling.x-k8s.io", timeout=90)
+
+
+def fitgate_image(env: dict[str, str]) -> str:
+    """Build (warm: reuse) fitgate's image as ``make image`` does; return its tag."""
+    out = subprocess.run([str(BUILD_IMAGE), sys.executable], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=1800, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"make image failed:\n{out.stdout}\n{out.stderr}")
+    images = subprocess.run(["docker", "image", "ls", "--format",
+                             "{{.Repository}}:{{.Tag}}", "fitgate"], env=env,
+                            capture_output=True, text=True, timeout=60, check=True)
+    tags = [t for t in images.stdout.split() if ":src-" in t]
+    if len(tags) != 1:
+        raise RuntimeError(f"expected one fitgate:src-* image, found {tags}")
+    return tags[0]
+
+
+def install(kc: KindCluster, image: str, extra: tuple[str, ...] = ()) -> None:
+    """The whole stack on a new cluster: driver, ProvisioningRequest CRD, Kueue, fitgate
+    (`image`, loaded onto the nodes; `extra` helm arguments)."""
+    install_driver(kc)
+    install_provisioning_request_crd(kc)
+    install_kueue(kc)
+    kc.load(image)
+    install_fitgate(kc, image, extra=extra)
 
 
 def install_fitgate(kc: KindCluster, image: str, release: str = "fitgate",
