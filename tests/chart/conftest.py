@@ -42,6 +42,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "priorityClassName": "system-cluster-critical"},
     "single": {"replicaCount": 1, "leaderElection": {"enabled": False}},
     "karpenter": {"karpenter": {"enabled": True}},
+    # A private control plane's firewall allows 443 and 10250 (docs/platform-guide.md).
+    "private-control-plane": {"webhook": {"port": 10250}},
     "external": {"externalWebhook": {"url": "https://127.0.0.1:9443",
                                      "caBundle": "Q0EK"}},
 }

@@ -130,3 +130,18 @@ def test_shipped_fitgate_objects_are_valid_against_the_charts_crds(
     assert {o["kind"] for _, o in objects} >= {"NodeShape", "FitPolicy"}
     problems = {where: schemas.validate(o) for where, o in objects}
     assert {k: v for k, v in problems.items() if v} == {}
+
+
+def test_a_private_control_planes_webhook_port_is_one_value(helm: Helm) -> None:
+    """Private GKE (docs/platform-guide.md, "Managed clusters"): `webhook.port` set to a port
+    the control plane's firewall rule allows moves the container's port and the serve
+    configuration, and the Service and the NetworkPolicy follow it by name."""
+    objects = helm.template(SCENARIOS["private-control-plane"])
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["webhook"] == 10250
+    assert config_of(objects)["webhook_port"] == 10250
+    service = one(objects, "Service")
+    webhook = [p for p in service["spec"]["ports"] if p["targetPort"] == "webhook"]
+    assert [p["port"] for p in webhook] == [443]
+    policy = one(objects, "NetworkPolicy")
+    assert "webhook" in [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]]
