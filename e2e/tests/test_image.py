@@ -9,6 +9,7 @@ dropped, no network. The tests call only the image's console scripts and its Pyt
 fitgate's modules from this process.
 
 - `fitgate version` prints the package version;
+- `fitgate shape check` runs on the bundled shapes with the CRD the wheel ships;
 - the compiled core (``fitcore._alloc``, ``fitcore._read``) is the one imported, from a
   shared object inside the image's environment, and the API reports it available;
 - `fitgate fit` on the bundled example (mounted read-only) gives the same JSON answer as
@@ -103,6 +104,21 @@ def test_fit_on_bundled_example(engine_env: dict[str, str]) -> None:
     assert in_image["verdict"] == host["verdict"]
     assert in_image == host
     assert in_image["placements"], in_image
+
+
+def test_shape_check_reads_the_shipped_crd(engine_env: dict[str, str]) -> None:
+    # `fitgate shape check` validates against admission/app/nodeshapes.crd.yaml, a package
+    # data file: in the image it must come from the installed wheel.
+    examples = REPO / "examples"
+    out = run(engine_env, "shape", "check", "/examples/shapes",
+              mounts=(f"{examples}:/examples:ro",))
+    assert out.returncode == 0, out.stdout + out.stderr
+    where = run(engine_env, "-c", "from admission.app import shapecheck as s;"
+                "print(s.CRD_FILE, s.CRD_FILE.is_file())", entrypoint="python")
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.split() == [
+        "/opt/fitgate/lib/python3.11/site-packages/admission/app/nodeshapes.crd.yaml",
+        "True"], where.stdout
 
 
 def test_default_user_and_entrypoint(engine_env: dict[str, str]) -> None:

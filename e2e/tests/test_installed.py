@@ -7,12 +7,14 @@ builds the wheel from that copy with pip (build isolation, as `pip install .` do
 creates a virtual environment outside the source tree and installs the wheel into it.
 Then:
 
-- the wheel holds every file the code opens at run time: the CLI runs `fit` and
-  `verify` on the bundled examples from the source tree under an audit hook that records
+- the wheel holds every file the code opens at run time: the CLI runs `fit`, `verify`
+  and `shape check` (which reads the NodeShape CRD shipped in `admission/app/`) on the
+  bundled examples from the source tree under an audit hook that records
   each file opened inside `fitcore/` or `admission/`, and each must be in the wheel, as
   must every non-Python file git tracks in those packages;
 - the installed commands run from a directory outside the source tree: `fitgate
-  version`, `fitgate fit` and `fitgate verify` on the bundled examples,
+  version`, `fitgate fit`, `fitgate verify` and `fitgate shape check` on the bundled
+  examples,
   `kubectl-fitgate --help`;
 - the installed `fitgate serve` starts against the local control plane and answers
   `/readyz` with 200.
@@ -130,14 +132,15 @@ _VERIFY = ["verify", "--before", str(EXAMPLES / "inventory"),
            "--after", str(EXAMPLES / "verify" / "new-nodes.yaml"),
            "--shapes", str(EXAMPLES / "shapes"),
            "--workload", str(EXAMPLES / "workload.yaml")]
+_SHAPE_CHECK = ["shape", "check", str(EXAMPLES / "shapes")]
 
 
 def _opened_at_run_time() -> set[str]:
-    """Files inside fitcore/ and admission/ that `fit` and `verify` open, relative to the
-    repository (modules, compiled extensions, data files)."""
+    """Files inside fitcore/ and admission/ that `fit`, `verify` and `shape check` open,
+    relative to the repository (modules, compiled extensions, data files)."""
     roots = os.pathsep.join(str(REPO / p) for p in PACKAGES)
     out = subprocess.run([sys.executable, "-c", _AUDITED_RUN, roots,
-                          json.dumps([_FIT, _VERIFY])], cwd=REPO, capture_output=True,
+                          json.dumps([_FIT, _VERIFY, _SHAPE_CHECK])], cwd=REPO, capture_output=True,
                          text=True, timeout=120, check=True).stdout
     opened = json.loads(out.splitlines()[-1])
     return {str(pathlib.Path(p).relative_to(REPO.resolve())) for p in opened
@@ -153,6 +156,7 @@ def test_the_wheel_holds_every_file_the_code_opens(installed: Installed) -> None
     assert "fitcore/schema.json" in opened, sorted(opened)
     assert any(p.endswith(".so") for p in opened), sorted(opened)
     assert "admission/app/cli.py" in opened, sorted(opened)
+    assert "admission/app/nodeshapes.crd.yaml" in opened, sorted(opened)
     missing = sorted(opened - shipped)
     assert not missing, f"opened at run time but not in {installed.wheel.name}: {missing}"
 
@@ -188,6 +192,19 @@ def test_the_installed_commands_run_outside_the_source_tree(installed: Installed
     assert "does not fit the new nodes (coordination)" in verify.stdout, verify.stdout
     assert "attribute resource.kubernetes.io/pcieRoot is 'pci7', shape promised 'pci1'" \
         in verify.stdout, verify.stdout
+
+    # `shape check` validates against the CRD shipped in the package: a clean shape
+    # passes, and a shape the CRD's schema refuses is reported, not a missing file.
+    clean = installed.run("fitgate", *_SHAPE_CHECK)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    bad = installed.venv / "bad-shape.yaml"
+    bad.write_text("apiVersion: fitgate.io/v1alpha1\nkind: NodeShape\n"
+                   "metadata: {name: bad}\nspec: {nodeLabels: {a: b}, allocatable: "
+                   "{cpu: '-1'}, price: '1'}\n")
+    refused = installed.run("fitgate", "shape", "check", str(bad))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "NodeShape bad" in refused.stdout and "Traceback" not in refused.stderr, \
+        refused.stdout + refused.stderr
 
     plugin = installed.run("kubectl-fitgate", "--help")
     assert plugin.returncode == 0, plugin.stderr
