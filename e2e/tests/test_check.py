@@ -277,7 +277,15 @@ async def test_gang_that_needs_nodes_gets_one_request_and_runs_on_the_new_nodes(
 @pytest.mark.timeout(420)
 async def test_controller_killed_after_the_request_admits_without_a_duplicate(
         e2e: harness.Harness, fitgate: runner.LocalProcess) -> None:
-    await _needs_nodes(e2e, fitgate, "crash", kill=True)
+    # The new nodes publish their slices late, so the SIGKILL always lands between the
+    # request and Ready: with prompt slices the autoscaler and fitgate can reach Ready
+    # before the test has seen the request (it did once on a quiet machine).
+    await e2e.define_shape(GROUP.shape, builders.shape(GROUP_DEVICES,
+                                                       delay_seconds=SLICE_DELAY_S))
+    try:
+        await _needs_nodes(e2e, fitgate, "crash", kill=True)
+    finally:
+        await e2e.define_shape(GROUP.shape, builders.shape(GROUP_DEVICES))
     assert fitgate.starts == 2
 
 
