@@ -9,9 +9,9 @@ spells it), `explain` reads through the `Client`:
 - the ProvisioningRequests fitgate made for the Workload (label `fitgate.io/workload-uid`),
   the latest attempt's conditions and the plan it asks nodes for;
 - the gate's verdict (`fitgate.io/explanation` on the job);
-- and, unless `fit=False`, the inventory (Nodes, ResourceSlices, DeviceClasses, allocated
-  ResourceClaims, bound Pods, NodeShapes) and the FitPolicies, to plan the gang now and
-  say per pod set what the closest node or shape lacks.
+- unless `fit=False`, the inventory (Nodes, ResourceSlices, DeviceClasses, allocated
+  ResourceClaims, bound Pods, NodeShapes) and FitPolicies, to plan the gang now by the
+  rules of the server's version (GET /version): per pod set, what the closest node lacks.
 
 A read the API server refuses (a user who may read only their namespace) is reported,
 never read as empty (`admission.app.visibility`): without the whole inventory there is
@@ -35,7 +35,7 @@ from typing import Any
 
 import fitcore
 from admission import constants as c
-from admission.app import visibility
+from admission.app import kubeversion, visibility
 from admission.check import provisioning, topology
 from admission.engine import fitting
 from admission.gate import predicates as gating
@@ -137,7 +137,8 @@ class Report:
             f = self.fit
             lines.append(f"fit now: {f['verdict']}"
                          + (f" ({f['category']})" if f.get("category") else "")
-                         + (f"; allowed: {f['allowed']}" if f.get("allowed") else ""))
+                         + (f"; allowed: {f['allowed']}" if f.get("allowed") else "")
+                         + f" [rules of Kubernetes {f['kubeVersion']}]")
             for ps in f["podSets"]:
                 pods = "pod" if ps["count"] == 1 else "pods"
                 lines.append(f"pod set {ps['name']} ({ps['count']} {pods}):")
@@ -455,7 +456,8 @@ async def _fit_now(reads: visibility.Reads, report: Report, wl: client.Obj, name
     if refused:
         report.no_fit = visibility.no_plan_reason(refused)
         return
-    engine = fitting.StoreEngine(stores)
+    version = await kubeversion.of_server(reads.api, report.problems)
+    engine = fitting.StoreEngine(stores, kube_version=version)
     try:
         gang_ = fitting.gang_of(wl, stores)
     except fitcore.InputError as exc:
@@ -486,7 +488,7 @@ async def _fit_now(reads: visibility.Reads, report: Report, wl: client.Obj, name
         lead = f"pod set {named}: "  # said once, in the heading
         per_pod_set[named].append(r[len(lead):] if r.startswith(lead) else r)
     report.fit = {
-        "verdict": result.verdict, "category": result.category,
+        "verdict": result.verdict, "category": result.category, "kubeVersion": version,
         "policyViolation": verdict.violation, "allowed": scope.description,
         "podSets": [{"name": ps.name, "count": ps.count, "reasons": per_pod_set[ps.name]}
                     for ps in gang_.pod_sets],

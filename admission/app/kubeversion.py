@@ -110,3 +110,16 @@ async def resolve(api: client.Client, cfg: config.Config, *,
     log.info("serve.kube_version", kube_version=version, source="api-server",
              server=answer.get("gitVersion"))
     return cfg.model_copy(update={"kube_version": version})
+
+
+
+async def of_server(api: client.Client, problems: list[str]) -> str:
+    """The version whose rules a one-off reading (`fitgate explain`) plans by: the API
+    server's, asked once; else fitcore's default, with the reason added to `problems`
+    (a diagnosis still helps when /version cannot be read or is not supported)."""
+    try:
+        return follow(await api.version())
+    except (errors.ApiError, UnsupportedVersion) as exc:
+        problems.append(f"{exc}; planned by the rules of Kubernetes "
+                        f"{fitcore.DEFAULT_KUBE_VERSION}")
+        return fitcore.DEFAULT_KUBE_VERSION

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
+import fitcore
 from admission import constants as c
 from admission.app import cli
 from admission.app import diagnose as explain
 from admission.gate import predicates as gating
-from admission.kube import fake, kinds
+from admission.kube import errors, fake, kinds
 from tests.admission import builders as ab
 from tests.gang import builders as gb
 
@@ -226,3 +227,29 @@ def test_without_n_the_namespace_is_the_kubeconfig_contexts(
     # The context's namespace is a default, not an -n: NAMESPACE/NAME still reads as such.
     assert cli.explain_target("job/train", None, "team-a") == ("team-a", "train", "job")
     assert cli.explain_target("team-b/train", None, "team-a") == ("team-b", "train", None)
+
+
+async def test_the_plan_now_follows_the_api_servers_kubernetes_version() -> None:
+    k = Cluster().with_workload(NO_QUOTA)
+    k.api.server_version = {"major": "1", "minor": "37", "gitVersion": "v1.37.2"}
+    report = await k.explain()
+    assert report.fit is not None and report.fit["kubeVersion"] == "1.37"
+    assert report.problems == []
+    assert "[rules of Kubernetes 1.37]" in report.to_text()
+    k.api.server_version = {"major": "1", "minor": "36", "gitVersion": "v1.36.3"}
+    report = await k.explain()
+    assert report.fit is not None and report.fit["kubeVersion"] == "1.36"
+
+
+async def test_a_server_version_fitgate_does_not_follow_is_a_problem_not_a_failure() -> None:
+    k = Cluster().with_workload(NO_QUOTA)
+    k.api.server_version = {"major": "1", "minor": "35", "gitVersion": "v1.35.0"}
+    report = await k.explain()
+    assert report.fit is not None and report.fit["kubeVersion"] == fitcore.DEFAULT_KUBE_VERSION
+    (problem,) = report.problems
+    assert problem.startswith("the API server runs Kubernetes v1.35.0") and problem.endswith(
+        f"planned by the rules of Kubernetes {fitcore.DEFAULT_KUBE_VERSION}"), problem
+    k.api.fail_next(errors.ApiError(500, "InternalError", "etcd is down"), verb="version")
+    report = await k.explain()
+    (problem,) = report.problems
+    assert "etcd is down" in problem and report.fit is not None
