@@ -186,8 +186,22 @@ async def measure(e2e: harness.Harness, local: cluster.LocalCluster, path: str, 
     return Run(path, seconds, timeout, nodes, claims, unused, phases, [])
 
 
+async def karpenter_said(e2e: harness.Harness) -> list[str]:
+    """Karpenter's events about the namespace's pods (its FailedScheduling and Nominated
+    messages), oldest first, each once."""
+    said: list[str] = []
+    for ev in await e2e.kube.list("v1", "Event", e2e.namespace):
+        source = (ev.get("source") or {}).get("component") or ev.get("reportingComponent")
+        message = str(ev.get("message") or "")
+        if source == "karpenter" and (ev.get("involvedObject") or {}).get("kind") == "Pod" \
+                and message and message not in said:
+            said.append(message)
+    return said
+
+
 async def run_karpenter_alone(e2e: harness.Harness, local: cluster.LocalCluster,
-                              timeout: float = KARPENTER_TIMEOUT_S) -> Run:
+                              timeout: float = KARPENTER_TIMEOUT_S,
+                              path: str = "Karpenter alone (DRA off)") -> Run:
     """The gang's pods pending, no admission check: Karpenter chooses by its own
     simulation."""
     await topology.create_claim_template(e2e)
@@ -195,25 +209,30 @@ async def run_karpenter_alone(e2e: harness.Harness, local: cluster.LocalCluster,
     submitted = time.time()
     await e2e.create_job(job, None, parallelism=topology.GANG_PODS, cpu=topology.GANG_CPU,
                          claim_template_name=topology.CLAIM_TEMPLATE)
-    result = await measure(e2e, local, "Karpenter alone (DRA off)", job, submitted, timeout)
+    result = await measure(e2e, local, path, job, submitted, timeout)
     reason = await topology._pending_reason(e2e, job)
     if result.seconds is None and reason:
         result.notes.append(f"pods Pending: {reason}")
-    said = [str(ev.get("message") or ev.get("note") or "")
-            for ev in await e2e.kube.list("v1", "Event", e2e.namespace)
-            if "Dynamic Resource Allocation" in str(ev.get("message") or "")]
+    said = await karpenter_said(e2e)
     if said:
-        result.notes.append(f"Karpenter: {said[0][:120]}")
+        result.notes.append(f"Karpenter: {said[0][:160]}")
+    await end_job(e2e, job)
+    return result
+
+
+async def end_job(e2e: harness.Harness, job: str, timeout: float = 60) -> None:
+    """Delete ``job`` and wait (bounded) until its pods are gone, so that releasing the
+    nodes next evicts nothing."""
     await e2e.kube.delete("batch/v1", "Job", job, e2e.namespace)
 
     async def pods_gone() -> bool:
         return not await e2e.pods_of_job(job)
-    await kube.wait_for(pods_gone, 60, f"the pods of {job} deleted")
-    return result
+    await kube.wait_for(pods_gone, timeout, f"the pods of {job} deleted")
 
 
 async def run_fitgate(e2e: harness.Harness, local: cluster.LocalCluster, check: str,
-                      timeout: float = FITGATE_TIMEOUT_S) -> Run:
+                      timeout: float = FITGATE_TIMEOUT_S, path: str = "fitgate",
+                      job: str = "gang-fitgate") -> Run:
     """The same gang through fitgate's AdmissionCheck (fitgate must be running with its
     Karpenter support on)."""
     await topology.create_claim_template(e2e)
@@ -221,11 +240,10 @@ async def run_fitgate(e2e: harness.Harness, local: cluster.LocalCluster, check: 
         await e2e.kube.apply(node_shape(pool))
         e2e._cluster_objects.append((topology.SHAPE_API, "NodeShape", pool.name))
     queue = await e2e.create_queues(f"s1k-fitgate-{e2e.namespace}", admission_checks=[check])
-    job = "gang-fitgate"
     submitted = time.time()
     await e2e.create_job(job, queue, parallelism=topology.GANG_PODS, cpu=topology.GANG_CPU,
                          claim_template_name=topology.CLAIM_TEMPLATE)
-    result = await measure(e2e, local, "fitgate", job, submitted, timeout)
+    result = await measure(e2e, local, path, job, submitted, timeout)
     ours = [n for n, labels in result.claims.items() if "fitgate.io/workload-uid" in labels]
     result.notes.append(f"{len(result.claims)} NodeClaims, {len(ours)} created by fitgate")
     if result.seconds is None:

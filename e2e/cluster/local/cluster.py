@@ -434,6 +434,15 @@ class LocalCluster:
         self.autoscaler_dra = dra
         self.restart_component("cluster-autoscaler")
 
+    def configure_karpenter(self, dra: bool) -> None:
+        """Restart Karpenter with its DRA simulation on or off (``IGNORE_DRA_REQUESTS``):
+        a few seconds, against a second cluster's start. Its NodeClaims and nodes stay.
+        Put it back in a ``finally``: the cluster is shared by the test module."""
+        if self.karpenter is None:
+            raise RuntimeError("this cluster runs no Karpenter (LocalCluster(karpenter=...))")
+        self.karpenter = dataclasses.replace(self.karpenter, dra=dra)
+        self.restart_component("karpenter")
+
     def autoscaler_status(self) -> dict[str, Any] | None:
         """cluster-autoscaler's status ConfigMap, parsed (None before its first loop)."""
         proc = self.kubectl("get", "configmap", "cluster-autoscaler-status", "-n",
