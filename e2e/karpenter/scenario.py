@@ -13,8 +13,17 @@ Resource Allocation requirements, not yet supported by Karpenter", v1.15.0
 ``pkg/controllers/provisioning/scheduling/scheduler.go``): it buys nothing and the pods
 stay Pending. fitgate (NodeShapes naming the NodePools) plans against the devices,
 creates one NodeClaim per planned node on the dear pool, verifies the nodes'
-ResourceSlices and admits: the gang runs. (With Karpenter's DRA simulation on, not
-measured here yet.)
+ResourceSlices and admits: the gang runs.
+
+With Karpenter's DRA simulation on (``IGNORE_DRA_REQUESTS=false``;
+``LocalCluster.configure_karpenter(dra=True)`` restarts only its process), Karpenter
+allocates the claim against the devices it expects on each candidate node: in-cluster
+ResourceSlices for existing nodes, the instance type's ResourceSlice templates for new
+ones. The kwok provider's instance types declare no templates (its instance-types file
+has no field for them in v1.15.0), so no instance type satisfies the claim ("allocating
+dynamic resources, no instance type can satisfy the allocation"): it buys nothing either,
+and the pods stay Pending. Through fitgate it buys nothing extra: the gang's pods appear
+only once fitgate's four nodes exist and are bound to them at once.
 
 Measured per run: seconds from submit to all pods Running (or "not running after N s"),
 the instance types and nodes bought, node-seconds bought but unused by the gang.
@@ -214,8 +223,8 @@ async def run_karpenter_alone(e2e: harness.Harness, local: cluster.LocalCluster,
     if result.seconds is None and reason:
         result.notes.append(f"pods Pending: {reason}")
     said = await karpenter_said(e2e)
-    if said:
-        result.notes.append(f"Karpenter: {said[0][:160]}")
+    if said:  # its first reason only: it repeats the reason per claim, "; "-joined
+        result.notes.append(f"Karpenter: {said[0].split('; ')[0][:160]}")
     await end_job(e2e, job)
     return result
 
