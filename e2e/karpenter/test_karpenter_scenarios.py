@@ -96,8 +96,8 @@ async def test_topology_mismatch_karpenter_alone_and_with_fitgate(
 async def test_topology_mismatch_with_karpenter_dra_simulation_on(
         karpenter_e2e: harness.Harness, karpenter_cluster: cluster.LocalCluster) -> None:
     """The same gang with Karpenter restarted with ``IGNORE_DRA_REQUESTS=false`` (its DRA
-    allocator on; a restart of the one process costs seconds, a second cluster half a
-    minute), Karpenter alone and then through fitgate."""
+    allocator on; restarting the one process took 0.5 s, where a second cluster takes
+    about 10 s to start and its own teardown), Karpenter alone and then through fitgate."""
     e2e, local = karpenter_e2e, karpenter_cluster
     scenario.setup(local)
     local.configure_karpenter(dra=True)

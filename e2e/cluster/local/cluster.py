@@ -436,7 +436,7 @@ class LocalCluster:
 
     def configure_karpenter(self, dra: bool) -> None:
         """Restart Karpenter with its DRA simulation on or off (``IGNORE_DRA_REQUESTS``):
-        a few seconds, against a second cluster's start. Its NodeClaims and nodes stay.
+        under a second, where a second cluster takes about 10 s. NodeClaims and nodes stay.
         Put it back in a ``finally``: the cluster is shared by the test module."""
         if self.karpenter is None:
             raise RuntimeError("this cluster runs no Karpenter (LocalCluster(karpenter=...))")
