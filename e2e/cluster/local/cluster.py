@@ -644,11 +644,28 @@ class LocalCluster:
             objects += karpenter_crds(build.module_source(
                 "sigs.k8s.io/karpenter", build.KARPENTER_VERSION, via="karpenter"))
         self.apply(objects)
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        self._wait_crds_established()
         if self.karpenter is not None:
             # The CRD defaults its status to Ready (no controller manages kwok classes).
             self.apply([{"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
                          "metadata": {"name": KWOK_NODE_CLASS}}])
+
+    def _wait_crds_established(self, timeout: float = 60) -> None:
+        """Poll (bounded) until every CRD is Established. Not ``kubectl wait``: it fails
+        at once ("status.conditions accessor error") on a CRD created a moment ago whose
+        status has no conditions yet."""
+        deadline = time.monotonic() + timeout
+        while True:
+            crds = json.loads(self.kubectl("get", "crd", "-o", "json").stdout)["items"]
+            waiting = [c["metadata"]["name"] for c in crds
+                       if not any(x.get("type") == "Established" and x.get("status") == "True"
+                                  for x in (c.get("status") or {}).get("conditions") or [])]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"CRDs not Established after {timeout:.0f}s: "
+                                   + ", ".join(waiting))
+            time.sleep(0.2)
 
     def _start_kwok(self) -> None:
         kwok_src = build.module_source("sigs.k8s.io/kwok", build.KWOK_VERSION, via="kwok")
