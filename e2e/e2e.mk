@@ -7,7 +7,8 @@
 #                       (FITGATE_KUBE_VERSION=1.36 for the 1.36 ones)
 #   make e2e-cluster    start the local cluster in the foreground (Ctrl-C stops it)
 #   make e2e-karpenter  build Karpenter (kwok provider) + run e2e/karpenter on a cluster of
-#                       its own (Karpenter instead of cluster-autoscaler); not in `make e2e`
+#                       its own (Karpenter instead of cluster-autoscaler); not in `make e2e`,
+#                       in `make test` (after e2e-1.36), figures in its own terminal section
 # Cluster startup is bounded per component, so the per-test timeout covers only the test
 # body (timeout_func_only); the cold build runs before pytest, outside any test timeout.
 
@@ -49,7 +50,11 @@ e2e-build-karpenter: e2e-build
 	exit $$rc
 
 e2e-karpenter: e2e-build-karpenter
-	$(PY) -m pytest e2e/karpenter $(E2E_PYTEST_ARGS) -o timeout_func_only=true -p no:cacheprovider
+	@start=$$(date +%s); \
+	$(PY) -m pytest e2e/karpenter $(E2E_PYTEST_ARGS) -o timeout_func_only=true \
+		-p no:cacheprovider; rc=$$?; \
+	echo "e2e-karpenter: pytest (cluster start, tests, teardown) finished in $$(( $$(date +%s) - start ))s"; \
+	exit $$rc
 
 e2e-cluster: e2e-build
 	$(PY) -m e2e.cluster.local up
@@ -57,4 +62,4 @@ e2e-cluster: e2e-build
 e2e-cluster-down:
 	$(PY) -m e2e.cluster.local down
 
-TEST_TARGETS += e2e e2e-$(E2E_OLD_KUBE)
+TEST_TARGETS += e2e e2e-$(E2E_OLD_KUBE) e2e-karpenter

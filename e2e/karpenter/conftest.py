@@ -3,8 +3,8 @@
 Its own cluster, in its own workdir (``e2e/.run/karpenter``, or
 ``$FITGATE_E2E_KARPENTER_WORKDIR``), started once per module of this directory. Karpenter
 is built on first use (``make e2e-karpenter`` builds it before pytest starts, outside any
-test timeout). These tests are not part of ``make e2e``: run them with
-``make e2e-karpenter``.
+test timeout). These tests are not part of ``make e2e``: ``make e2e-karpenter`` runs
+them, and ``make test`` runs that after ``e2e-1.36``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ Karpenter alone and through fitgate, side by side (figures in the suite's final 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -89,6 +90,52 @@ async def test_topology_mismatch_karpenter_alone_and_with_fitgate(
     finally:
         await fg.uninstall()
     print("\n" + figures.table([alone.row(), with_fitgate.row()]))
+
+
+@pytest.mark.timeout(900)
+async def test_topology_mismatch_with_karpenter_dra_simulation_on(
+        karpenter_e2e: harness.Harness, karpenter_cluster: cluster.LocalCluster) -> None:
+    """The same gang with Karpenter restarted with ``IGNORE_DRA_REQUESTS=false`` (its DRA
+    allocator on; restarting the one process took 0.5 s, where a second cluster takes
+    about 10 s to start and its own teardown), Karpenter alone and then through fitgate."""
+    e2e, local = karpenter_e2e, karpenter_cluster
+    scenario.setup(local)
+    local.configure_karpenter(dra=True)
+    try:
+        alone = await scenario.run_karpenter_alone(e2e, local,
+                                                   path="Karpenter alone (DRA on)")
+        figures.record(alone.row())
+        scenario.release_nodes(local)
+
+        fg = fitgate.Fitgate(e2e, local, chart_values=("karpenter.enabled=true",))
+        try:
+            await fg.install()
+            with_fitgate = await scenario.run_fitgate(
+                e2e, local, fitgate.CHECK_NAME, path="fitgate, Karpenter DRA on")
+            figures.record(with_fitgate.row())
+            # Karpenter decides on pending pods within its batch window (1-3 s here): a
+            # NodeClaim of its own for the gang would show by now.
+            await asyncio.sleep(10)
+            later = {x["metadata"]["name"] for x in scenario.node_claims(local)}
+        finally:
+            await fg.uninstall()
+    finally:
+        local.configure_karpenter(dra=False)
+    print("\n" + figures.table([alone.row(), with_fitgate.row()]))
+    # Measured: Karpenter's allocator looks for the devices of new nodes in the instance
+    # types' ResourceSlice templates, and the kwok provider's instance types declare none:
+    # no instance type satisfies the claim, nothing is bought, the pods stay Pending.
+    assert alone.seconds is None and alone.nodes == {} and alone.claims == {}, alone
+    assert any("no instance type can satisfy the allocation" in n for n in alone.notes), alone
+    # fitgate still buys the right instance type, and Karpenter buys nothing extra for
+    # the gang's pods: every NodeClaim is one of fitgate's four.
+    assert with_fitgate.seconds is not None, with_fitgate
+    assert with_fitgate.instance_types == {"gpu-one-root-8x"}, with_fitgate
+    assert len(with_fitgate.nodes) == 4, with_fitgate
+    assert len(with_fitgate.claims) == 4, with_fitgate.claims
+    assert all("fitgate.io/workload-uid" in labels
+               for labels in with_fitgate.claims.values()), with_fitgate.claims
+    assert later == set(with_fitgate.claims), (later, with_fitgate.claims)
 
 
 def _attempt_claims(local: cluster.LocalCluster, attempt: int) -> list[dict[str, Any]]:
