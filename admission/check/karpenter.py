@@ -24,7 +24,13 @@ hands the check to this backend (`admission.backends.Backend`):
    admitted (then it is handed to Karpenter as in 3).
 
 A missing NodeClaim is confirmed with a GET before the attempt is failed: the watch
-cache may not hold a NodeClaim created a moment ago.
+cache may not hold a NodeClaim created a moment ago. Why a NodeClaim failed comes from
+Karpenter's Warning Events on it (insufficient capacity, NodeClass not ready: Karpenter
+deletes such a NodeClaim right after publishing the Event); for a NodeClaim Karpenter is
+still deleting, fitgate gives the Event `LAUNCH_EVENT_WAIT_SECONDS` to arrive. The reason
+goes into the check's message, a Warning Event on the Workload (`NodeClaimsFailed`), and
+the next plan's NodeClaims, so the check keeps saying it while the gang waits for, and
+runs on, the next shape.
 """
 
 from __future__ import annotations
@@ -52,6 +58,9 @@ log = structlog.get_logger(__name__)
 
 #: Re-check of an admitted gang whose pods are not all bound yet.
 BIND_POLL_SECONDS = 5.0
+#: How long after Karpenter started deleting a NodeClaim of an attempt fitgate waits for
+#: the Event that says why, before it fails the attempt without it.
+LAUNCH_EVENT_WAIT_SECONDS = 5.0
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -131,7 +140,7 @@ class KarpenterBackend:
             try:
                 backends.backend_of(chosen, node_shapes)
                 claims = k.node_claims(wl, wg.gang, check, attempt, index, chosen,
-                                       alternatives, node_shapes, pools)
+                                       alternatives, node_shapes, pools, previous)
                 break
             except provisioning.ShapeProblem as exc:
                 if not alternatives:
@@ -185,6 +194,7 @@ class KarpenterBackend:
             await self.release_all(current, "unreadable plan")
             return 1.0
         names = _names(current)
+        earlier = k.previous(first)
         if state.state == "launching":
             left = self.deadline_left(current)
             if left is not None and left <= 0:
@@ -195,15 +205,48 @@ class KarpenterBackend:
                     f"({'; '.join(state.waiting[:3])})")
             text = (f"waiting for Karpenter: {provisioning.describe_plan(planned)} "
                     f"({len(current) - len(state.waiting)} of {len(current)} NodeClaims "
-                    f"initialized; " + "; ".join(state.waiting[:3]) + ")")
+                    f"initialized; " + "; ".join(state.waiting[:3]) + ")"
+                    + (f"; earlier: {earlier}" if earlier else ""))
             await r.sync_status(wl, entry, Verdict(
                 c.PENDING, predicates.message("capacity", text), "capacity"))
             poll = float(r.settings.pending_poll_seconds)
             return poll if left is None else max(1.0, min(poll, left))
         if state.state == "failed":
+            said = await self.launch_failures(state)
+            wait = self.event_wait_left(current, state, said)
+            if wait > 0:
+                return wait
+            total = k.expected_nodes(first) or len(current) + len(missing)
             return await self.sync_failed(wl, entry, attempt, newest, current, alternatives,
-                                          state.why)
-        return await self.sync_verify(wl, entry, current, planned, state)
+                                          k.describe_failure(state, said, total))
+        return await self.sync_verify(wl, entry, current, planned, state, earlier)
+
+    async def launch_failures(self, state: k.Attempt) -> dict[str, tuple[str, str]]:
+        """What Karpenter's Events say about the attempt's failed NodeClaims (nothing when
+        the Events cannot be read: the message then says what the NodeClaims showed)."""
+        events: list[client.Obj] = []
+        for name in state.failed:
+            try:
+                events += (await self.r.api.list(
+                    kinds.EVENT, field_selector=f"regarding.kind=NodeClaim,"
+                    f"regarding.name={name}")).items
+            except errors.ApiError as exc:
+                log.debug("cannot read the Events of a NodeClaim", claim=name, error=str(exc))
+        return k.launch_failures(events, state.failed)
+
+    def event_wait_left(self, claims: Sequence[client.Obj], state: k.Attempt,
+                        said: Mapping[str, tuple[str, str]]) -> float:
+        """Seconds to wait for Karpenter's Event on a NodeClaim it has just started deleting
+        (it publishes the Event, then deletes); 0: fail the attempt now."""
+        if not state.deleting or any(n not in state.deleting for n in state.failed) \
+                or all(n in said for n in state.deleting):
+            return 0.0
+        since = [t for x in claims if _name(x) in state.deleting
+                 and (t := predicates.parse_time(_meta(x).get("deletionTimestamp")))]
+        if not since:
+            return 0.0
+        waited = (self.r.clock.now() - min(since)).total_seconds()
+        return max(0.0, LAUNCH_EVENT_WAIT_SECONDS - waited)
 
     async def _exists(self, name: str) -> bool:
         try:
@@ -229,6 +272,8 @@ class KarpenterBackend:
         plan, or Retry."""
         r = self.r
         await self.release_all(claims, "attempt failed")
+        said += "; every NodeClaim of the attempt deleted"
+        await r.recorder.record(wl, "Warning", "NodeClaimsFailed", said, action="Provision")
         if alternatives:
             try:
                 wg = r.gang_of(wl)
@@ -237,10 +282,8 @@ class KarpenterBackend:
                     entry, "configuration", "the workload cannot be read: "
                     + "; ".join(str(e) for e in exc.errors)))
             return await self.start(wl, entry, wg, attempt, index + 1, alternatives[0],
-                                    alternatives[1:],
-                                    previous=f"{said}; its NodeClaims deleted; next plan")
-        return await r.sync_status(wl, entry, r.retry(
-            entry, "capacity", f"{said}; every NodeClaim of the attempt deleted"))
+                                    alternatives[1:], previous=f"{said}; next plan")
+        return await r.sync_status(wl, entry, r.retry(entry, "capacity", said))
 
     def readiness(self, planned: fitcore.Plan, state: k.Attempt
                   ) -> readiness.NodeReadiness:
@@ -277,7 +320,7 @@ class KarpenterBackend:
 
     async def sync_verify(self, wl: client.Obj, entry: Mapping[str, Any],
                           claims: Sequence[client.Obj], planned: fitcore.Plan,
-                          state: k.Attempt) -> float | None:
+                          state: k.Attempt, earlier: str = "") -> float | None:
         r = self.r
         names = _names(claims)
         ready = self.readiness(planned, state)
@@ -314,6 +357,8 @@ class KarpenterBackend:
                                       {"metadata": {"labels": {k.ADMITTED_LABEL: "true"}}})
             note = "" if ready.complete else (
                 f" (after {int(waited)}s, " + "; ".join(ready.waiting) + ")")
+            if earlier:
+                note += f"; earlier: {earlier}"
             return await r.sync_ready(
                 wl, entry, wg, result.placements, {},
                 f"verified on the nodes of NodeClaims {names}: "

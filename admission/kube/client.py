@@ -53,8 +53,10 @@ class Client(Protocol):
         """The object; raises NotFound."""
 
     async def list(self, kind: kinds.Kind, namespace: str | None = None,
-                   label_selector: str | None = None) -> Listing:
-        """All objects of the kind (in a namespace, or all namespaces when None)."""
+                   label_selector: str | None = None,
+                   field_selector: str | None = None) -> Listing:
+        """All objects of the kind (in a namespace, or all namespaces when None);
+        `field_selector`: equality terms (`regarding.name=x,reason=y`)."""
 
     def watch(self, kind: kinds.Kind, resource_version: str,
               namespace: str | None = None, label_selector: str | None = None
@@ -228,12 +230,15 @@ class ApiClient:
         return await self._json("GET", path(kind, namespace, name), what=f"get {kind.kind}")
 
     async def list(self, kind: kinds.Kind, namespace: str | None = None,
-                   label_selector: str | None = None) -> Listing:
+                   label_selector: str | None = None,
+                   field_selector: str | None = None) -> Listing:
         rbac.check(kind, "list", None, self.permissions)
         items: list[Obj] = []
         query: list[tuple[str, str]] = [("limit", "500")]
         if label_selector:
             query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         cont = ""
         while True:
             page = await self._json("GET", path(kind, namespace),

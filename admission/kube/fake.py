@@ -49,6 +49,20 @@ def _matches(obj: Mapping[str, Any], want: Mapping[str, str | None]) -> bool:
     return all(k in labels if v is None else labels.get(k) == v for k, v in want.items())
 
 
+def _fields_match(obj: Mapping[str, Any], field_selector: str | None) -> bool:
+    """Equality field selectors (`regarding.name=x,reason=y`), what fitgate uses."""
+    for term in (field_selector or "").split(","):
+        if not term:
+            continue
+        path, _, want = term.partition("=")
+        value: Any = obj
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if str(value if value is not None else "") != want:
+            return False
+    return True
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, Mapping):
@@ -272,12 +286,14 @@ class FakeClient:
         return copy.deepcopy(o)
 
     async def list(self, kind: kinds.Kind, namespace: str | None = None,
-                   label_selector: str | None = None) -> client.Listing:
+                   label_selector: str | None = None,
+                   field_selector: str | None = None) -> client.Listing:
         self._enter("list", kind, namespace, None)
         items = [copy.deepcopy(o) for (ns, _), o in sorted(self._objects[kind.kind].items())
                  if namespace is None or ns == namespace]
         want = _selector(label_selector)
-        return client.Listing([o for o in items if _matches(o, want)], str(self._last_rv))
+        return client.Listing([o for o in items if _matches(o, want)
+                               and _fields_match(o, field_selector)], str(self._last_rv))
 
     async def watch(self, kind: kinds.Kind, resource_version: str,
                     namespace: str | None = None, label_selector: str | None = None

@@ -74,11 +74,14 @@ PERMISSIONS: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
 #: `karpenter.enabled`, config `karpenter`; `admission/check/karpenter.py`): one NodeClaim
 #: per planned node, owned by the shape's NodePool (read for its uid and template);
 #: do-not-disrupt is dropped from the NodeClaim and from its Node (where Karpenter reads
-#: it once the node has registered) when the gang's pods are bound.
+#: it once the node has registered) when the gang's pods are bound. Events are listed
+#: (by field selector, one NodeClaim at a time) when an attempt fails: Karpenter deletes a
+#: NodeClaim it cannot launch, and its Event on it is the only record of why.
 KARPENTER: dict[tuple[kinds.Kind, str], frozenset[Verb]] = {
     (kinds.NODE_CLAIM, ""): frozenset({"get", "list", "watch", "create", "patch", "delete"}),
     (kinds.NODE_POOL, ""): frozenset({"get", "list", "watch"}),
     (kinds.NODE, ""): frozenset({"patch"}),
+    (kinds.EVENT, ""): frozenset({"list"}),
 }
 
 #: Calls made only when fitgate manages its own serving certificate (chart value

@@ -30,6 +30,14 @@ All or nothing: the attempt holds `fitgate.io/nodes` NodeClaims; `attempt_state`
 them as launching, initialized (every one Initialized), or failed (one is gone, being
 deleted, or failed to launch for good): the caller then deletes every NodeClaim of the
 attempt and retries, so a half-provisioned gang is never left behind.
+
+Why a NodeClaim failed: Karpenter v1.15 does not keep a NodeClaim it cannot launch. On
+insufficient capacity (or a NodeClass not ready) it publishes a Warning Event on the
+NodeClaim and deletes it (`pkg/controllers/nodeclaim/lifecycle/launch.go`), so the reason
+lives only in that Event. `launch_failures` reads it back from the Events and
+`describe_failure` says it in a sentence for the check's message. The next plan's
+NodeClaims carry that sentence (`PREVIOUS_ANNOTATION`), so the check keeps saying why the
+gang waits for, or runs on, another shape.
 """
 
 from __future__ import annotations
@@ -56,6 +64,13 @@ MAX_NAME = 63
 LAUNCHED, REGISTERED, INITIALIZED = "Launched", "Registered", "Initialized"
 #: Launched=False/Unknown reasons that will not get better by waiting.
 FINAL_LAUNCH_REASONS = frozenset({"InsufficientCapacity", "NodeClassNotReady"})
+#: The reasons of Karpenter's Warning Events on a NodeClaim it could not launch and
+#: deleted, and what each means, for the check's message.
+LAUNCH_EVENT_REASONS = {"InsufficientCapacityError": "insufficient capacity",
+                        "NodeClassNotReady": "their NodeClass is not ready"}
+#: On the NodeClaims of a next plan: why the plan before it failed.
+PREVIOUS_ANNOTATION = "fitgate.io/previous-plan"
+MAX_PREVIOUS = 1000
 
 
 def claim_name(namespace: str, workload: str, check: str, attempt: int, index: int,
@@ -85,11 +100,13 @@ def _requirement(r: Any) -> dict[str, Any]:
 def node_claims(workload: client.Obj, g: fitcore.Gang, check: str, attempt: int, index: int,
                 chosen: fitcore.Plan, alternatives: Sequence[fitcore.Plan],
                 node_shapes: Mapping[str, fitcore.NodeShape],
-                node_pools: Mapping[str, Mapping[str, Any]]) -> list[client.Obj]:
-    """The NodeClaims for `chosen` (plan `index` of this attempt). Raises ShapeProblem for
-    a shape that is unknown or not Karpenter's, a NodePool that does not exist, and a plan
-    that puts new nodes in one fresh topology domain the shape's requirements do not pin
-    (Karpenter picks the domain per NodeClaim)."""
+                node_pools: Mapping[str, Mapping[str, Any]],
+                previous: str = "") -> list[client.Obj]:
+    """The NodeClaims for `chosen` (plan `index` of this attempt); `previous`: why the plan
+    before it failed. Raises ShapeProblem for a shape that is unknown or not Karpenter's, a
+    NodePool that does not exist, and a plan that puts new nodes in one fresh topology
+    domain the shape's requirements do not pin (Karpenter picks the domain per
+    NodeClaim)."""
     meta = workload["metadata"]
     namespace = str(meta.get("namespace") or "default")
     labels = provisioning.owner_labels(workload, check, attempt)
@@ -101,6 +118,8 @@ def node_claims(workload: client.Obj, g: fitcore.Gang, check: str, attempt: int,
         NODES_ANNOTATION: str(chosen.nodes),
         DO_NOT_DISRUPT: "true",
     }
+    if previous:
+        annotations[PREVIOUS_ANNOTATION] = previous[:MAX_PREVIOUS]
     shares = provisioning.node_shares(g, chosen)
     out: list[client.Obj] = []
     for sc in chosen.shapes:
@@ -206,6 +225,11 @@ def expected_nodes(obj: Mapping[str, Any]) -> int:
     return int(raw) if str(raw).isdigit() else 0
 
 
+def previous(obj: Mapping[str, Any]) -> str:
+    """Why the plan before this NodeClaim's failed ("" for a first plan)."""
+    return str((_meta(obj).get("annotations") or {}).get(PREVIOUS_ANNOTATION) or "")
+
+
 def node_name(obj: Mapping[str, Any]) -> str | None:
     name = (obj.get("status") or {}).get("nodeName")
     return str(name) if name else None
@@ -221,6 +245,8 @@ class Attempt:
     nodes: dict[str, str]  # NodeClaim -> its Node, for those registered
     waiting: tuple[str, ...]  # "h100-x: not launched yet (reason)" per claim not initialized
     why: str = ""  # for "failed": what failed
+    failed: tuple[str, ...] = ()  # for "failed": the NodeClaims that failed
+    deleting: tuple[str, ...] = ()  # those of `failed` still there, being deleted
 
 
 def attempt_state(claims: Sequence[client.Obj], missing: Sequence[str] = ()) -> Attempt:
@@ -228,22 +254,27 @@ def attempt_state(claims: Sequence[client.Obj], missing: Sequence[str] = ()) -> 
     the API server no longer has (Karpenter deletes a NodeClaim that cannot launch for
     lack of capacity or a NodeClass, and one that does not register in time)."""
     nodes = {str(_meta(x)["name"]): n for x in claims if (n := node_name(x))}
+    said: list[str] = []
     if missing:
-        return Attempt("failed", tuple(claims), nodes, (),
-                       f"NodeClaim {', '.join(sorted(missing))} is gone (Karpenter deletes a "
-                       "NodeClaim it cannot launch or that does not register in time)")
+        said.append(f"NodeClaim {', '.join(sorted(missing))} is gone (Karpenter deletes a "
+                    "NodeClaim it cannot launch or that does not register in time)")
+    deleting = sorted(str(_meta(x)["name"]) for x in claims
+                      if _meta(x).get("deletionTimestamp"))
+    if deleting:
+        said.append(f"NodeClaim {', '.join(deleting)} is being deleted")
+    refused: list[str] = []
     waiting: list[str] = []
     for x in claims:
         name = str(_meta(x)["name"])
-        if _meta(x).get("deletionTimestamp"):
-            return Attempt("failed", tuple(claims), nodes, (),
-                           f"NodeClaim {name} is being deleted")
+        if name in deleting:
+            continue
         launched = kueue.condition(x, LAUNCHED)
         if launched is not None and launched.get("status") != "True" and \
                 launched.get("reason") in FINAL_LAUNCH_REASONS:
-            return Attempt("failed", tuple(claims), nodes, (),
-                           f"NodeClaim {name} failed to launch ({launched.get('reason')}: "
-                           f"{launched.get('message') or ''})".rstrip(": )") + ")")
+            refused.append(name)
+            said.append(f"NodeClaim {name} failed to launch ({launched.get('reason')}: "
+                        f"{launched.get('message') or ''})".rstrip(": )") + ")")
+            continue
         if kueue.is_true(x, INITIALIZED):
             continue
         if not kueue.is_true(x, LAUNCHED):
@@ -255,5 +286,52 @@ def attempt_state(claims: Sequence[client.Obj], missing: Sequence[str] = ()) -> 
             cond = kueue.condition(x, INITIALIZED) or {}
             waiting.append(f"{name}: node {nodes.get(name)} not initialized yet"
                            + (f" ({cond['reason']})" if cond.get("reason") else ""))
+    if said:
+        return Attempt("failed", tuple(claims), nodes, (), "; ".join(said),
+                       tuple(sorted({*missing, *deleting, *refused})), tuple(deleting))
     state: AttemptState = "launching" if waiting else "initialized"
     return Attempt(state, tuple(claims), nodes, tuple(waiting))
+
+
+def launch_failures(events: Sequence[Mapping[str, Any]], names: Sequence[str]
+                    ) -> dict[str, tuple[str, str]]:
+    """NodeClaim -> (reason, note) for those of `names` that Karpenter says it could not
+    launch, from its Warning Events (events.k8s.io/v1) regarding them; the newest Event
+    per NodeClaim."""
+    wanted = set(names)
+    out: dict[str, tuple[str, str, str]] = {}
+    for ev in events:
+        regarding = ev.get("regarding") or {}
+        name = str(regarding.get("name") or "")
+        reason = str(ev.get("reason") or "")
+        if regarding.get("kind") != "NodeClaim" or name not in wanted or \
+                reason not in LAUNCH_EVENT_REASONS:
+            continue
+        when = str(ev.get("eventTime") or ev.get("deprecatedLastTimestamp")
+                   or (_meta(ev).get("creationTimestamp")) or "")
+        note = str(ev.get("note") or "")
+        # Karpenter's notes start "NodeClaim <name> event: "; the name is said already.
+        note = note.removeprefix(f"NodeClaim {name} event: ")
+        if name not in out or when >= out[name][0]:
+            out[name] = (when, reason, note)
+    return {name: (reason, note) for name, (_, reason, note) in out.items()}
+
+
+def describe_failure(state: Attempt, said: Mapping[str, tuple[str, str]], total: int) -> str:
+    """Why the attempt failed, in a sentence: Karpenter's word for the NodeClaims it could
+    not launch (`said`, from `launch_failures`), else what the NodeClaims showed."""
+    if not said:
+        return state.why
+    by_reason: dict[str, list[str]] = {}
+    for name in sorted(said):
+        by_reason.setdefault(said[name][0], []).append(name)
+    parts = []
+    for reason, names in sorted(by_reason.items()):
+        note = said[names[0]][1]
+        parts.append(f"Karpenter could not launch {len(names)} of the {total} new nodes "
+                     f"(NodeClaim {', '.join(names)}): {LAUNCH_EVENT_REASONS[reason]} "
+                     f"({reason}: {note[:200]})")
+    unexplained = [n for n in state.failed if n not in said]
+    if unexplained:
+        parts.append(state.why)
+    return "; ".join(parts)

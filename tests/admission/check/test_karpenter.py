@@ -271,6 +271,123 @@ async def test_a_claim_karpenter_deleted_fails_the_whole_attempt(world: w.World)
         "of the attempt deleted")
 
 
+def karpenter_event(claim: str, reason: str = "InsufficientCapacityError",
+                    note: str = "insufficient capacity, no h100-8x left in zone a",
+                    name: str = "") -> dict[str, Any]:
+    """The Warning Event Karpenter publishes on a NodeClaim it could not launch (then it
+    deletes the NodeClaim); for a cluster-scoped object it lands in `default`."""
+    return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": name or f"{claim}.{reason.lower()}", "namespace": "default",
+                         "creationTimestamp": "2026-01-01T00:00:30Z"},
+            "regarding": {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                          "name": claim},
+            "type": "Warning", "reason": reason,
+            "note": f"NodeClaim {claim} event: {note}"}
+
+
+def workload_events(world: w.World, reason: str) -> list[dict[str, Any]]:
+    return [e for e in world.api.objects(kinds.EVENT)
+            if e.get("reason") == reason and e["regarding"].get("kind") == "Workload"]
+
+
+async def test_capacity_running_out_partway_says_why_and_moves_to_the_next_shape(
+        world: w.World) -> None:
+    """Karpenter launches 2 of 4 NodeClaims and deletes the other 2 (insufficient
+    capacity); fitgate deletes the 2 launched ones too, says why on the check, in a
+    Workload Event and on the next plan's NodeClaims, and asks for the next shape."""
+    world.seed(*w.base(), karpenter_shape("h100", price=10),
+               karpenter_shape("h200", price=20, instance_type="h200-8x"), node_pool(),
+               w.admitted(w.workers(8)))  # 2 pods a node: 4 nodes
+    await world.reconcile()
+    first = claim_names(world)
+    assert len(first) == 4
+    karpenter_launches(world, first[0], "kwok-a", initialized=False)
+    karpenter_launches(world, first[1], "kwok-b", initialized=False)
+    for name in first[2:]:
+        world.seed(karpenter_event(name))
+        world.api.remove(kinds.NODE_CLAIM, name)
+    await world.reconcile()
+    now = claims(world)
+    assert [x["metadata"]["name"] for x in now] == [
+        f"default-train-fitgate-1-alt1-{i}" for i in range(4)]  # the launched ones too
+    assert {x["metadata"]["labels"][w.SHAPE_LABEL] for x in now} == {"h200"}
+    said = ("Karpenter could not launch 2 of the 4 new nodes (NodeClaim "
+            "default-train-fitgate-1-2, default-train-fitgate-1-3): insufficient capacity "
+            "(InsufficientCapacityError: insufficient capacity, no h100-8x left in zone a); "
+            "every NodeClaim of the attempt deleted")
+    e = world.entry()
+    assert e["state"] == "Pending"
+    assert e["message"].startswith(f"capacity: {said}; next plan; asked Karpenter for "
+                                   "4 × h200"), e["message"]
+    (event,) = workload_events(world, "NodeClaimsFailed")
+    assert event["type"] == "Warning" and event["note"] == said
+    # The next plan's NodeClaims remember why: the check keeps saying it while they launch.
+    assert now[0]["metadata"]["annotations"][k.PREVIOUS_ANNOTATION] == f"{said}; next plan"
+    await world.reconcile()
+    e = world.entry()
+    assert e["message"].startswith("capacity: waiting for Karpenter: 4 × h200"), e["message"]
+    assert e["message"].endswith(f"; earlier: {said}; next plan"), e["message"]
+
+
+async def test_a_claim_karpenter_is_deleting_waits_briefly_for_its_event(
+        world: w.World) -> None:
+    world.seed(*base())
+    await world.reconcile()
+    a, b = claim_names(world)
+    karpenter_launches(world, a, "kwok-a", initialized=False)
+    claim = world.api.find(kinds.NODE_CLAIM, b)
+    assert claim is not None
+    claim["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    world.seed(claim)
+    world.now = w.EPOCH.replace(second=2)
+    wait = await world.reconcile()
+    # No Event yet: the attempt is not failed for 5 s after the deletion began.
+    assert wait == pytest.approx(3.0)
+    assert len(claims(world)) == 2 and world.api.verbs("delete", kinds.NODE_CLAIM) == []
+    world.seed(karpenter_event(b))
+    await world.reconcile()
+    assert claims(world) == []  # the launched one too
+    e = world.entry()
+    assert e["state"] == "Retry"
+    assert e["message"].startswith(
+        f"capacity: Karpenter could not launch 1 of the 2 new nodes (NodeClaim {b}): "
+        "insufficient capacity"), e["message"]
+
+
+async def test_without_karpenters_event_the_message_says_what_the_claims_showed(
+        world: w.World) -> None:
+    world.seed(*base())
+    await world.reconcile()
+    a, b = claim_names(world)
+    karpenter_launches(world, a, "kwok-a", initialized=False)
+    claim = world.api.find(kinds.NODE_CLAIM, b)
+    assert claim is not None
+    claim["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    world.seed(claim)
+    world.now = w.EPOCH.replace(second=6)  # waited long enough for an Event
+    await world.reconcile()
+    e = world.entry()
+    assert e["state"] == "Retry"
+    assert e["message"].startswith(f"capacity: NodeClaim {b} is being deleted; every "
+                                   "NodeClaim of the attempt deleted"), e["message"]
+
+
+@pytest.mark.parametrize(("events", "want"), [
+    pytest.param([], {}, id="no-events"),
+    pytest.param([karpenter_event("c-1", reason="Launched")], {}, id="not-a-failure"),
+    pytest.param([karpenter_event("other")], {}, id="another-claim"),
+    pytest.param([karpenter_event("c-1", reason="NodeClassNotReady", note="not ready")],
+                 {"c-1": ("NodeClassNotReady", "not ready")}, id="node-class"),
+    pytest.param([karpenter_event("c-1", note="old", name="e1"),
+                  {**karpenter_event("c-1", note="new", name="e2"),
+                   "eventTime": "2026-01-01T00:01:00.000000Z"}],
+                 {"c-1": ("InsufficientCapacityError", "new")}, id="newest"),
+])
+def test_launch_failures_reads_karpenters_events(events: list[dict[str, Any]],
+                                                 want: dict[str, tuple[str, str]]) -> None:
+    assert k.launch_failures(events, ["c-1"]) == want
+
+
 async def test_a_claim_missing_from_the_cache_only_is_not_a_failure(world: w.World) -> None:
     world.seed(*base())
     await world.reconcile()
@@ -303,8 +420,8 @@ async def test_a_failed_launch_moves_to_the_next_ranked_plan(world: w.World) -> 
     assert e["state"] == "Pending"
     assert e["message"].startswith(
         "capacity: NodeClaim default-train-fitgate-1-0 failed to launch "
-        "(InsufficientCapacity: no h100-8x in zone a); its NodeClaims deleted; next plan; "
-        "asked Karpenter for 1 × h200")
+        "(InsufficientCapacity: no h100-8x in zone a); every NodeClaim of the attempt "
+        "deleted; next plan; asked Karpenter for 1 × h200")
 
 
 async def test_not_initialized_by_the_deadline_deletes_every_claim(world: w.World) -> None:
