@@ -19,11 +19,13 @@ import pytest
 from e2e.cluster.local import cluster
 from e2e.scenarios import figures
 
-# The instance types Karpenter's kwok provider offers: scenario 1's two GPU nodes, and a
+# The instance types Karpenter's kwok provider offers: scenario 1's two GPU nodes, a larger
+# node of the same GPUs (the capacity test's fallback, e2e/karpenter/capacity.py), and a
 # plain CPU node.
 INSTANCE_TYPES = (
     cluster.InstanceType("gpu-split-8x", cpu="32", price=10.0),
     cluster.InstanceType("gpu-one-root-8x", cpu="48", price=14.0),
+    cluster.InstanceType("gpu-one-root-8x-xl", cpu="64", price=18.0),
     cluster.InstanceType("cpu-16x", cpu="16", memory="64Gi", price=1.0),
 )
 

@@ -1,0 +1,177 @@
+"""All or nothing with Karpenter when one instance type's capacity runs out partway.
+
+fitgate asks for the gang's 4 nodes on the cheapest shape (``cap-cheap``); the cloud has
+2 of its instance type left (how, in e2e/karpenter/capacity.py): Karpenter launches 2
+NodeClaims and deletes the other 2 with InsufficientCapacityError. fitgate must delete
+the 2 that launched as well, say why on the check, and ask for the next shape in cost
+order (``cap-dear``), where the gang runs. The figures go to the suite's final table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from kubernetes_asyncio import config
+
+from e2e import harness, kube
+from e2e.cluster.local import cluster
+from e2e.karpenter import capacity, scenario
+from e2e.scenarios import figures, fitgate, topology
+
+pytestmark = [pytest.mark.e2e]
+
+JOB = "cap"
+
+
+@pytest.fixture
+async def karpenter_e2e(karpenter_cluster: cluster.LocalCluster
+                        ) -> AsyncIterator[harness.Harness]:
+    """A harness on the Karpenter cluster, bound to a fresh namespace (as in
+    test_karpenter_scenarios.py)."""
+    local = karpenter_cluster
+    local.check_alive()
+    api = await config.new_client_from_config(config_file=str(local.kubeconfig))
+    async with api:
+        client = kube.Kube(api)
+        name = f"e2e-{uuid.uuid4().hex[:8]}"
+        await client.create({"apiVersion": "v1", "kind": "Namespace",
+                             "metadata": {"name": name}})
+
+        async def default_sa() -> bool:
+            return await client.get("v1", "ServiceAccount", "default", name) is not None
+        await kube.wait_for(default_sa, 120, f"default ServiceAccount in {name}")
+        h = harness.Harness(client, name, local=local)
+        try:
+            yield h
+        finally:
+            try:
+                await h.cleanup()
+            finally:
+                scenario.release_nodes(local)
+                local.check_alive()
+
+
+async def _check_messages(e2e: harness.Harness, seen: list[str]) -> None:
+    """Append the check's message each time it changes (until cancelled)."""
+    while True:
+        wl = await e2e.workload_of_job(JOB)
+        for entry in ((wl or {}).get("status") or {}).get("admissionChecks") or []:
+            if entry.get("name") == fitgate.CHECK_NAME:
+                text = f"{entry.get('state')}: {entry.get('message', '')}"
+                if not seen or seen[-1] != text:
+                    seen.append(text)
+        await asyncio.sleep(0.5)
+
+
+@pytest.mark.timeout(900)
+async def test_capacity_running_out_partway_deletes_the_whole_attempt_and_the_next_shape_runs(
+        karpenter_e2e: harness.Harness, karpenter_cluster: cluster.LocalCluster) -> None:
+    e2e, local = karpenter_e2e, karpenter_cluster
+    capacity.setup(local)
+    claims = capacity.ClaimLog(e2e.kube.api)
+    messages: list[str] = []
+    poller: asyncio.Task[None] | None = None
+    fg = fitgate.Fitgate(e2e, local, chart_values=("karpenter.enabled=true",))
+    try:
+        await fg.install()
+        await topology.create_claim_template(e2e)
+        for pool in (capacity.CHEAP, capacity.DEAR):
+            shape = scenario.node_shape(pool)
+            await e2e.kube.apply(shape)
+            e2e._cluster_objects.append((topology.SHAPE_API, "NodeShape", pool.name))
+        queue = await e2e.create_queues(f"cap-{e2e.namespace}",
+                                        admission_checks=[fitgate.CHECK_NAME])
+        await claims.start()
+        poller = asyncio.create_task(_check_messages(e2e, messages))
+        submitted = time.time()
+        await e2e.create_job(JOB, queue, parallelism=topology.GANG_PODS,
+                             cpu=topology.GANG_CPU,
+                             claim_template_name=topology.CLAIM_TEMPLATE)
+        run = await scenario.measure(e2e, local, "fitgate", JOB, submitted,
+                                     scenario.FITGATE_TIMEOUT_S)
+        poller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poller
+
+        # The first attempt: 4 NodeClaims of the cheap pool; the sold-out ones are the
+        # third and fourth, and Karpenter says so with InsufficientCapacityError Events.
+        first = claims.of_plan(1, 0)
+        assert len(first) == topology.GANG_PODS, claims.claims
+        assert {h.node_pool for h in first} == {capacity.CHEAP.name}, first
+        sold_out = {h.name for h in first if h.node_class == capacity.SOLD_OUT_CLASS}
+        launched = {h.name for h in first if h.launched}
+        assert len(sold_out) == topology.GANG_PODS - capacity.LEFT, first
+        assert launched == {h.name for h in first} - sold_out, first
+        ice = await e2e.kube.list("v1", "Event", field_selector=(
+            "involvedObject.kind=NodeClaim,reason=InsufficientCapacityError"))
+        assert {ev["involvedObject"]["name"] for ev in ice} == sold_out, ice
+
+        # All or nothing: every NodeClaim of that attempt is gone, the launched ones too.
+        async def first_attempt_gone() -> bool:
+            for h in first:
+                if await e2e.kube.get(capacity.KARPENTER_API, "NodeClaim", h.name):
+                    return False
+            return True
+        await e2e.wait_for(first_attempt_gone, 60, "the first attempt's NodeClaims deleted")
+        assert all(h.deleted for h in first), first
+        # No node of the cheap pool serves the gang. kwok's Delete removes a NodeClaim, not
+        # its node: the node of a launched NodeClaim deleted before it registered stays
+        # (a cloud would have terminated the instance). Such a node must belong to a
+        # launched NodeClaim of the failed attempt and hold none of the gang's pods; the
+        # test removes it, as a cloud's node lifecycle would.
+        leaked = await e2e.kube.list("v1", "Node", label_selector=(
+            f"{scenario.NODE_POOL_LABEL}={capacity.CHEAP.name}"))
+        gang, unused = await capacity.gang_nodes(e2e, JOB)
+        for node in leaked:
+            name = node["metadata"]["name"]
+            assert any(name.startswith(f"kwok-{c}-") for c in launched), name
+            assert name not in gang, (name, gang)
+            await e2e.kube.delete("v1", "Node", name)
+
+        # The next shape in cost order: the gang runs on 4 nodes of the dear pool, each
+        # with exactly one NodeClaim of the next plan.
+        assert run.seconds is not None, (run, messages)
+        assert set(gang.values()) == {capacity.DEAR.instance_type}, gang
+        assert len(gang) == topology.GANG_PODS, gang
+        now = scenario.node_claims(local)
+        assert len(now) == topology.GANG_PODS, now
+        assert {(x["metadata"]["labels"][scenario.NODE_POOL_LABEL],
+                 x["metadata"]["annotations"].get("fitgate.io/plan-index"))
+                for x in now} == {(capacity.DEAR.name, "1")}, now
+        assert {(x.get("status") or {}).get("nodeName") for x in now} == set(gang), now
+
+        row = capacity.row(run, gang, unused, {capacity.CHEAP.instance_type: len(launched)},
+                           len(launched), len(sold_out), len(leaked))
+        figures.record(row)
+        print("\n" + figures.table([row]))
+        print("[karpenter] the check's messages:\n  " + "\n  ".join(messages))
+
+        # The check said why, in words a data scientist reads: capacity ran out, every
+        # NodeClaim of the attempt was deleted, the next shape was asked for; it keeps
+        # saying so while the gang waits for that shape and once it runs there. The
+        # Workload has a Warning Event with the same.
+        why = ("Karpenter could not launch 2 of the 4 new nodes (NodeClaim "
+               + ", ".join(sorted(sold_out)) + "): insufficient capacity "
+               "(InsufficientCapacityError: ")
+        waiting = [m for m in messages
+                   if m.startswith(f"Pending: capacity: waiting for Karpenter: 4 × "
+                                   f"{capacity.DEAR.name}")]
+        assert waiting, messages
+        assert f"earlier: {why}" in waiting[0], waiting[0]
+        assert "every NodeClaim of the attempt deleted; next plan" in waiting[0], waiting[0]
+        assert messages[-1].startswith("Ready: verified on the nodes of NodeClaims ") \
+            and f"earlier: {why}" in messages[-1], messages[-1]
+        events = await e2e.kube.list("events.k8s.io/v1", "Event", e2e.namespace,
+                                     field_selector="reason=NodeClaimsFailed")
+        assert [ev["note"] for ev in events if ev["note"].startswith(why)], events
+    finally:
+        if poller is not None:
+            poller.cancel()
+        await claims.stop()
+        await fg.uninstall()
+        capacity.teardown(local)
