@@ -53,6 +53,9 @@ LEFT = 2
 #: The KWOKNodeClass the sold-out NodeClaims are pointed at: it does not exist.
 SOLD_OUT_CLASS = "sold-out"
 POLICY = "cap-cheap-sold-out"
+#: DEAR's nodes register 5 s after their NodeClaim launches (an instance booting), so the
+#: check's message while the gang waits for them is there to be read.
+BOOTING_CLASS = "boot-5s"
 ADMISSION_API = "admissionregistration.k8s.io/v1"
 KARPENTER_API = "karpenter.sh/v1"
 
@@ -87,13 +90,17 @@ def sold_out_policy(pool: scenario.Pool, left: int) -> list[dict[str, Any]]:
 
 def setup(local: cluster.LocalCluster) -> None:
     """The fake driver's shapes, the two NodePools and the sold-out policy."""
+    dear = scenario.node_pool(DEAR)
+    dear["spec"]["template"]["spec"]["nodeClassRef"]["name"] = BOOTING_CLASS
     local.apply([
+        {"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
+         "metadata": {"name": BOOTING_CLASS}, "spec": {"nodeRegistrationDelay": "5s"}},
         {"apiVersion": "v1", "kind": "ConfigMap",
          "metadata": {"name": dra_driver.SHAPES_CONFIGMAP,
                       "namespace": cluster.SYSTEM_NAMESPACE},
          "data": {p.name: yaml.safe_dump(builders.shape(scenario.devices(p)),
                                          sort_keys=False) for p in (CHEAP, DEAR)}},
-        scenario.node_pool(CHEAP), scenario.node_pool(DEAR), *sold_out_policy(CHEAP, LEFT)])
+        scenario.node_pool(CHEAP), dear, *sold_out_policy(CHEAP, LEFT)])
 
 
 def teardown(local: cluster.LocalCluster) -> None:
@@ -227,8 +234,9 @@ def row(run: scenario.Run, gang: dict[str, str], unused: float, released: dict[s
             f"{n} {t}" for t, n in sorted(released.items()))
     outcome = (f"all {topology.GANG_PODS} pods Running" if run.seconds is not None
                else f"not running after {run.timeout:.0f} s")
-    note = (f"first attempt's NodeClaims deleted: {deleted_by_fitgate} launched ones by "
-            f"fitgate, {deleted_by_karpenter} by Karpenter (InsufficientCapacityError)")
+    note = (f"first attempt's {deleted_by_fitgate + deleted_by_karpenter} NodeClaims all "
+            f"deleted: {deleted_by_fitgate} launched (deleted by fitgate), "
+            f"{deleted_by_karpenter} refused by Karpenter (InsufficientCapacityError)")
     if leaked:
         note += (f"; kwok left {leaked} node(s) of deleted unregistered NodeClaims "
                  "(its Delete removes the NodeClaim, not the node), removed by the test")
