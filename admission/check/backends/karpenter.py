@@ -330,7 +330,7 @@ def describe_failure(state: Attempt, said: Mapping[str, tuple[str, str]], total:
         note = said[names[0]][1]
         parts.append(f"Karpenter could not launch {len(names)} of the {total} new nodes "
                      f"(NodeClaim {', '.join(names)}): {LAUNCH_EVENT_REASONS[reason]} "
-                     f"({reason}: {note[:200]})")
+                     f"({reason}: {note[:160]})")
     unexplained = [n for n in state.failed if n not in said]
     if unexplained:
         parts.append(state.why)
