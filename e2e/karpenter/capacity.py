@@ -143,10 +143,7 @@ class ClaimLog:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        listing = json.loads(await (await self._call({})).read())
-        for obj in listing.get("items") or []:
-            self._see("ADDED", obj)
-        self._task = asyncio.create_task(self._watch(listing["metadata"]["resourceVersion"]))
+        self._task = asyncio.create_task(self._watch(await self._list()))
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -155,12 +152,25 @@ class ClaimLog:
                 await self._task
 
     async def _call(self, query: dict[str, str]) -> Any:
-        return await self.api.call_api(
+        resp = await self.api.call_api(
             f"/apis/{KARPENTER_API}/nodeclaims", "GET", query_params=list(query.items()),
             header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
             _preload_content=False, _request_timeout=900)
+        if resp.status != 200:
+            raise AssertionError(f"NodeClaims {query}: HTTP {resp.status}: "
+                                 f"{(await resp.read())[:300]!r}")
+        return resp
+
+    async def _list(self) -> str:
+        """Every NodeClaim now; returns the list's resourceVersion."""
+        listing = json.loads(await (await self._call({})).read())
+        for obj in listing.get("items") or []:
+            self._see("ADDED", obj)
+        return str(listing["metadata"]["resourceVersion"])
 
     async def _watch(self, rv: str) -> None:
+        """Watch from `rv`; again from the last resourceVersion when the server ends the
+        watch, from a fresh list when it says the version is too old."""
         while True:
             resp = await self._call({"watch": "true", "resourceVersion": rv,
                                      "allowWatchBookmarks": "true"})
@@ -173,6 +183,9 @@ class ClaimLog:
                         continue
                     event = json.loads(line)
                     obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":  # e.g. 410 Gone
+                        rv = await self._list()
+                        break
                     rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                     if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
                         self._see(event["type"], obj)
