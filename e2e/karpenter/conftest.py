@@ -12,11 +12,15 @@ from __future__ import annotations
 import atexit
 import os
 import pathlib
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from kubernetes_asyncio import config
 
+from e2e import harness, kube
 from e2e.cluster.local import cluster
+from e2e.karpenter import scenario
 from e2e.scenarios import figures
 
 # The instance types Karpenter's kwok provider offers: scenario 1's two GPU nodes, a larger
@@ -55,3 +59,30 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if text:
         terminalreporter.section("fitgate e2e figures (Karpenter)")
         terminalreporter.write_line(text)
+
+
+@pytest.fixture
+async def karpenter_e2e(karpenter_cluster: cluster.LocalCluster
+                        ) -> AsyncIterator[harness.Harness]:
+    """A harness on the Karpenter cluster, bound to a fresh namespace."""
+    local = karpenter_cluster
+    local.check_alive()
+    api = await config.new_client_from_config(config_file=str(local.kubeconfig))
+    async with api:
+        client = kube.Kube(api)
+        name = f"e2e-{uuid.uuid4().hex[:8]}"
+        await client.create({"apiVersion": "v1", "kind": "Namespace",
+                             "metadata": {"name": name}})
+
+        async def default_sa() -> bool:
+            return await client.get("v1", "ServiceAccount", "default", name) is not None
+        await kube.wait_for(default_sa, 120, f"default ServiceAccount in {name}")
+        h = harness.Harness(client, name, local=local)
+        try:
+            yield h
+        finally:
+            try:
+                await h.cleanup()
+            finally:
+                scenario.release_nodes(local)
+                local.check_alive()

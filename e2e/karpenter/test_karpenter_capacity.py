@@ -13,13 +13,10 @@ import asyncio
 import contextlib
 import re
 import time
-import uuid
-from collections.abc import AsyncIterator
 
 import pytest
-from kubernetes_asyncio import config
 
-from e2e import harness, kube
+from e2e import harness
 from e2e.cluster.local import cluster
 from e2e.karpenter import capacity, scenario
 from e2e.scenarios import figures, fitgate, topology
@@ -27,34 +24,6 @@ from e2e.scenarios import figures, fitgate, topology
 pytestmark = [pytest.mark.e2e]
 
 JOB = "cap"
-
-
-@pytest.fixture
-async def karpenter_e2e(karpenter_cluster: cluster.LocalCluster
-                        ) -> AsyncIterator[harness.Harness]:
-    """A harness on the Karpenter cluster, bound to a fresh namespace (as in
-    test_karpenter_scenarios.py)."""
-    local = karpenter_cluster
-    local.check_alive()
-    api = await config.new_client_from_config(config_file=str(local.kubeconfig))
-    async with api:
-        client = kube.Kube(api)
-        name = f"e2e-{uuid.uuid4().hex[:8]}"
-        await client.create({"apiVersion": "v1", "kind": "Namespace",
-                             "metadata": {"name": name}})
-
-        async def default_sa() -> bool:
-            return await client.get("v1", "ServiceAccount", "default", name) is not None
-        await kube.wait_for(default_sa, 120, f"default ServiceAccount in {name}")
-        h = harness.Harness(client, name, local=local)
-        try:
-            yield h
-        finally:
-            try:
-                await h.cleanup()
-            finally:
-                scenario.release_nodes(local)
-                local.check_alive()
 
 
 async def _check_message(e2e: harness.Harness, seen: list[str]) -> None:
