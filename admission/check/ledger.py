@@ -62,20 +62,28 @@ class NodeLedger:
         (`promises.Recovery`) before it decides."""
         out: set[str] = set()
         now = self.clock.monotonic()
-        for uid, (namespace, nodes, since) in list(self._promised.items()):
+        for uid, (_, _, since) in list(self._promised.items()):
+            if uid != except_uid and now - since > self.promise_seconds:
+                del self._promised[uid]
+        # The bound pods of every promise, in one pass over each namespace's pods (not
+        # one per promise: this runs for every decision, on the event loop).
+        bound: dict[tuple[str, str], dict[str, int]] = {}  # (namespace, uid) -> per node
+        for namespace in {ns for uid, (ns, _, _) in self._promised.items() if uid != except_uid}:
+            for pod in self.stores.pods.list(namespace) if self.stores.pods else ():
+                node = (pod.get("spec") or {}).get("nodeName")
+                if not node:
+                    continue
+                labels = _meta(pod).get("labels") or {}
+                for uid in {labels.get(c.PLACEMENT_LABEL),
+                            labels.get(c.PLACEMENT_WORKLOAD_LABEL)}:
+                    if uid in self._promised:
+                        per_node = bound.setdefault((namespace, uid), {})
+                        per_node[node] = per_node.get(node, 0) + 1
+        for uid, (namespace, nodes, _) in list(self._promised.items()):
             if uid == except_uid:
                 continue
-            if now - since > self.promise_seconds:
-                del self._promised[uid]
-                continue
-            bound: dict[str, int] = {}
-            for pod in self.stores.pods.list(namespace) if self.stores.pods else ():
-                labels = _meta(pod).get("labels") or {}
-                node = (pod.get("spec") or {}).get("nodeName")
-                if node and uid in (labels.get(c.PLACEMENT_LABEL),
-                                    labels.get(c.PLACEMENT_WORKLOAD_LABEL)):
-                    bound[node] = bound.get(node, 0) + 1
-            waiting = {n for n, want in nodes.items() if bound.get(n, 0) < want}
+            got = bound.get((namespace, uid), {})
+            waiting = {n for n, want in nodes.items() if got.get(n, 0) < want}
             if not waiting:
                 del self._promised[uid]
             out |= waiting
