@@ -37,7 +37,10 @@ What it keeps, and what a change costs:
   second decision on an unchanged inventory calls the allocator no more; after a change
   only classes that are new call it. Nodes `held` for other workloads are left out of
   the kept view in one pass over its entries (`Snapshot.without`), not by projecting
-  every node again; a decision with a policy's node filter walks the nodes.
+  every node again; a decision with a policy's node filter walks the nodes. The device
+  part of a node's projected class (its pools as the gang's claims see them, the costly
+  part) is kept per projection signature (`Projection.signature`: what the claims can
+  see and take), so gangs that differ only in pod counts or node resources share it.
 - A `cache.Store` of its own: kept entries per node (bounded by twice the nodes plus
   4,096), compiled problems (`kept_problems`, default `cache.KEPT_PROBLEMS`), selector
   results by (expression, device content) (bounded by `semantics.Selector`'s limit).
@@ -144,6 +147,9 @@ class Inventory:
         self._keys: dict[Any, int] = {}
         # Device keys per view (what gangs can see of devices), by device identity.
         self._device_keys: dict[projection.DeviceView, projection.DeviceKeys] = {}
+        # Nodes' device parts per projection signature (shared by gangs that differ only
+        # in pod counts and node resources).
+        self._parts: dict[str, projection.NodeDevices] = {}
         self._entries: dict[str, gang._NodeEntry] = {}
         self._dirty: set[str] = set()
         self._dirty_pools: set[PoolKey] = set()
@@ -359,6 +365,7 @@ class Inventory:
             classes[name] = dc
         self._classes = classes
         self._gangs.clear()  # what gangs can see of devices, and their fills, change
+        self._parts = {}
         self._all_dirty = True
 
     def _shape(self, name: str, shape: node_shapes.NodeShape | None) -> None:
@@ -377,6 +384,7 @@ class Inventory:
         if len(self._keys) > INTERNED:
             self._keys = {}
             self._device_keys = {}
+            self._parts = {}
             self._entries.clear()
             self._gangs.clear()
             self._scratch = {}
@@ -469,11 +477,22 @@ class Inventory:
             return state
         view = projection.device_view(g, self._classes)
         proj = projection.Projection(g, self._classes, self._store.selector, self._keys,
-                                     self._device_keys.setdefault(view, {}))
+                                     self._device_keys.setdefault(view, {}), self._devices_of)
         state = self._gangs[content] = _GangState(g, gang.Memo(), proj, {})
         while len(self._gangs) > GANGS:
             self._gangs.popitem(last=False)
         return state
+
+    def _devices_of(self, signature: str) -> projection.NodeDevices:
+        """The device parts kept for projections of this signature."""
+        parts = self._parts.get(signature)
+        if parts is None:
+            if len(self._parts) >= GANGS:
+                self._parts = {}  # projections alive keep theirs
+            parts = self._parts[signature] = {}
+        elif len(parts) > 2 * len(self._names) + 64:
+            parts.clear()  # nodes that are gone
+        return parts
 
     def _view(self, state: _GangState, node_filter: Callable[[model.Node], bool] | None,
               held: Collection[str]) -> tuple[gang.Snapshot, list[str], list[str]]:
@@ -660,6 +679,7 @@ class Inventory:
             "shapes": len(self._shapes),
             "gangs kept": len(self._gangs),
             "fills kept": sum(len(s.memo.fills) for s in self._gangs.values()),
+            "device parts kept": sum(len(p) for p in self._parts.values()),
             "interned keys": len(self._keys),
             **self._store.stats(),
         }

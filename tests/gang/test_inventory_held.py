@@ -34,9 +34,9 @@ def _node_of(obj: dict[str, Any]) -> str | None:
     return None
 
 
-def _inventory(leave_out: Collection[str] = ()) -> inventory.Inventory:
+def _inventory(leave_out: Collection[str] = (), busy: float = 1.0) -> inventory.Inventory:
     inv = inventory.Inventory()
-    for o in [*rl.cluster(NODES), *rl.shapes()]:
+    for o in [*rl.cluster(NODES, busy=busy), *rl.shapes()]:
         if _node_of(o) not in leave_out:
             inv.apply("ADDED", o)
     return inv
@@ -141,3 +141,53 @@ def test_gangs_that_differ_by_name_share_kept_work_and_keep_their_names() -> Non
                        held=[f"node-{i:05d}" for i in range(NODES)])
     assert refused.verdict != "fits"
     assert all(d.object == "Workload team/job-3" for d in refused.details if d.object)
+
+
+def test_gangs_of_one_template_share_device_parts_and_decide_alike() -> None:
+    """An 8-pod and a 16-pod gang of one template see devices alike: the second keys
+    no node's devices again, and decides as on an inventory that never saw the first."""
+    inv = _inventory()
+    inv.plan(_gang(8, "h100-root"))
+    assert inv.stats()["device parts kept"] == NODES
+    for pods in (16, 64):
+        got = inv.plan(_gang(pods, "h100-root"))
+        assert inv.stats()["device parts kept"] == NODES
+        want = _inventory().plan(_gang(pods, "h100-root"))
+        assert dataclasses.replace(got, stats=want.stats) == want
+    inv.plan(_gang(8, "a30-slices"))  # other claims: their own parts
+    assert inv.stats()["device parts kept"] == 2 * NODES
+
+
+def _claim(name: str, node: str, gpus: range) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "running"},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": {
+                "deviceClassName": "gpu"}}]}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "r", "driver": rl.GPU, "pool": f"{node}-gpu", "device": f"gpu-{i}"}
+                for i in gpus]}}}}
+
+
+def test_kept_device_parts_follow_allocations_not_pods() -> None:
+    """A pod bound to a node keeps its device part; a claim allocated there does not.
+    On an idle cluster with one GPU in use on each of the first two nodes, they are one
+    class (the first its representative) until the second's GPUs are all taken."""
+    g = _gang(64, "h100-one")
+    first, node = "node-00000", "node-00001"
+    before = [_claim("a", first, range(1)), _claim("b", node, range(1))]
+    changes = [_claim("rest", node, range(1, 16)),
+               {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "running"},
+                "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {
+                    "requests": {"cpu": "1"}}}]}, "status": {"phase": "Running"}}]
+    inv, fresh = _inventory(busy=0), _inventory(busy=0)
+    for o in before:
+        inv.apply("ADDED", o)
+        fresh.apply("ADDED", o)
+    assert {first, node} <= _nodes(inv.plan(g))
+    for change in changes:
+        inv.apply("ADDED", change)
+        fresh.apply("ADDED", change)
+        got, want = inv.plan(g), fresh.plan(g)
+        assert dataclasses.replace(got, stats=want.stats) == want
+    assert node not in _nodes(got)  # every GPU of it is taken now
