@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import datetime
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import fitcore
@@ -165,8 +165,11 @@ class NodeLedger:
         return out
 
 
-    def node_labels(self) -> dict[str, dict[str, str]]:
-        """Every node's labels, by name."""
+    def node_labels(self, names: Collection[str] | None = None) -> dict[str, dict[str, str]]:
+        """Every node's labels (or those of the nodes named that exist), by name."""
+        if names is not None:
+            return {name: labels(n) for name in names
+                    if (n := self.stores.nodes.get(name)) is not None}
         return {str(_meta(n).get("name")): labels(n) for n in self.stores.nodes.list()}
 
 
