@@ -109,15 +109,20 @@ class NodeLedger:
         # Oldest first; each creation time parsed once (`_created`), and each request looks
         # only at the nodes created since it (bisect), not at every node of the cluster:
         # this runs for every decision, on the event loop.
-        nodes = sorted((_created(_text(_meta(n).get("creationTimestamp"))),
-                        str(_meta(n).get("name")),
-                        _meta(n).get("labels") or {}) for n in self.stores.nodes.list())
+        # Only nodes created since the oldest request can be any request's (all nodes when
+        # a request's creation time cannot be read).
+        sinces = [predicates.parse_time(_meta(r.obj).get("creationTimestamp"))
+                  for r in requests]
+        floor = None if None in sinces else min(s for s in sinces if s is not None)
+        nodes = sorted((created, str(meta.get("name")), meta.get("labels") or {})
+                       for n in self.stores.nodes.list()
+                       if (created := _created(_text((meta := _meta(n)).get(
+                           "creationTimestamp")))) >= (floor or _UNKNOWN))
         times = [t for t, _, _ in nodes]
         names = kueue.ours(self.stores.admission_checks.list())
         out: inputs.Owners = {}
-        for r in requests:
+        for r, since in zip(requests, sinces, strict=True):
             admitted = any(e.get("state") == c.READY for e in kueue.entries(r.workload, names))
-            since = predicates.parse_time(_meta(r.obj).get("creationTimestamp"))
             # A node whose creation time cannot be read (`_UNKNOWN`) is never "created
             # since" a request.
             newer = nodes[bisect.bisect_left(times, since):] if since is not None else nodes
