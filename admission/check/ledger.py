@@ -74,10 +74,10 @@ class NodeLedger:
                 if not node:
                     continue
                 labels = _meta(pod).get("labels") or {}
-                for uid in {labels.get(c.PLACEMENT_LABEL),
-                            labels.get(c.PLACEMENT_WORKLOAD_LABEL)}:
-                    if uid in self._promised:
-                        per_node = bound.setdefault((namespace, uid), {})
+                for owner in {labels.get(c.PLACEMENT_LABEL),
+                              labels.get(c.PLACEMENT_WORKLOAD_LABEL)}:
+                    if isinstance(owner, str) and owner in self._promised:
+                        per_node = bound.setdefault((namespace, owner), {})
                         per_node[node] = per_node.get(node, 0) + 1
         for uid, (namespace, nodes, _) in list(self._promised.items()):
             if uid == except_uid:
