@@ -221,6 +221,13 @@ class TimedClient(fake.FakeClient):
         self.gate: dict[str, Decision] = {}
         self.check: dict[str, Decision] = {}
 
+    def _store(self, kind: kinds.Kind, obj: client.Obj, event: str) -> client.Obj:
+        # Stamped as the API server stamps it: the time of its creation (the fake's one
+        # fixed time would make every node look created after every ProvisioningRequest,
+        # which the check's ledger then scans as that request's candidate new nodes).
+        self.creation_time = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return super()._store(kind, obj, event)
+
     def _decided(self, into: dict[str, Decision], key: str, kind: str) -> None:
         if key in self.arrived and key not in into:
             into[key] = Decision(kind, time.perf_counter())

@@ -641,14 +641,17 @@ def _gate(search: _Search, pod_set: gangtypes.PodSet, placements: Sequence[gangt
     rules = pod_set.rules or podaffinity.Rules()
     ns = search.gang.namespace
     by_set = {ps.name: ps.rules for ps in search.gang.pod_sets}
-    pods = [*snap.pods]
+    terms = (*rules.affinity, *rules.anti_affinity)
+    # Without terms of its own, only pods with an anti-affinity can matter to the set:
+    # the bound ones are found once per list of bound pods (kept in the scratch), not in
+    # a pass over every bound pod per pod set and decision.
+    pods = [*snap.pods] if terms else _anti_pods(snap)
     for p in placements:
         r = by_set.get(p.pod_set)
-        if r is not None:
+        if r is not None and (terms or r.anti_affinity):
             pods.append(podaffinity.BoundPod(p.node, ns, r.labels, r.anti_affinity))
     # Only pods that one of the set's terms selects, or whose anti-affinity selects the
     # set's pods, can matter (most bound pods do neither).
-    terms = (*rules.affinity, *rules.anti_affinity)
     others = [p for p in pods
               if any(t.selects(ns, p.namespace, p.labels) for t in terms)
               or any(t.selects(p.namespace, ns, rules.labels) for t in p.anti_affinity)]
@@ -661,6 +664,14 @@ def _gate(search: _Search, pod_set: gangtypes.PodSet, placements: Sequence[gangt
         have = snap.scratch["node-labels"] = (snap.entries, {e.node.name: e.node.labels
                                                              for e in snap.entries})
     return podaffinity.Gate(rules, ns, others, have[1])
+
+
+def _anti_pods(snap: snapshots.Snapshot) -> list[podaffinity.BoundPod]:
+    """The bound pods with an anti-affinity, in order (a new list each call)."""
+    have = snap.scratch.get("anti-pods")
+    if have is None or have[0] is not snap.pods:
+        have = snap.scratch["anti-pods"] = (snap.pods, [p for p in snap.pods if p.anti_affinity])
+    return list(have[1])
 
 
 def _fill_domain(search: _Search, pod_set: gangtypes.PodSet, variant: _Variant,

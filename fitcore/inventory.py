@@ -28,12 +28,19 @@ What it keeps, and what a change costs:
   selector results, compiled problems) is found again. A decision after a change costs
   a pass over the nodes (their projected classes are kept per node version) plus the
   search.
-- Per gang content (up to `GANGS` of them): the gang's projection (`fitcore.projection`:
-  node classes by what its claims can see), each node's projected class (recomputed for
-  dirty nodes), and a `gang.Memo` of fills, kept by class and the version of the
-  representative, so they stay valid across changes elsewhere. A second decision
-  on an unchanged inventory calls the allocator no more; after a change only classes
-  that are new call it.
+- Per gang content (up to `GANGS` of them; the content is the pod sets and the
+  namespace, not the workload's name, so a queue of Workloads that ask alike share it):
+  the gang's projection (`fitcore.projection`: node classes by what its claims can see),
+  each node's projected class (recomputed for dirty nodes), its view of every node (kept
+  and patched with the nodes changed since), and a `gang.Memo` of fills, kept by class
+  and the version of the representative, so they stay valid across changes elsewhere. A
+  second decision on an unchanged inventory calls the allocator no more; after a change
+  only classes that are new call it. Nodes `held` for other workloads are left out of
+  the kept view in one pass over its entries (`Snapshot.without`), not by projecting
+  every node again; a decision with a policy's node filter walks the nodes. The device
+  part of a node's projected class (its pools as the gang's claims see them, the costly
+  part) is kept per projection signature (`Projection.signature`: what the claims can
+  see and take), so gangs that differ only in pod counts or node resources share it.
 - A `cache.Store` of its own: kept entries per node (bounded by twice the nodes plus
   4,096), compiled problems (`kept_problems`, default `cache.KEPT_PROBLEMS`), selector
   results by (expression, device content) (bounded by `semantics.Selector`'s limit).
@@ -94,12 +101,15 @@ _EMPTY_STATE = model.AllocatedState()
 class _GangState:
     """What is kept for one gang content."""
 
-    first: gang.Gang  # the first object seen with this content: its pod sets key the memo
+    first: gang.Gang  # the first gang seen with this content: its pod sets key the memo
     memo: gang.Memo
     projection: projection.Projection
     entries: dict[str, tuple[gang._NodeEntry, gang._NodeEntry]]  # base -> projected
     # (snapshot number, inventory version, the projected snapshot)
     view: tuple[int, int, gang.Snapshot] | None = None
+    # The last view without held nodes: (the view it was made from, the positions left
+    # out, the view without them).
+    held: tuple[gang.Snapshot, tuple[int, ...], gang.Snapshot] | None = None
 
 
 class Inventory:
@@ -137,6 +147,9 @@ class Inventory:
         self._keys: dict[Any, int] = {}
         # Device keys per view (what gangs can see of devices), by device identity.
         self._device_keys: dict[projection.DeviceView, projection.DeviceKeys] = {}
+        # Nodes' device parts per projection signature (shared by gangs that differ only
+        # in pod counts and node resources).
+        self._parts: dict[str, projection.NodeDevices] = {}
         self._entries: dict[str, gang._NodeEntry] = {}
         self._dirty: set[str] = set()
         self._dirty_pools: set[PoolKey] = set()
@@ -352,6 +365,7 @@ class Inventory:
             classes[name] = dc
         self._classes = classes
         self._gangs.clear()  # what gangs can see of devices, and their fills, change
+        self._parts = {}
         self._all_dirty = True
 
     def _shape(self, name: str, shape: node_shapes.NodeShape | None) -> None:
@@ -370,6 +384,7 @@ class Inventory:
         if len(self._keys) > INTERNED:
             self._keys = {}
             self._device_keys = {}
+            self._parts = {}
             self._entries.clear()
             self._gangs.clear()
             self._scratch = {}
@@ -450,7 +465,10 @@ class Inventory:
         return e
 
     def _gang_state(self, g: gang.Gang) -> _GangState:
-        content = repr(dataclasses.replace(g, source=None))
+        # Kept by what the decision depends on: the pod sets and the namespace (pod
+        # affinity, extended-resource claims), not the workload's name or kind, so that
+        # the Workloads of a queue that ask alike share their projection and fills.
+        content = repr(dataclasses.replace(g, name="", kind="", source=None))
         state = self._gangs.get(content)
         if state is not None:
             self._gangs.move_to_end(content)
@@ -459,49 +477,93 @@ class Inventory:
             return state
         view = projection.device_view(g, self._classes)
         proj = projection.Projection(g, self._classes, self._store.selector, self._keys,
-                                     self._device_keys.setdefault(view, {}))
+                                     self._device_keys.setdefault(view, {}), self._devices_of)
         state = self._gangs[content] = _GangState(g, gang.Memo(), proj, {})
         while len(self._gangs) > GANGS:
             self._gangs.popitem(last=False)
         return state
 
+    def _devices_of(self, signature: str) -> projection.NodeDevices:
+        """The device parts kept for projections of this signature."""
+        parts = self._parts.get(signature)
+        if parts is None:
+            if len(self._parts) >= GANGS:
+                self._parts = {}  # projections alive keep theirs
+            parts = self._parts[signature] = {}
+        elif len(parts) > 2 * len(self._names) + 64:
+            parts.clear()  # nodes that are gone
+        return parts
+
     def _view(self, state: _GangState, node_filter: Callable[[model.Node], bool] | None,
               held: Collection[str]) -> tuple[gang.Snapshot, list[str], list[str]]:
         """The snapshot under the gang's projection, without the nodes `node_filter`
-        refuses and the `held` ones (returned by name: refused, held)."""
+        refuses and the `held` ones (returned by name: refused, held). Without a filter,
+        the held nodes are left out of the gang's kept view (`_without_held`)."""
         snap = self._current()
         if self._global:
             state.memo = gang.Memo()  # fills of nodes that see shared pools are not kept
-        unfiltered = node_filter is None and not held
-        if unfiltered and state.view is not None:
-            if state.view[0] == self._snap_no:
-                return state.view[2], [], []
-            patched = self._patched(state, snap)
-            if patched is not None:
-                state.view = (self._snap_no, self._version, patched)
-                return patched, [], []
+        if node_filter is None:
+            view = self._whole_view(state, snap)
+            if not held:
+                return view, [], []
+            return self._without_held(state, view, held)
         entries = []
         refused: list[str] = []
         kept_out: list[str] = []
-        kept = state.entries
-        if len(kept) > 2 * len(snap.entries) + 64:
-            kept.clear()
         for e in snap.entries:
             if e.node.name in held:
                 kept_out.append(e.node.name)
                 continue
-            if node_filter is not None and not node_filter(e.node):
+            if not node_filter(e.node):
                 refused.append(e.node.name)
                 continue
-            hit = kept.get(e.node.name)
-            if hit is None or hit[0] is not e:
-                hit = kept[e.node.name] = (e, self._project(state.projection, e))
-            entries.append(hit[1])
+            entries.append(self._projected(state, e))
         view = snap.with_entries(entries)
         view.scratch = self._scratch
-        if unfiltered:
-            state.view = (self._snap_no, self._version, view)
         return view, refused, kept_out
+
+    def _whole_view(self, state: _GangState, snap: gang.Snapshot) -> gang.Snapshot:
+        """The gang's view of every node: kept, patched with the nodes changed since, or
+        made anew (and kept)."""
+        if state.view is not None:
+            if state.view[0] == self._snap_no:
+                return state.view[2]
+            patched = self._patched(state, snap)
+            if patched is not None:
+                state.view = (self._snap_no, self._version, patched)
+                return patched
+        view = snap.with_entries([self._projected(state, e) for e in snap.entries])
+        view.scratch = self._scratch
+        state.view = (self._snap_no, self._version, view)
+        return view
+
+    def _projected(self, state: _GangState, e: gang._NodeEntry) -> gang._NodeEntry:
+        """The entry under the gang's projection, kept per version of the node."""
+        kept = state.entries
+        hit = kept.get(e.node.name)
+        if hit is None or hit[0] is not e:
+            if len(kept) > 2 * len(self._names) + 64:
+                kept.clear()
+            hit = kept[e.node.name] = (e, self._project(state.projection, e))
+        return hit[1]
+
+    def _without_held(self, state: _GangState, view: gang.Snapshot, held: Collection[str]
+                      ) -> tuple[gang.Snapshot, list[str], list[str]]:
+        """The gang's whole view without the held nodes (the view's positions are the
+        nodes' name order), and their names; the last one is kept for the next decision
+        with the same view and held nodes."""
+        positions = tuple(sorted(i for name in held
+                                 if (i := self._index.get(name)) is not None))
+        names = [self._names[i] for i in positions]
+        if not positions:
+            return view, [], []
+        last = state.held
+        if last is not None and last[0] is view and last[1] == positions:
+            return last[2], [], names
+        smaller = view.without(frozenset(positions))
+        smaller.scratch = self._scratch
+        state.held = (view, positions, smaller)
+        return smaller, [], names
 
     def _patched(self, state: _GangState, snap: gang.Snapshot) -> gang.Snapshot | None:
         """The gang's previous view with the nodes recomputed since patched in, or None
@@ -578,7 +640,7 @@ class Inventory:
         with cache.use(self._store):
             state = self._gang_state(g)
             view, refused, kept_out = self._view(state, node_filter, held)
-            result = planning.plan(state.first, view, chosen, memo=state.memo)
+            result = planning.plan(_as(g, state), view, chosen, memo=state.memo)
         return _left_out(result, g, refused, kept_out)
 
     def verify(self, g: gang.Gang, p: planning.Plan, *,
@@ -590,7 +652,7 @@ class Inventory:
         with cache.use(self._store):
             state = self._gang_state(g)
             view, refused, kept_out = self._view(state, node_filter, held)
-            result = planning.verify(state.first, view, p, list(self._shapes.values()))
+            result = planning.verify(_as(g, state), view, p, list(self._shapes.values()))
         return _left_out(result, g, refused, kept_out)
 
     # ----------------------------------------------------------------- reading
@@ -617,12 +679,21 @@ class Inventory:
             "shapes": len(self._shapes),
             "gangs kept": len(self._gangs),
             "fills kept": sum(len(s.memo.fills) for s in self._gangs.values()),
+            "device parts kept": sum(len(p) for p in self._parts.values()),
             "interned keys": len(self._keys),
             **self._store.stats(),
         }
 
 
 _Result = TypeVar("_Result", planning.PlanResult, planning.VerifyResult)
+
+
+def _as(g: gang.Gang, state: _GangState) -> gang.Gang:
+    """The gang as decided: its own name, kind and source with the pod sets of the first
+    gang of its content (the memo keys fills by pod set identity)."""
+    if g.pod_sets is state.first.pod_sets:
+        return g
+    return dataclasses.replace(g, pod_sets=state.first.pod_sets)
 
 
 def _left_out(result: _Result, g: gang.Gang, refused: list[str], held: list[str]) -> _Result:

@@ -52,7 +52,7 @@ there.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -66,6 +66,13 @@ DeviceKeys = dict[int, tuple[model.Device, tuple[int, str | None]]]
 def _bare(name: str) -> str:
     return name.rpartition("/")[2]
 
+
+#: A node's device part under a projection (`Projection._devices`): per pool its shape
+#: and observable devices, the devices in canonical order, candidates, unbounded.
+DevicePart = tuple[tuple[Any, ...], tuple[tuple[PoolKey, tuple[str, ...]], ...], int, bool]
+#: Device parts by node name, with what they were made from: the node's slices and, per
+#: pool, what is allocated in it (compared by identity).
+NodeDevices = dict[str, tuple[tuple[model.ResourceSlice, ...], tuple[Any, ...], DevicePart]]
 
 _EXACT: dict[int, tuple[values.Quantity, tuple[int, int]]] = {}
 _STATES: dict[tuple[Any, ...], str] = {}
@@ -228,7 +235,10 @@ class Projection:
 
     def __init__(self, g: gang.Gang, classes: Mapping[str, model.DeviceClass],
                  selector: semantics.Selector, interner: dict[Any, int],
-                 device_keys: DeviceKeys) -> None:
+                 device_keys: DeviceKeys,
+                 devices_of: Callable[[str], NodeDevices] | None = None) -> None:
+        """`devices_of(signature)`: where nodes' device parts are kept for every
+        projection of that `signature` (None: by this projection alone)."""
         self.view = device_view(g, classes)
         self.free = free_view(g)
         self._intern = interner
@@ -251,6 +261,11 @@ class Projection:
                        for e in (*(dc.selectors if dc else ()), *alt.selectors)]
         self._attributes_only = not any("capacity" in e or "allowMultipleAllocations" in e
                                         for e in expressions)
+        # What the device part of a node's key depends on besides the node: gangs that
+        # differ only in their pod counts or node resources share it.
+        self.signature = repr((self.view, [alt for alt, _ in self._alternatives],
+                               [dc for _, dc in self._alternatives]))
+        self._parts: NodeDevices = devices_of(self.signature) if devices_of else {}
         # Per attribute name: 0 not observable, 1 kept in the key, 2 the renamed one.
         self._actions: dict[str, int] = {}
         # Devices one pod of the only pod set takes for itself at least (0: unbounded).
@@ -384,6 +399,25 @@ class Projection:
                  ) -> tuple[int, tuple[tuple[PoolKey, tuple[str, ...]], ...]]:
         """The node's class under this projection and its devices in canonical order,
         pool by pool (pool, device names)."""
+        # Kept while the node's slices (the same tuple while they do not change) and what
+        # is allocated in its pools (a new list after each change) are the same objects:
+        # a pod bound or gone changes the node's entry, not its devices.
+        taken = tuple([allocated.get(pk, ()) for pk in e.local_pools])
+        hit = self._parts.get(e.node.name)
+        if hit is None or hit[0] is not e.local_slices or len(hit[1]) != len(taken) or any(
+                a is not b for a, b in zip(hit[1], taken, strict=True)):
+            hit = self._parts[e.node.name] = (e.local_slices, taken, self._devices(e, allocated))
+        pools, order, candidates, unbounded = hit[2]
+        key = ("node", pools, e.node.taints, e.node.unschedulable, e.pristine,
+               self._free(e, candidates, unbounded), self._advertised(e))
+        return self._intern.setdefault(key, len(self._intern)), order
+
+    def _devices(self, e: gang._NodeEntry,
+                 allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]) -> DevicePart:
+        """The part of the node's key its devices make (kept while its slices and
+        allocations stay, shared by projections of one `signature`): per pool its shape
+        and observable devices, the devices in canonical order, candidates and whether
+        one of them allows multiple allocations."""
         by_pool: dict[PoolKey, list[model.ResourceSlice]] = {}
         for s in e.local_slices:
             by_pool.setdefault((s.driver, s.pool), []).append(s)
@@ -405,9 +439,7 @@ class Projection:
                 items.sort(key=_canonical)
             key_parts.append((info, tuple([(it[0], it[4], it[2]) for it in items])))
             order.append((pk, tuple([it[3] for it in items])))
-        key = ("node", tuple(key_parts), e.node.taints, e.node.unschedulable, e.pristine,
-               self._free(e, candidates, unbounded), self._advertised(e))
-        return self._intern.setdefault(key, len(self._intern)), tuple(order)
+        return tuple(key_parts), tuple(order), candidates, unbounded
 
     def _ranks(self, pools: list[tuple[PoolKey, bool, tuple[Any, ...], list[_Item]]]
                ) -> dict[str | None, int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import datetime
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import fitcore
@@ -62,20 +62,28 @@ class NodeLedger:
         (`promises.Recovery`) before it decides."""
         out: set[str] = set()
         now = self.clock.monotonic()
-        for uid, (namespace, nodes, since) in list(self._promised.items()):
+        for uid, (_, _, since) in list(self._promised.items()):
+            if uid != except_uid and now - since > self.promise_seconds:
+                del self._promised[uid]
+        # The bound pods of every promise, in one pass over each namespace's pods (not
+        # one per promise: this runs for every decision, on the event loop).
+        bound: dict[tuple[str, str], dict[str, int]] = {}  # (namespace, uid) -> per node
+        for namespace in {ns for uid, (ns, _, _) in self._promised.items() if uid != except_uid}:
+            for pod in self.stores.pods.list(namespace) if self.stores.pods else ():
+                node = (pod.get("spec") or {}).get("nodeName")
+                if not node:
+                    continue
+                labels = _meta(pod).get("labels") or {}
+                for owner in {labels.get(c.PLACEMENT_LABEL),
+                              labels.get(c.PLACEMENT_WORKLOAD_LABEL)}:
+                    if isinstance(owner, str) and owner in self._promised:
+                        per_node = bound.setdefault((namespace, owner), {})
+                        per_node[node] = per_node.get(node, 0) + 1
+        for uid, (namespace, nodes, _) in list(self._promised.items()):
             if uid == except_uid:
                 continue
-            if now - since > self.promise_seconds:
-                del self._promised[uid]
-                continue
-            bound: dict[str, int] = {}
-            for pod in self.stores.pods.list(namespace) if self.stores.pods else ():
-                labels = _meta(pod).get("labels") or {}
-                node = (pod.get("spec") or {}).get("nodeName")
-                if node and uid in (labels.get(c.PLACEMENT_LABEL),
-                                    labels.get(c.PLACEMENT_WORKLOAD_LABEL)):
-                    bound[node] = bound.get(node, 0) + 1
-            waiting = {n for n, want in nodes.items() if bound.get(n, 0) < want}
+            got = bound.get((namespace, uid), {})
+            waiting = {n for n, want in nodes.items() if got.get(n, 0) < want}
             if not waiting:
                 del self._promised[uid]
             out |= waiting
@@ -101,15 +109,20 @@ class NodeLedger:
         # Oldest first; each creation time parsed once (`_created`), and each request looks
         # only at the nodes created since it (bisect), not at every node of the cluster:
         # this runs for every decision, on the event loop.
-        nodes = sorted((_created(_text(_meta(n).get("creationTimestamp"))),
-                        str(_meta(n).get("name")),
-                        _meta(n).get("labels") or {}) for n in self.stores.nodes.list())
+        # Only nodes created since the oldest request can be any request's (all nodes when
+        # a request's creation time cannot be read).
+        sinces = [predicates.parse_time(_meta(r.obj).get("creationTimestamp"))
+                  for r in requests]
+        floor = None if None in sinces else min(s for s in sinces if s is not None)
+        nodes = sorted((created, str(meta.get("name")), meta.get("labels") or {})
+                       for n in self.stores.nodes.list()
+                       if (created := _created(_text((meta := _meta(n)).get(
+                           "creationTimestamp")))) >= (floor or _UNKNOWN))
         times = [t for t, _, _ in nodes]
         names = kueue.ours(self.stores.admission_checks.list())
         out: inputs.Owners = {}
-        for r in requests:
+        for r, since in zip(requests, sinces, strict=True):
             admitted = any(e.get("state") == c.READY for e in kueue.entries(r.workload, names))
-            since = predicates.parse_time(_meta(r.obj).get("creationTimestamp"))
             # A node whose creation time cannot be read (`_UNKNOWN`) is never "created
             # since" a request.
             newer = nodes[bisect.bisect_left(times, since):] if since is not None else nodes
@@ -157,8 +170,11 @@ class NodeLedger:
         return out
 
 
-    def node_labels(self) -> dict[str, dict[str, str]]:
-        """Every node's labels, by name."""
+    def node_labels(self, names: Collection[str] | None = None) -> dict[str, dict[str, str]]:
+        """Every node's labels (or those of the nodes named that exist), by name."""
+        if names is not None:
+            return {name: labels(n) for name in names
+                    if (n := self.stores.nodes.get(name)) is not None}
         return {str(_meta(n).get("name")): labels(n) for n in self.stores.nodes.list()}
 
 

@@ -205,19 +205,41 @@ def _content(obj: Mapping[str, Any], name: str, wl: client.Obj, uid: str, check:
              attempt: int, index: int, where: str) -> Request:
     meta = _meta(obj)
     annotations = _strings(meta.get("annotations"))
-    max_nodes = pods_of(wl)
+    plan, alternatives = _plans(annotations.get(c.PLAN_ANNOTATION),
+                                annotations.get(c.ALTERNATIVES_ANNOTATION, "[]"), pods_of(wl),
+                                where)
+    _check_pod_sets(obj, name, plan, where)
+    return Request(dict(obj), name, str(meta.get("namespace") or ""), wl, uid, check, attempt,
+                   index, plan, alternatives)
+
+
+#: Plans read back, by (plan text, alternatives text, the Workload's pod count): every
+#: decision reads every request (to know which new nodes are whose), so each request's
+#: annotations are parsed once, not once per decision. Only what reads back is kept.
+_PLANS: dict[tuple[str, str | None, int], tuple[fitcore.Plan, tuple[fitcore.Plan, ...]]] = {}
+_PLANS_MAX = 4096
+
+
+def _plans(plan_text: str | None, alts_text: str | None, max_nodes: int, where: str
+           ) -> tuple[fitcore.Plan, tuple[fitcore.Plan, ...]]:
+    """A request's plan and alternatives from their annotations (`_plan`), kept."""
+    if plan_text is not None:
+        hit = _PLANS.get((plan_text, alts_text, max_nodes))
+        if hit is not None:
+            return hit
     plan_field = f"metadata.annotations[{c.PLAN_ANNOTATION!r}]"
-    plan = _plan(_json(annotations.get(c.PLAN_ANNOTATION), plan_field, where), plan_field,
-                 where, max_nodes)
+    plan = _plan(_json(plan_text, plan_field, where), plan_field, where, max_nodes)
     alt_field = f"metadata.annotations[{c.ALTERNATIVES_ANNOTATION!r}]"
-    raw_alts = _json(annotations.get(c.ALTERNATIVES_ANNOTATION, "[]"), alt_field, where)
+    raw_alts = _json(alts_text, alt_field, where)
     if not isinstance(raw_alts, list) or len(raw_alts) > MAX_ALTERNATIVES:
         raise Untrusted(f"{where}: {alt_field}: not a list of at most {MAX_ALTERNATIVES} plans")
     alternatives = tuple(_plan(a, f"{alt_field}[{i}]", where, max_nodes)
                          for i, a in enumerate(raw_alts))
-    _check_pod_sets(obj, name, plan, where)
-    return Request(dict(obj), name, str(meta.get("namespace") or ""), wl, uid, check, attempt,
-                   index, plan, alternatives)
+    if len(_PLANS) >= _PLANS_MAX:
+        _PLANS.pop(next(iter(_PLANS)))
+    assert plan_text is not None  # `_json` refused a missing plan
+    _PLANS[(plan_text, alts_text, max_nodes)] = (plan, alternatives)
+    return plan, alternatives
 
 
 def _check_pod_sets(obj: Mapping[str, Any], name: str, plan: fitcore.Plan, where: str) -> None:

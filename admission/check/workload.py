@@ -402,7 +402,7 @@ class WorkloadReconciler:
                          domains: Mapping[str, str], text: str,
                          annotations: Mapping[str, str] | None = None) -> float | None:
         wg, placements, domains = topology.unsplit(wg, placements, domains)
-        labels = self.ledger.node_labels()
+        labels = self.ledger.node_labels({p.node for p in placements})
         hostnames = {p.node: h for p in placements
                      if (h := labels.get(p.node, {}).get(c.HOSTNAME_LABEL)) and h != p.node}
         updates = podsetupdates.build(wl, str(entry["name"]), wg, placements, domains,

@@ -187,6 +187,42 @@ def test_bound_pods_as_they_come_and_go_steer_anti_affinity() -> None:
     assert reasons.POD_AFFINITY in {d.code for d in result.details}
 
 
+def test_bound_pods_anti_affinity_keeps_out_a_gang_with_no_rules_of_its_own() -> None:
+    """A pod set with labels and no (anti-)affinity terms is kept off a node only by the
+    anti-affinity of pods bound there; those pods are found anew as they come and go."""
+    inv_paths = ["anti-affinity/inventory.yaml"]
+    wl_path = "anti-affinity/workload.yaml"
+    objects = inventory_objects(inv_paths, wl_path)
+    inv = fed(objects, "1.36")
+    (job,) = [o for o, _ in _docs([wl_path]) if o.get("kind") == "Job"]
+    job = copy.deepcopy(job)
+    del job["spec"]["template"]["spec"]["affinity"]
+    g = workload.gang_of(job)
+    guard = _pod("guard", "node-a", {"app": "guard"})
+    away = {"topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": {"app": "web"}}}
+    guard["spec"]["affinity"] = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [away]}}
+
+    def check() -> set[str]:
+        result = inv.plan(g)
+        bundle = workload.load([(o, None) for o in objects])
+        snap = gang.Snapshot(bundle.nodes, bundle.inventory, bundle.used, pods=bundle.pods)
+        same(result, plan.plan(g, snap, []))
+        assert result.verdict == "fits"
+        return {p.node for p in result.placements}
+
+    assert "node-a" in check()
+    for event, pod in (("ADDED", guard), ("DELETED", guard)):
+        inv.apply(event, pod)
+        objects = [o for o in objects if o["metadata"]["name"] != "guard"]
+        if event == "ADDED":
+            objects.append(pod)
+            assert "node-a" not in check()
+        else:
+            assert "node-a" in check()
+
+
 def test_device_taint_rules_as_events_follow_the_version() -> None:
     inv_paths = ["extended-job/inventory.yaml"]
     wl_path = "extended-job/workload.yaml"
