@@ -56,7 +56,9 @@ so they are right after a restart and on every replica.
 Defined next to what they measure:
 
 - `admission.runtime.workqueue`: `fitgate_reconcile_total{controller, result}` (ok, requeue,
-  error), `fitgate_reconcile_seconds{controller}`, `fitgate_workqueue_depth{controller}`.
+  error), `fitgate_reconcile_seconds{controller}`, `fitgate_workqueue_depth{controller}`,
+  `fitgate_workqueue_wait_seconds{controller}` (from a key's due time to its reconcile's
+  start: the wait for a worker).
 - `admission.kube.cache`: `fitgate_informer_synced{kind}` (1 once the kind's cache has
   listed), `fitgate_informer_lists_total{kind}`, `fitgate_informer_reconnects_total{kind}`,
   `fitgate_informer_events_total{kind}`.
