@@ -235,10 +235,11 @@ class Recorder:
 # -- CPU and metrics --------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) of a process and its live descendants (0: gone)."""
+def cpu_seconds(pid: int, children: bool = True) -> float:
+    """CPU seconds (user + system) of a process and (``children``) its live descendants
+    (0: gone)."""
     total = 0.0
-    for p in [pid, *_descendants(pid)]:
+    for p in [pid, *(_descendants(pid) if children else ())]:
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
@@ -291,6 +292,7 @@ class Meter:
 
     pids: dict[str, int]
     metrics_url: str
+    alone: frozenset[str] = frozenset()  # names counted without their descendants
     started: float = 0.0
     cpu0: dict[str, float] = dataclasses.field(default_factory=dict)
     metrics0: dict[Any, float] = dataclasses.field(default_factory=dict)
@@ -301,12 +303,13 @@ class Meter:
 
     def begin(self) -> None:
         self.started = time.time()
-        self.cpu0 = {n: cpu_seconds(p) for n, p in self.pids.items()}
+        self.cpu0 = {n: cpu_seconds(p, n not in self.alone) for n, p in self.pids.items()}
         self.metrics0 = scrape(self.metrics_url)
 
     def end(self) -> None:
         self.wall = time.time() - self.started
-        self.cpu = {n: cpu_seconds(p) - self.cpu0.get(n, 0.0) for n, p in self.pids.items()}
+        self.cpu = {n: cpu_seconds(p, n not in self.alone) - self.cpu0.get(n, 0.0)
+                    for n, p in self.pids.items()}
         after = scrape(self.metrics_url)
         self.load = os.getloadavg()
 
@@ -327,6 +330,7 @@ class Meter:
         m["reviews"] = delta("fitgate_webhook_review_seconds_count")
         m["review s"] = delta("fitgate_webhook_review_seconds_sum")
         m["process cpu s"] = delta("process_cpu_seconds_total")
+        m["promise waits"] = delta("fitgate_promise_waits_total")
 
 
 # -- the breakdown ----------------------------------------------------------------------
@@ -392,8 +396,11 @@ class Breakdown:
         share, cpu = self.fitgate_share(), self.cpu_share()
         out.append(f"  fitgate's share of gang-seconds (gate + check): "
                    f"{_pct(share)}; fitgate CPU over the wall: {_pct(cpu)} of one core")
-        out.append("  CPU seconds during the burst: " + ", ".join(
-            f"{n} {s:.1f}" for n, s in sorted(self.meter.cpu.items(), key=lambda x: -x[1])))
+        spent = sum(self.meter.cpu.values())
+        out.append(f"  CPU seconds during the burst ({spent:.0f} in all, "
+                   f"{spent / self.meter.wall if self.meter.wall else 0:.2f} cores busy): "
+                   + ", ".join(f"{n} {s:.1f}" for n, s in
+                               sorted(self.meter.cpu.items(), key=lambda x: -x[1])))
         m = self.meter.metrics
         if m:
             parts = []
@@ -407,6 +414,8 @@ class Breakdown:
                     f" ms, {m[f'errors {ctl}']:.0f} errors")
             parts.append(f"{m['decisions']:.0f} engine decisions, {m['decision s']:.1f} s")
             parts.append(f"{m['reviews']:.0f} webhook reviews, {m['review s']:.1f} s")
+            parts.append(f"{m.get('promise waits', 0):.0f} check passes waited for nodes "
+                         "promised to gangs not bound yet")
             parts.append(f"process CPU {m['process cpu s']:.1f} s")
             out.append("  fitgate /metrics: " + "; ".join(parts))
         return out
