@@ -48,6 +48,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import pathlib
 import statistics
 import time
 import urllib.request
@@ -372,6 +373,18 @@ class Breakdown:
     def cpu_share(self) -> float | None:
         m = self.meter
         return m.cpu.get("fitgate", 0.0) / m.wall if m.wall else None
+
+    def write(self, path: pathlib.Path) -> None:
+        """Every gang's milestones (seconds after the first submit) and phases, the CPU
+        seconds and fitgate's metric deltas, as JSON."""
+        path.write_text(json.dumps({
+            "wall": self.meter.wall, "load": self.meter.load, "cpu": self.meter.cpu,
+            "metrics": self.meter.metrics,
+            "gangs": {g.name: {"explained": g.explained, "phases": g.phases(),
+                               "times": {m: round(t - self.started, 3)
+                                         for m, t in sorted(g.times.items(),
+                                                            key=lambda x: x[1])}}
+                      for g in self.gangs}}, indent=1))
 
     def lines(self) -> list[str]:
         """The breakdown as text: phases, stage completion, CPU, fitgate's metrics."""

@@ -3,7 +3,9 @@ which component a gang's seconds go to, and fitgate's share. No cluster needed."
 
 from __future__ import annotations
 
+import json
 import os
+import pathlib
 
 import pytest
 
@@ -69,3 +71,13 @@ def test_cpu_seconds_of_this_process_grow_while_it_works() -> None:
         sum(range(10_000))
     assert burst.cpu_seconds(os.getpid()) >= deadline
     assert burst.cpu_seconds(2 ** 22 + 1) == 0.0  # no such process
+
+
+def test_the_timelines_are_written_as_json(tmp_path: pathlib.Path) -> None:
+    meter = burst.Meter({}, "http://127.0.0.1:1/metrics", wall=20.0, cpu={"fitgate": 2.0})
+    burst.Breakdown([ADMITTED, EXPLAINED], meter, started=-1.0).write(tmp_path / "b.json")
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert data["gangs"]["never"] == {
+        "explained": True, "phases": {"webhooks": 0.5, "workload": 0.5, "gate": 2.0},
+        "times": {"submit": 1.0, "created": 1.5, "workload": 2.0, "ungated": 4.0}}
+    assert data["cpu"] == {"fitgate": 2.0} and data["wall"] == 20.0

@@ -51,7 +51,9 @@ async def test_scenario_11_many_gangs_at_once_are_all_decided(
         figures.record(result.row())
         print("\n" + figures.table([result.row()]))
         assert result.breakdown is not None
-        figures.detail(result.breakdown.lines())
+        result.breakdown.write(e2e.run_dir / "burst.json")
+        figures.detail([*result.breakdown.lines(),
+                        f"  every gang's timeline: {e2e.run_dir / 'burst.json'}"])
         print("\n".join(result.breakdown.lines()))
         workloads = await e2e.kube.list("kueue.x-k8s.io/v1beta2", "Workload", e2e.namespace)
     finally:
