@@ -10,7 +10,10 @@ clock, sub-second) it saw each milestone the components write:
     workload    Kueue's job controller created the gang's Workload (gated by fitgate)
     ungated     fitgate's gate removed its entry from the Job's admission-gated-by
                 annotation (or, for a gang that can never fit, wrote its explanation)
-    reserved    Kueue reserved quota (QuotaReserved), fitgate's check Pending
+    reserved    Kueue reserved quota (QuotaReserved)
+    pending     fitgate's check is on the Workload, Pending, with quota reserved (Kueue's
+                Workload controller adds the entry, often in a later write than the
+                reservation): from here fitgate can act
     requested   fitgate created a ProvisioningRequest (gangs that need new nodes)
     provisioned the autoscaler marked it Provisioned
     ready       fitgate wrote its check Ready
@@ -23,8 +26,9 @@ Consecutive milestones make the phases, each owned by one component:
     workload    created → workload       Kueue (job controller)
     gate        workload → ungated       fitgate (the gate)
     quota       ungated → reserved       Kueue (copies the ungating, queues, reserves)
-    check       reserved → ready         fitgate (the check; for a gang that needs new
-                                         nodes only reserved → requested and provisioned →
+    entry       reserved → pending       Kueue (its Workload controller adds the checks)
+    check       pending → ready          fitgate (the check; for a gang that needs new
+                                         nodes only pending → requested and provisioned →
                                          ready, the wait for the new nodes and its verify)
     autoscaler  requested → provisioned  cluster-autoscaler
     admit       ready → admitted         Kueue
@@ -59,14 +63,15 @@ from prometheus_client import parser
 
 from e2e import builders, kube
 
-MILESTONES = ("submit", "created", "workload", "ungated", "reserved", "requested",
+MILESTONES = ("submit", "created", "workload", "ungated", "reserved", "pending", "requested",
               "provisioned", "ready", "admitted", "scheduled")
 # (phase, component, from milestone, to milestone)
 PHASES = (("webhooks", "API server + webhooks", "submit", "created"),
           ("workload", "Kueue", "created", "workload"),
           ("gate", "fitgate", "workload", "ungated"),
           ("quota", "Kueue", "ungated", "reserved"),
-          ("check", "fitgate", "reserved", "requested"),
+          ("entry", "Kueue", "reserved", "pending"),
+          ("check", "fitgate", "pending", "requested"),
           ("autoscaler", "cluster-autoscaler", "requested", "provisioned"),
           ("check", "fitgate", "provisioned", "ready"),
           ("admit", "Kueue", "ready", "admitted"))
@@ -205,10 +210,15 @@ class Recorder:
         gang.workload, gang.uid = str(wl["metadata"]["name"]), str(wl["metadata"]["uid"])
         self._by_uid[gang.uid] = gang.name
         gang.mark("workload", at)
-        if kube.has_condition(dict(wl), "QuotaReserved"):
+        reserved = kube.has_condition(dict(wl), "QuotaReserved")
+        if reserved:
             gang.mark("reserved", at)
         for entry in (wl.get("status") or {}).get("admissionChecks") or []:
-            if entry.get("name") == self.check and entry.get("state") == "Ready":
+            if entry.get("name") != self.check:
+                continue
+            if reserved:
+                gang.mark("pending", at)
+            if entry.get("state") == "Ready":
                 gang.mark("ready", at)
         if kube.has_condition(dict(wl), "Admitted"):
             gang.mark("admitted", at)
@@ -351,7 +361,8 @@ class Breakdown:
         need = ("submit", "created", "workload", "ungated")
         return [f"{g.name}: {sorted(g.times)}" for g in self.gangs
                 if g.decided is None or any(m not in g.times for m in need)
-                or (not g.explained and any(m not in g.times for m in ("reserved", "ready")))]
+                or (not g.explained
+                    and any(m not in g.times for m in ("reserved", "pending", "ready")))]
 
     def phase_seconds(self) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {p[0]: [] for p in PHASES}

@@ -17,20 +17,21 @@ def _gang(name: str, explained: bool = False, **times: float) -> burst.Gang:
     return g
 
 
-ADMITTED = _gang("a", submit=0.0, created=0.5, workload=1.0, ungated=1.5, reserved=6.0,
-                 ready=6.25, admitted=8.0, scheduled=9.0)
+ADMITTED = _gang("a", submit=0.0, created=0.5, workload=1.0, ungated=1.5, reserved=5.0,
+                 pending=6.0, ready=6.25, admitted=8.0, scheduled=9.0)
 EXPLAINED = _gang("never", explained=True, submit=0.0, created=0.5, workload=1.0,
                   ungated=3.0)
 PROVISIONED = _gang("big", submit=0.0, created=0.5, workload=1.0, ungated=1.5,
-                    reserved=2.0, requested=2.5, provisioned=12.5, ready=13.5, admitted=14.0)
+                    reserved=2.0, pending=2.0, requested=2.5, provisioned=12.5, ready=13.5,
+                    admitted=14.0)
 
 
 @pytest.mark.parametrize(("gang", "phases"), [
-    (ADMITTED, {"webhooks": 0.5, "workload": 0.5, "gate": 0.5, "quota": 4.5, "check": 0.25,
-                "admit": 1.75}),
+    (ADMITTED, {"webhooks": 0.5, "workload": 0.5, "gate": 0.5, "quota": 3.5, "entry": 1.0,
+                "check": 0.25, "admit": 1.75}),
     (EXPLAINED, {"webhooks": 0.5, "workload": 0.5, "gate": 2.0}),
-    (PROVISIONED, {"webhooks": 0.5, "workload": 0.5, "gate": 0.5, "quota": 0.5, "check": 1.5,
-                   "autoscaler": 10.0, "admit": 0.5}),
+    (PROVISIONED, {"webhooks": 0.5, "workload": 0.5, "gate": 0.5, "quota": 0.5, "entry": 0.0,
+                   "check": 1.5, "autoscaler": 10.0, "admit": 0.5}),
     # A milestone not seen folds its phase into the next one seen.
     (_gang("no-workload", submit=0.0, created=0.5, ungated=1.5, reserved=2.0, ready=3.0,
            admitted=4.0),
@@ -54,7 +55,7 @@ def test_fitgates_share_is_its_phases_over_all_gang_seconds() -> None:
     text = "\n".join(b.lines())
     assert "19.0%" in text and "autoscaler" in text
     assert b.note().startswith("fitgate's share 19.0% of gang-seconds, CPU 10.0% of a core;"
-                               " biggest phases: autoscaler 40%, quota 20%")
+                               " biggest phases: autoscaler 40%, quota 16%, gate 12%")
 
 
 def test_an_undecided_gang_is_incomplete() -> None:
@@ -62,6 +63,12 @@ def test_an_undecided_gang_is_incomplete() -> None:
     stuck = _gang("stuck", submit=0.0, created=0.5, workload=1.0, ungated=1.5, reserved=2.0)
     assert burst.Breakdown([ADMITTED, stuck], meter, 0.0).incomplete() == [
         "stuck: ['created', 'reserved', 'submit', 'ungated', 'workload']"]
+    # Decided, but the write Kueue adds fitgate's check with was never seen.
+    unseen = _gang("unseen", submit=0.0, created=0.5, workload=1.0, ungated=1.5,
+                   reserved=2.0, ready=3.0, admitted=4.0)
+    assert burst.Breakdown([unseen], meter, 0.0).incomplete() == [
+        "unseen: ['admitted', 'created', 'ready', 'reserved', 'submit', 'ungated', "
+        "'workload']"]
 
 
 def test_cpu_seconds_of_this_process_grow_while_it_works() -> None:
