@@ -20,7 +20,8 @@ Pending).
 Decided means: the Workload is Admitted, or the Job carries fitgate's explanation. The
 figures: seconds from the first submit until every gang is decided (bounded wait), how
 many were admitted and explained, the ProvisioningRequests (none duplicated for a
-Workload, none without its Workload) and the nodes they added.
+Workload, none without its Workload) and the nodes they added; with a ``burst.Meter``,
+where the time went, per gang and per component, and fitgate's share (``burst.py``).
 """
 
 from __future__ import annotations
