@@ -166,18 +166,22 @@ class Recorder:
                     auth_settings=["BearerToken"], _preload_content=False,
                     _request_timeout=WATCH_SECONDS + 30)
                 connected.set()
-                async for line in resp.content:
-                    at = time.time()
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        version = ""
-                        break
-                    version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-                    if event.get("type") in ("ADDED", "MODIFIED"):
-                        handler(obj, at)
+                try:
+                    async for line in resp.content:
+                        at = time.time()
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        obj = event.get("object") or {}
+                        if event.get("type") == "ERROR":
+                            version = ""
+                            break
+                        version = str((obj.get("metadata") or {}).get("resourceVersion")
+                                      or "")
+                        if event.get("type") in ("ADDED", "MODIFIED"):
+                            handler(obj, at)
+                finally:
+                    resp.release()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a broken stream: note it, watch again
@@ -352,6 +356,7 @@ class Breakdown:
     gangs: list[Gang]
     meter: Meter
     started: float
+    errors: list[str] = dataclasses.field(default_factory=list)  # the watches' (Recorder)
 
     def decided(self) -> list[Gang]:
         return [g for g in self.gangs if g.decided is not None and "submit" in g.times]
@@ -417,6 +422,9 @@ class Breakdown:
                 for m in MILESTONES}
         out.append("  last gang at each milestone (s after the first submit): " + ", ".join(
             f"{m} {t - self.started:.1f}" for m, t in last.items() if t is not None))
+        if self.errors:
+            out.append(f"  watch errors ({len(self.errors)}; milestones after them may be "
+                       f"late): " + "; ".join(self.errors[:3]))
         share, cpu = self.fitgate_share(), self.cpu_share()
         out.append(f"  fitgate's share of gang-seconds (gate + check): "
                    f"{_pct(share)}; fitgate CPU over the wall: {_pct(cpu)} of one core")

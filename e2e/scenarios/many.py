@@ -161,7 +161,8 @@ async def _run(e2e: harness.Harness, check: str, timeout: float, meter: burst.Me
     breakdown = None
     if meter is not None:
         meter.end()
-        breakdown = burst.Breakdown(list(recorder.gangs.values()), meter, started)
+        breakdown = burst.Breakdown(list(recorder.gangs.values()), meter, started,
+                                    list(recorder.errors))
     big, big_seconds = await _big_running(e2e, [g[0] for g in gangs[:BIG]], started)
     requests = await e2e.kube.list(builders.AUTOSCALING, "ProvisioningRequest",
                                    e2e.namespace)

@@ -53,7 +53,10 @@ def test_fitgates_share_is_its_phases_over_all_gang_seconds() -> None:
     assert b.cpu_share() == pytest.approx(0.1)
     assert b.incomplete() == []
     text = "\n".join(b.lines())
-    assert "19.0%" in text and "autoscaler" in text
+    assert "19.0%" in text and "autoscaler" in text and "watch errors" not in text
+    b.errors.append("Pod watch: ClientPayloadError: broken")
+    assert "watch errors (1; milestones after them may be late): Pod watch" in \
+        "\n".join(b.lines())
     assert b.note().startswith("fitgate's share 19.0% of gang-seconds, CPU 10.0% of a core;"
                                " biggest phases: autoscaler 40%, quota 16%, gate 12%")
 
