@@ -257,6 +257,7 @@ class WorkloadReconciler:
         free = await decide(())
         if free.verdict == result.verdict:
             return result
+        metrics.PROMISE_WAITS.inc()
         log.debug("waiting for promised nodes to bind",
                   workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
         return None

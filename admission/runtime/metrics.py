@@ -20,6 +20,9 @@ The HTTP endpoint that serves the default registry is `fitgate serve`'s.
   capacity revoked), every new node from the Provisioned transition to that moment; for a
   verified request, the new nodes of the plan's shapes the gang's placement left empty.
 - `fitgate_decision_seconds{operation}`: fitcore's time per plan, verify or fit.
+- `fitgate_promise_waits_total`: check passes that left a gang waiting because it fits
+  only on nodes promised to gangs whose pods have not bound yet (it is looked at again
+  after `promise_poll_seconds`).
 - `fitgate_webhook_review_seconds{hook}`: the webhook's time per review (mutate-jobs,
   validate-jobs, mutate-pods), from the parsed request to the response.
 - `fitgate_webhook_validations_total{outcome}`: how validate-jobs answered: `cached` (a
@@ -56,7 +59,9 @@ so they are right after a restart and on every replica.
 Defined next to what they measure:
 
 - `admission.runtime.workqueue`: `fitgate_reconcile_total{controller, result}` (ok, requeue,
-  error), `fitgate_reconcile_seconds{controller}`, `fitgate_workqueue_depth{controller}`.
+  error), `fitgate_reconcile_seconds{controller}`, `fitgate_workqueue_depth{controller}`,
+  `fitgate_workqueue_wait_seconds{controller}` (from a key's due time to its reconcile's
+  start: the wait for a worker).
 - `admission.kube.cache`: `fitgate_informer_synced{kind}` (1 once the kind's cache has
   listed), `fitgate_informer_lists_total{kind}`, `fitgate_informer_reconnects_total{kind}`,
   `fitgate_informer_events_total{kind}`.
@@ -93,6 +98,9 @@ VERIFICATION_MISMATCHES = Counter(
 UNUSED_NODE_SECONDS = Counter(
     "fitgate_unused_node_seconds",
     "Node-seconds provisioned for a gang and not used by it", ["shape"])
+PROMISE_WAITS = Counter(
+    "fitgate_promise_waits",
+    "Check passes that waited for nodes promised to gangs whose pods have not bound")
 DECISION_SECONDS = Histogram(
     "fitgate_decision_seconds", "fitcore decision latency", ["operation"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))

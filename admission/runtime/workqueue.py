@@ -57,6 +57,12 @@ RECONCILE_SECONDS = prometheus_client.Histogram(
     "fitgate_reconcile_seconds", "Time spent in one reconcile", ["controller"])
 QUEUE_DEPTH = prometheus_client.Gauge(
     "fitgate_workqueue_depth", "Keys waiting in a controller's queue", ["controller"])
+# From the moment a key is due (queued by an event, or its requeue-after or retry delay
+# over) to the start of its reconcile: the time it waited for a worker. With the
+# reconcile's own time it is what a Workload waits on fitgate per pass.
+QUEUE_WAIT = prometheus_client.Histogram(
+    "fitgate_workqueue_wait_seconds", "Time a due key waited for a worker", ["controller"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
 
 
 class Controller(Protocol):
@@ -184,6 +190,8 @@ class Queue:
                     continue
                 del self._due[key]
                 QUEUE_DEPTH.labels(self.ctrl.name).set(len(self._due))
+                QUEUE_WAIT.labels(self.ctrl.name).observe(
+                    max(0.0, self.clock.monotonic() - due))
                 self._active.add(key)
                 task = asyncio.create_task(self._one(key, slots))
                 self._inflight.add(task)

@@ -25,11 +25,21 @@ class Row:
 
 
 _ROWS: list[Row] = []
+_DETAILS: list[str] = []
 
 
 def record(row: Row) -> Row:
     _ROWS.append(row)
     return row
+
+
+def detail(lines: list[str]) -> None:
+    """Lines printed under the table (a scenario's breakdown of its row)."""
+    _DETAILS.extend(lines)
+
+
+def details() -> list[str]:
+    return list(_DETAILS)
 
 
 def rows() -> list[Row]:

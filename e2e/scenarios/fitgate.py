@@ -52,6 +52,7 @@ class Fitgate:
     webhook_port: int = dataclasses.field(default_factory=processes.free_port)
     installed: bool = False
     chart_values: tuple[str, ...] = ()  # more `--set` values, e.g. "karpenter.enabled=true"
+    health_ports: dict[int, int] = dataclasses.field(default_factory=dict)  # replica -> port
 
     @property
     def workdir(self) -> pathlib.Path:
@@ -188,10 +189,24 @@ class Fitgate:
         proc = await self.e2e.start_process(
             name, argv, env={"PYTHONUNBUFFERED": "1"}, cwd=REPO,
             ready_url=f"http://127.0.0.1:{health}/healthz", timeout=READY_TIMEOUT_S)
+        self.health_ports[index] = health
         while len(self.replicas) <= index:
             self.replicas.append(proc)
         self.replicas[index] = proc
         return proc
+
+    def metrics_url(self, index: int = 0) -> str:
+        """Replica ``index``'s /metrics (its health server)."""
+        return f"http://127.0.0.1:{self.health_ports[index]}/metrics"
+
+    def pids(self) -> dict[str, int]:
+        """The processes of this test's cluster and fitgate's replicas, by name (for CPU
+        accounting): "fitgate" is replica 0, the others "fitgate-<index>"."""
+        out = {p.name: p.popen.pid for p in self.local.procs}
+        for i, proc in enumerate(self.replicas):
+            if proc.pid is not None:
+                out["fitgate" if i == 0 else f"fitgate-{i}"] = proc.pid
+        return out
 
     async def leader(self) -> str | None:
         """The identity holding the chart's leader-election Lease (``e2e-<index>``)."""

@@ -20,7 +20,8 @@ Pending).
 Decided means: the Workload is Admitted, or the Job carries fitgate's explanation. The
 figures: seconds from the first submit until every gang is decided (bounded wait), how
 many were admitted and explained, the ProvisioningRequests (none duplicated for a
-Workload, none without its Workload) and the nodes they added.
+Workload, none without its Workload) and the nodes they added; with a ``burst.Meter``,
+where the time went, per gang and per component, and fitgate's share (``burst.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import time
 from typing import Any
 
 from e2e import builders, harness, kube
-from e2e.scenarios import figures, topology
+from e2e.scenarios import burst, figures, topology
 
 SCENARIO = "11 many at once"
 GANGS = 200
@@ -57,6 +58,7 @@ class Result:
     expected: dict[str, int]
     big: dict[str, str] = dataclasses.field(default_factory=dict)  # big gang -> its pod's node
     big_seconds: float | None = None  # submit to all big gangs' pods Running
+    breakdown: burst.Breakdown | None = None  # where the burst's time went (burst.py)
 
     def row(self) -> figures.Row:
         provisioned = sum(len(v) for v in self.nodes.values())
@@ -70,9 +72,10 @@ class Result:
         big = (f"{BIG} big gangs Running on {running} dear nodes after "
                f"{self.big_seconds:.1f} s" if self.big_seconds is not None else
                f"big gangs not all Running: {self.big}")
+        share = f"; {self.breakdown.note()}" if self.breakdown is not None else ""
         return figures.Row(SCENARIO, "fitgate", outcome, self.seconds,
                            f"{provisioned} ({groups})" if provisioned else "0", None,
-                           f"{len(self.requests)} ProvisioningRequest(s); {big}")
+                           f"{len(self.requests)} ProvisioningRequest(s); {big}{share}")
 
 
 def plan() -> list[tuple[str, int, str, dict[str, str]]]:
@@ -95,8 +98,18 @@ def pool_size(gangs: list[tuple[str, int, str, dict[str, str]]]) -> int:
     return -(-gpus // 8)  # nodes of 8 GPUs, rounded up
 
 
-async def run(e2e: harness.Harness, check: str, timeout: float = DECIDE_TIMEOUT_S
-              ) -> Result:
+async def run(e2e: harness.Harness, check: str, timeout: float = DECIDE_TIMEOUT_S,
+              meter: burst.Meter | None = None) -> Result:
+    """Submit the gangs at once and wait (bounded) until every one is decided; with a
+    ``meter`` (fitgate's metrics URL and the processes to account CPU to), the result
+    carries where the time went (``burst.Breakdown``)."""
+    async with burst.recording(e2e.kube, e2e.namespace, check,
+                               [(name, pods) for name, pods, _, _ in plan()]) as recorder:
+        return await _run(e2e, check, timeout, meter, recorder)
+
+
+async def _run(e2e: harness.Harness, check: str, timeout: float, meter: burst.Meter | None,
+               recorder: burst.Recorder) -> Result:
     gangs = plan()
     await e2e.create_node_pool(POOL, pool_size(gangs),
                                builders.gpu_devices(8, per_pcie_root=4),
@@ -114,8 +127,12 @@ async def run(e2e: harness.Harness, check: str, timeout: float = DECIDE_TIMEOUT_
 
     async def submit(name: str, pods: int, template: str, selector: dict[str, str]) -> None:
         async with limit:
+            at = time.time()
             await e2e.create_job(name, queue, parallelism=pods, cpu="1",
                                  claim_template_name=template, node_selector=selector)
+            recorder.submitted(name, at, time.time())
+    if meter is not None:
+        meter.begin()
     started = time.time()
     await asyncio.gather(*(submit(*g) for g in gangs))
 
@@ -141,6 +158,11 @@ async def run(e2e: harness.Harness, check: str, timeout: float = DECIDE_TIMEOUT_
     except TimeoutError:
         admitted, explained, undecided = await decided()
         seconds = None
+    breakdown = None
+    if meter is not None:
+        meter.end()
+        breakdown = burst.Breakdown(list(recorder.gangs.values()), meter, started,
+                                    list(recorder.errors))
     big, big_seconds = await _big_running(e2e, [g[0] for g in gangs[:BIG]], started)
     requests = await e2e.kube.list(builders.AUTOSCALING, "ProvisioningRequest",
                                    e2e.namespace)
@@ -152,7 +174,7 @@ async def run(e2e: harness.Harness, check: str, timeout: float = DECIDE_TIMEOUT_
     expected = {"admitted": sum(1 for g in gangs if not g[0].endswith("-never")),
                 "explained": sum(1 for g in gangs if g[0].endswith("-never"))}
     return Result(seconds, admitted, explained, undecided, requests, dict(nodes), expected,
-                  big, big_seconds)
+                  big, big_seconds, breakdown)
 
 
 async def _big_running(e2e: harness.Harness, names: list[str], started: float

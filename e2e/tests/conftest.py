@@ -33,3 +33,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if text:
         terminalreporter.section("fitgate e2e figures")
         terminalreporter.write_line(text)
+        for line in figures.details():
+            terminalreporter.write_line(line)

@@ -8,10 +8,12 @@ of the run (``e2e/tests/conftest.py``).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from e2e import harness
-from e2e.scenarios import figures, fitgate, many, topology
+from e2e.scenarios import burst, figures, fitgate, many, topology
 
 pytestmark = [pytest.mark.e2e]
 
@@ -42,9 +44,17 @@ async def test_scenario_1_topology_mismatch_side_by_side(
 async def test_scenario_11_many_gangs_at_once_are_all_decided(
         e2e: harness.Harness, fitgate_installed: fitgate.Fitgate) -> None:
     try:
-        result = await many.run(e2e, fitgate.CHECK_NAME)
+        meter = burst.Meter({**fitgate_installed.pids(), "e2e test": os.getpid()},
+                            fitgate_installed.metrics_url(),
+                            alone=frozenset({"e2e test"}))  # its children: the cluster
+        result = await many.run(e2e, fitgate.CHECK_NAME, meter=meter)
         figures.record(result.row())
         print("\n" + figures.table([result.row()]))
+        assert result.breakdown is not None
+        result.breakdown.write(e2e.run_dir / "burst.json")
+        figures.detail([*result.breakdown.lines(),
+                        f"  every gang's timeline: {e2e.run_dir / 'burst.json'}"])
+        print("\n".join(result.breakdown.lines()))
         workloads = await e2e.kube.list("kueue.x-k8s.io/v1beta2", "Workload", e2e.namespace)
     finally:
         await many.delete_jobs(e2e)
@@ -60,3 +70,6 @@ async def test_scenario_11_many_gangs_at_once_are_all_decided(
     assert {g: len(n) for g, n in result.nodes.items()} == {dear: many.BIG}, result.nodes
     assert result.big_seconds is not None, result.big
     assert len(set(result.big.values())) == many.BIG, result.big
+    # The breakdown saw every gang through: each decided one with its Workload and the
+    # write that decided it, so the shares cover the whole burst.
+    assert result.breakdown.incomplete() == [], result.breakdown.incomplete()

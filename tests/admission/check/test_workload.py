@@ -789,8 +789,11 @@ async def test_nodes_promised_to_an_admitted_gang_are_not_promised_again(
     assert await world.reconcile(r) is None
     assert world.entry()["state"] == "Ready"
     # Waiting is all it takes (n1 holds both gangs once train's pods are bound): no
-    # request bought, no rejection, nothing written; asked again in moments.
+    # request bought, no rejection, nothing written; asked again in moments, and counted
+    # (fitgate_promise_waits_total: what scenario 11's burst breakdown prints).
+    waits = REGISTRY.get_sample_value("fitgate_promise_waits_total") or 0.0
     assert await world.reconcile(r, name="other") == 2
+    assert REGISTRY.get_sample_value("fitgate_promise_waits_total") == waits + 1
     assert world.entry("other")["state"] == "Pending"
     assert world.requests() == []
     # Once train's pods have bound on n1 (their devices are then the inventory's), the

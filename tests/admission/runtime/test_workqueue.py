@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+from prometheus_client import REGISTRY
+
 from admission import clock
 from admission.kube import client, kinds, store
 from admission.runtime import workqueue
@@ -187,4 +189,42 @@ async def test_a_stale_earlier_entry_does_not_run_a_key_before_its_due_time() ->
     assert [t for _, t in ctrl.calls] == [5.0]
     await clk.advance(10)
     assert [t for _, t in ctrl.calls] == [5.0, 41.0]
+    await rt.stop()
+
+
+async def test_queue_wait_is_the_time_a_due_key_waits_for_a_worker() -> None:
+    """One worker busy 5 s with `a`: `b`, due at 0, waits 5 s; `c`'s requeue-after delay
+    is not a wait (it starts when due, with a free worker)."""
+    clk = clock.FakeClock()
+    s = store.Store(kinds.WORKLOAD)
+    ctrl = Recording(clk, {"ns/c": [3.0, None]})
+    ctrl.name = "recording-wait"  # type: ignore[misc]  # its own metric series
+    rt = workqueue.Runtime(lambda k: s, clock=clk, workers=1)
+    rt.register(ctrl)
+    rt.start(leader_only=False)
+
+    def waits() -> tuple[float, float]:
+        count = REGISTRY.get_sample_value("fitgate_workqueue_wait_seconds_count",
+                                          {"controller": "recording-wait"}) or 0.0
+        total = REGISTRY.get_sample_value("fitgate_workqueue_wait_seconds_sum",
+                                          {"controller": "recording-wait"}) or 0.0
+        return count, total
+
+    before = waits()
+    ctrl.gate = asyncio.Event()
+    s.seed(_wl("a"))
+    await clk.advance(0)
+    s.seed(_wl("b"))
+    await clk.advance(5)
+    assert [k for k, _ in ctrl.calls] == ["ns/a"]
+    ctrl.gate.set()
+    await clk.advance(0)
+    assert ctrl.calls == [("ns/a", 0.0), ("ns/b", 5.0)]
+    count, total = waits()
+    assert (count - before[0], total - before[1]) == (2, 5.0)
+    s.seed(_wl("c"))
+    await clk.advance(10)
+    assert [t for k, t in ctrl.calls if k == "ns/c"] == [5.0, 8.0]
+    count, total = waits()
+    assert (count - before[0], total - before[1]) == (4, 5.0)
     await rt.stop()
