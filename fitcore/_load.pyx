@@ -76,7 +76,7 @@ cdef class Builder:
         cdef Py_ssize_t top = len(self.stack) - 1
         if top >= 0 and self.keys[top] is _NOKEY and type(self.stack[top]) is dict:
             as_key = True
-        if event.data.scalar.plain_implicit:
+        if event.data.scalar.plain_implicit and event.data.scalar.tag == NULL:
             if as_key:
                 value = self.plain_keys.get(text, _NOKEY)
                 if value is _NOKEY:
@@ -251,19 +251,32 @@ def walk(object doc, limit_error, Py_ssize_t max_depth, Py_ssize_t max_nodes):
     return keys
 
 
-def quote_colons(const unsigned char[:] text):
-    """How many times a double quote is followed by a colon, with only blanks (space,
-    tab, CR, LF) between: in JSON text, every object key and nothing else outside
-    strings."""
-    cdef Py_ssize_t i = 0, j, n = text.shape[0], found = 0
+def scan_json(const unsigned char[:] text):
+    """(object members, long numbers) of a JSON text: how many strings outside strings
+    are followed by a colon (blanks between or not), which is every object key and
+    nothing else; and how many numbers have 19 digits or more in a row (one may not fit
+    64 bits). Escapes inside strings are skipped; the text is not validated."""
+    cdef Py_ssize_t i = 0, j, n = text.shape[0], members = 0, longs = 0, run = 0
+    cdef unsigned char c
     with nogil:
         while i < n:
-            if text[i] == 34:  # '"'
+            c = text[i]
+            if c == 34:  # '"': a string, to its closing quote
+                i += 1
+                while i < n and text[i] != 34:
+                    i += 2 if text[i] == 92 else 1  # a backslash escapes the next byte
                 j = i + 1
                 while j < n and (text[j] == 32 or text[j] == 9 or text[j] == 13
                                  or text[j] == 10):
                     j += 1
                 if j < n and text[j] == 58:  # ':'
-                    found += 1
+                    members += 1
+                run = 0
+            elif 48 <= c <= 57:
+                run += 1
+                if run == 19:
+                    longs += 1
+            else:
+                run = 0
             i += 1
-    return found
+    return members, longs

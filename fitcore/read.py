@@ -100,10 +100,20 @@ _PLAIN = "tag:fitgate.io,2026:plain"  # a plain untagged scalar, resolved by yam
 _MERGE = "tag:yaml.org,2002:merge"
 
 
-class _StrictLoader(_LOADER):  # type: ignore[misc]
-    """The reference YAML reader, PyYAML's, read as the compiled one reads (and as
-    Kubernetes does: fitcore.yaml11): plain scalars resolved by `yaml11.resolve`, keys
-    made JSON keys, go-yaml v2 merge keys, duplicate keys refused."""
+class _StrictLoader(yaml.SafeLoader):
+    """The reference YAML reader, PyYAML's (its Python parser: the C one hides a scalar's
+    `!` tag from the resolver), read as the compiled one reads (and as Kubernetes does:
+    fitcore.yaml11): plain scalars resolved by `yaml11.resolve`, keys made JSON keys,
+    go-yaml v2 merge keys, duplicate keys refused."""
+
+    def get_event(self) -> Any:
+        event = super().get_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.ScalarEvent) and event.tag == "!":
+            # `! text` is a string (go-yaml); PyYAML would resolve it as a plain scalar.
+            event = yaml.ScalarEvent(event.anchor, "tag:yaml.org,2002:str", (False, False),
+                                     event.value, event.start_mark, event.end_mark,
+                                     event.style)
+        return event
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
         if kind is yaml.ScalarNode:
@@ -165,7 +175,7 @@ def _other(loader: Any, tag_suffix: Any, node: Any = None) -> Any:
 _StrictLoader.add_constructor("tag:yaml.org,2002:map", _mapping)
 for _tag in (_PLAIN, "tag:yaml.org,2002:str", "tag:yaml.org,2002:int",
              "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null",
-             "tag:yaml.org,2002:timestamp"):
+             "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:binary"):
     _StrictLoader.add_constructor(_tag, _scalar)
 _StrictLoader.add_constructor(None, _other)
 
@@ -258,12 +268,13 @@ def load_json(text: str, *, reference: bool = False) -> list[Any]:
     JSON value).
 
     orjson parses it (several times faster than `json` with a hook per object) but keeps
-    the last of duplicate keys silently; so the keys are counted (`fitcore._load`): every
-    object member is a string followed by a colon, blanks between or not, and nothing
-    else outside strings is. When the text holds no more such colons than the parsed
-    objects hold keys, no key was dropped. Otherwise, for anything orjson refuses (an
-    integer beyond 64 bits, say), with FITCORE_NO_EXTENSIONS=1 and with `reference`,
-    the `json` module reads the text, with a hook that names a duplicate key."""
+    the last of duplicate keys silently and makes a float of an integer beyond 64 bits;
+    so the text is scanned (`fitcore._load.scan_json`: its object members, and whether
+    it has a number of 19 digits or more). When the parsed objects hold as many keys as
+    the text has members, and no number is that long, orjson's value is the one.
+    Otherwise, for anything orjson refuses, with FITCORE_NO_EXTENSIONS=1 and with
+    `reference`, the `json` module reads the text, with a hook that names a duplicate
+    key."""
     if len(text) > MAX_BYTES:
         raise LimitError(f"larger than {MAX_BYTES // (1024 * 1024)} MiB")
     if compiled is not None and not reference:
@@ -275,7 +286,8 @@ def load_json(text: str, *, reference: bool = False) -> list[Any]:
         else:
             docs = value if isinstance(value, list) else [value]
             keys = sum(compiled.walk(d, LimitError, MAX_DEPTH, MAX_NODES) for d in docs)
-            if keys == compiled.quote_colons(data):
+            members, long_numbers = compiled.scan_json(data)
+            if keys == members and not long_numbers:
                 return docs
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates, parse_int=_json_int)
