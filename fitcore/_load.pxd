@@ -67,10 +67,13 @@ cdef class Builder:
     # The values of one YAML stream, built event by event.
     cdef list docs           # the documents built so far
     cdef object root         # the value of the document being built
-    cdef list stack          # open containers, outermost first (a dict or a list)
-    cdef list keys           # per open container: its pending key, _NOKEY or _MERGE
-    cdef list literal        # per open dict: None, or the keys set literally (after a merge)
-    cdef list opened         # per open container: (anchor or None, node count at its start)
+    cdef object top          # the innermost open container (a dict or a list), or None
+    cdef bint top_dict       # whether `top` is a dict
+    cdef object pending      # top's pending key, _NOKEY (waits for a key) or _MERGE
+    cdef object literal      # None, or the keys top set literally (after a merge)
+    cdef object anchor       # top's anchor, or None
+    cdef Py_ssize_t started  # the node count at top's start
+    cdef list saved          # the fields above for each enclosing open container
     cdef dict anchors        # anchor -> its value (this document)
     cdef dict sizes          # anchor -> how many values it expands to
     cdef set open_anchors    # anchors of containers still open (an alias to one recurses)

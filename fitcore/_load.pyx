@@ -27,7 +27,10 @@ cdef class Builder:
 
     def __init__(self, resolve, key_of, tagged, limit_error, Py_ssize_t max_depth,
                  Py_ssize_t max_nodes):
-        self.docs, self.stack, self.keys, self.literal, self.opened = [], [], [], [], []
+        self.docs, self.saved = [], []
+        self.top, self.top_dict, self.pending, self.literal, self.anchor = (
+            None, False, _NOKEY, None, None)
+        self.started = 0
         self.anchors, self.sizes, self.open_anchors = {}, {}, set()
         self.plain, self.plain_keys = {}, {}
         self.resolve, self.key_of, self.tagged = resolve, key_of, tagged
@@ -73,8 +76,7 @@ cdef class Builder:
         cdef bint as_key = False
         text = PyUnicode_DecodeUTF8(<char *>event.data.scalar.value,
                                     <Py_ssize_t>event.data.scalar.length, "strict")
-        cdef Py_ssize_t top = len(self.stack) - 1
-        if top >= 0 and self.keys[top] is _NOKEY and type(self.stack[top]) is dict:
+        if self.top_dict and self.pending is _NOKEY:
             as_key = True
         if event.data.scalar.plain_implicit and event.data.scalar.tag == NULL:
             if as_key:
@@ -108,7 +110,7 @@ cdef class Builder:
             self.anchors[name] = value
             self.sizes[name] = 1
         if as_key:
-            self.keys[top] = value
+            self.pending = value
             return 0
         return self.add(value, line)
 
@@ -119,33 +121,37 @@ cdef class Builder:
             raise self.limit_error(f"line {line}: {exc}") from None
 
     cdef int add(self, object value, Py_ssize_t line) except -1:
-        cdef Py_ssize_t n = len(self.stack) - 1
-        if n < 0:
+        cdef Py_ssize_t size
+        top = self.top
+        if top is None:
             self.root = value
             return 0
-        top = self.stack[n]
-        if type(top) is list:
+        if not self.top_dict:
             (<list>top).append(value)
             return 0
-        key = self.keys[n]
+        key = self.pending
         if key is _NOKEY:  # a key given by an alias, or a container (refused)
-            self.keys[n] = self._key(value, line)
+            self.pending = self._key(value, line)
             return 0
-        self.keys[n] = _NOKEY
+        self.pending = _NOKEY
         if key is _MERGE:
             return self.merge(<dict>top, value, line)
-        seen = self.literal[n]
-        if (key in seen) if seen is not None else (key in <dict>top):
+        seen = self.literal
+        if seen is None:
+            size = len(<dict>top)
+            (<dict>top)[key] = value
+            if len(<dict>top) == size:
+                raise self.limit_error(f"line {line}: duplicate key {key!r}")
+            return 0
+        if key in <set>seen:
             raise self.limit_error(f"line {line}: duplicate key {key!r}")
-        if seen is not None:
-            (<set>seen).add(key)
+        (<set>seen).add(key)
         (<dict>top)[key] = value
         return 0
 
     cdef int merge(self, dict into, object value, Py_ssize_t line) except -1:
-        cdef Py_ssize_t n = len(self.stack) - 1
-        if self.literal[n] is None:
-            self.literal[n] = set(into)
+        if self.literal is None:
+            self.literal = set(into)
         maps = reversed(value) if type(value) is list else (value,)
         for m in maps:
             if type(m) is not dict:
@@ -155,7 +161,7 @@ cdef class Builder:
         return 0
 
     cdef int start(self, object container, unsigned char *anchor, Py_ssize_t line) except -1:
-        if len(self.stack) >= self.max_depth:
+        if len(self.saved) >= self.max_depth:
             raise self.limit_error(f"line {line}: nested more than {self.max_depth} levels "
                                    "deep")
         self.count += 1
@@ -164,20 +170,20 @@ cdef class Builder:
             name = (<bytes>anchor).decode()
             self.anchors[name] = container
             self.open_anchors.add(name)
-        self.opened.append((name, self.count))
-        self.stack.append(container)
-        self.keys.append(_NOKEY)
-        self.literal.append(None)
+        self.saved.append((self.top, self.top_dict, self.pending, self.literal, self.anchor,
+                           self.started))
+        self.top, self.top_dict, self.pending, self.literal = (
+            container, type(container) is dict, _NOKEY, None)
+        self.anchor, self.started = name, self.count
         return 0
 
     cdef int end(self, Py_ssize_t line) except -1:
-        name, started = self.opened.pop()
-        container = self.stack.pop()
-        self.keys.pop()
-        self.literal.pop()
+        container, name = self.top, self.anchor
         if name is not None:
             self.open_anchors.discard(name)
-            self.sizes[name] = self.count - started + 1
+            self.sizes[name] = self.count - self.started + 1
+        (self.top, self.top_dict, self.pending, self.literal, self.anchor,
+         self.started) = self.saved.pop()
         return self.add(container, line)
 
 
