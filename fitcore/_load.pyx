@@ -101,10 +101,11 @@ cdef class Builder:
                     raise self.limit_error(f"line {line}: {exc}") from None
                 if as_key:
                     value = self._key(value, line)
-        self.count += 1
-        if self.count > self.max_nodes:
-            raise self.limit_error(f"line {line}: expands to more than {self.max_nodes:,} "
-                                   "values (YAML aliases?)")
+        if not as_key:  # values are counted, as the reference counts them; keys are not
+            self.count += 1
+            if self.count > self.max_nodes:
+                raise self.limit_error(f"line {line}: expands to more than "
+                                       f"{self.max_nodes:,} values (YAML aliases?)")
         if event.data.scalar.anchor != NULL:
             name = (<bytes>event.data.scalar.anchor).decode()
             self.anchors[name] = value

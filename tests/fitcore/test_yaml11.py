@@ -197,6 +197,21 @@ def test_the_limits_hold(load: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         load("a: &a [*a]\n")  # an alias inside its own anchor
 
 
+@pytest.mark.parametrize("limit", [6, 7, 8, 12, 13])
+def test_both_readers_count_values_alike(monkeypatch: pytest.MonkeyPatch,
+                                         limit: int) -> None:
+    """Values, not keys, count against MAX_NODES; an alias counts what it expands to."""
+    monkeypatch.setattr(read, "MAX_NODES", limit)
+    text = "a: &a {x: 1, y: [2, 3]}\nb: *a\n"  # 1 + (1 + 1 + 1 + 2) * 2 = 11 values
+    outcomes = []
+    for reader in (READERS["compiled"], READERS["reference"]):
+        try:
+            outcomes.append(len(reader(text)))
+        except read.LimitError:
+            outcomes.append("refused")
+    assert outcomes[0] == outcomes[1] == ("refused" if limit < 11 else 1)
+
+
 def test_the_compiled_reader_gives_what_the_reference_gives_on_an_inventory(
         tmp_path: pathlib.Path) -> None:
     from bench import load as bench_load
