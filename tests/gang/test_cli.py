@@ -151,7 +151,7 @@ def test_bad_shape_names_shape_field(tmp_path: pathlib.Path,
 @pytest.mark.parametrize(("content", "message"), [
     ("kind: [unclosed", "not valid YAML"),
     ("- just\n- a list\n", "not a Kubernetes object"),
-    ("kind: Node\nmetadata:\n  name: [a\n  b: 1\n", "not valid YAML or JSON: line 4, column"),
+    ("kind: Node\nmetadata:\n  name: [a\n  b: 1\n", "line 4, column"),
     ("kind: Node\nkind: Pod\n", "refused: line 2: duplicate key 'kind'"),
     ("kind: Node\nmetadata: {~: 1}\n", "refused: line 2: a mapping key must be a string"),
     ('{"kind": "Node", "kind": "Pod"}', "refused: duplicate key 'kind'"),
