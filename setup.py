@@ -22,7 +22,10 @@ directives = {
 macros = [("CYTHON_TRACE_NOGIL", "1")] if DEBUG else []
 compile_args = ["-O0", "-g"] if DEBUG else ["-O3"]
 
-EXTENSIONS = ["fitcore._alloc", "fitcore._read"]
+EXTENSIONS = ["fitcore._alloc", "fitcore._read", "fitcore._load"]
+# fitcore._load reads YAML with libyaml's C parser (Debian: libyaml-dev), linked in
+# statically so that the installed package needs no libyaml at run time.
+LINK = {"fitcore._load": ["-Wl,-Bstatic", "-lyaml", "-Wl,-Bdynamic"]}
 
 setup(
     ext_modules=cythonize(
@@ -32,6 +35,7 @@ setup(
                 [name.replace(".", "/") + ".pyx"],
                 define_macros=macros,
                 extra_compile_args=compile_args,
+                extra_link_args=LINK.get(name, []),
             )
             for name in EXTENSIONS
         ],

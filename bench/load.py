@@ -6,9 +6,9 @@ Writes a realistic cluster (`tests/gang/realistic.py`, seed 1: unique device att
 uneven allocations, mixed node types) as one `kind: List` file in YAML and in JSON (as
 `kubectl get -o yaml|json` prints it) into a temporary directory, with a workload file
 beside it, and times `admission.app.offline.load_inventory` on each: parsing, limits, strict
-fields, conversion and the Inventory. Prints the median wall-clock seconds (and process
-CPU seconds, steadier on a shared machine) of `--repeat` loads. Generated files are
-removed afterwards.
+fields, conversion and the Inventory. Prints the readers in use, and the median
+wall-clock seconds (and process CPU seconds, steadier on a shared machine) of `--repeat`
+loads. Generated files are removed afterwards.
 """
 
 from __future__ import annotations
@@ -58,7 +58,10 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,5000")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    print(f"yaml with libyaml: {yaml.__with_libyaml__}")
+    from fitcore import read
+    print("readers: " + ("YAML fitcore._load (libyaml events), JSON orjson"
+                         if read.compiled is not None else
+                         "YAML PyYAML (FITCORE_NO_EXTENSIONS=1), JSON json"))
     heading = f"load s (cpu s), median of {args.repeat}"
     print(f"{'nodes':>6} {'format':>6} {'MiB':>6} {heading:>30}")
     with tempfile.TemporaryDirectory(prefix="fitgate-bench-load-") as tmp:

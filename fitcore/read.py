@@ -26,13 +26,15 @@ import copy
 import dataclasses
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import orjson
 import yaml
 
-from fitcore import errors, kube, schema
+from fitcore import errors, kube, schema, yaml11
 
 MAX_DEPTH = 100
 MAX_NODES = 5_000_000
@@ -69,42 +71,113 @@ class LimitError(ValueError):
 # ---------------------------------------------------------------------------- YAML
 
 
-class _StrictLoader(_LOADER):  # type: ignore[misc]
-    """The safe loader, refusing duplicate keys (as strict decoding does)."""
+class SyntaxProblem(yaml.YAMLError):
+    """Text that is not YAML, with the line and column where the parser stopped."""
+
+    def __init__(self, problem: str, line: int, column: int) -> None:
+        super().__init__(f"line {line}, column {column}: {problem}")
+        self.line, self.column = line, column
 
 
-def _mapping(loader: Any, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
+def _load_compiled() -> Any:
+    if os.environ.get("FITCORE_NO_EXTENSIONS", "") not in ("", "0"):
+        return None
+    try:
+        from fitcore import _load
+    except ImportError as exc:  # pragma: no cover - exercised by a packaging test
+        raise ImportError(
+            "fitcore's compiled YAML reader (fitcore._load) is not built. Build it "
+            "with `pip install -e .` (or `make setup`; it needs libyaml's headers, Debian "
+            "libyaml-dev) from the repository root, or set FITCORE_NO_EXTENSIONS=1 to use "
+            "the slower PyYAML reader.") from exc
+    return _load
+
+
+#: The compiled YAML reader (`fitcore._load`), None with FITCORE_NO_EXTENSIONS=1.
+compiled: Any = _load_compiled()
+
+_PLAIN = "tag:fitgate.io,2026:plain"  # a plain untagged scalar, resolved by yaml11
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """The reference YAML reader, PyYAML's (its Python parser: the C one hides a scalar's
+    `!` tag from the resolver), read as the compiled one reads (and as Kubernetes does:
+    fitcore.yaml11): plain scalars resolved by `yaml11.resolve`, keys made JSON keys,
+    go-yaml v2 merge keys, duplicate keys refused."""
+
+    def get_event(self) -> Any:
+        event = super().get_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.ScalarEvent) and event.tag == "!":
+            # `! text` is a string (go-yaml); PyYAML would resolve it as a plain scalar.
+            event = yaml.ScalarEvent(event.anchor, "tag:yaml.org,2002:str", (False, False),
+                                     event.value, event.start_mark, event.end_mark,
+                                     event.style)
+        return event
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        if kind is yaml.ScalarNode:
+            return _PLAIN if implicit[0] else "tag:yaml.org,2002:str"
+        if kind is yaml.SequenceNode:
+            return "tag:yaml.org,2002:seq"
+        return "tag:yaml.org,2002:map"
+
+
+def _line(node: Any) -> int:
+    return int(node.start_mark.line) + 1
+
+
+def _mapping(loader: Any, node: yaml.MappingNode) -> dict[Any, Any]:
+    out: dict[str, Any] = {}
+    literal: set[str] | None = None  # after a merge: the keys set literally
+    for key_node, value_node in node.value:
+        if key_node.tag == _MERGE or (key_node.tag == _PLAIN and key_node.value == "<<"):
+            value = loader.construct_object(value_node, deep=True)
+            if literal is None:
+                literal = set(out)
+            for m in reversed(value) if isinstance(value, list) else (value,):
+                if not isinstance(m, dict):
+                    raise LimitError(f"line {_line(key_node)}: a merge key (<<) takes a "
+                                     "mapping or a list of mappings")
+                out.update(m)
+            continue
         try:
-            duplicate = key in seen
-        except TypeError as exc:
-            raise LimitError(f"line {key_node.start_mark.line + 1}: a mapping key must be a "
-                             "string") from exc
-        if duplicate:
-            raise LimitError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
-        seen.add(key)
-    out: dict[Any, Any] = loader.construct_mapping(node, deep=deep)
+            key = yaml11.key(loader.construct_object(key_node, deep=True))
+        except yaml11.BadKey as exc:
+            raise LimitError(f"line {_line(key_node)}: {exc}") from None
+        if key in (literal if literal is not None else out):
+            raise LimitError(f"line {_line(key_node)}: duplicate key {key!r}")
+        if literal is not None:
+            literal.add(key)
+        out[key] = loader.construct_object(value_node, deep=True)
     return out
 
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
-
-
-def _int(loader: Any, node: yaml.ScalarNode) -> Any:
-    """YAML's int, refusing one of more digits than Python converts (4,300 by default): no
-    Kubernetes field holds one (int64 has 19), and the conversion would raise a bare
-    ValueError naming no line."""
+def _scalar(loader: Any, node: Any) -> Any:
+    if node.tag == _PLAIN:
+        return yaml11.resolve(node.value)
     try:
-        return loader.construct_yaml_int(node)
+        return yaml11.tagged(node.tag, node.value)
     except ValueError as exc:
-        digits = sum(c.isdigit() for c in str(node.value))
-        raise LimitError(f"line {node.start_mark.line + 1}: an integer of {digits:,} digits; "
-                         "no Kubernetes field holds one that large") from exc
+        raise LimitError(f"line {_line(node)}: {exc}") from None
 
 
-_StrictLoader.add_constructor("tag:yaml.org,2002:int", _int)
+def _other(loader: Any, tag_suffix: Any, node: Any = None) -> Any:
+    """Any other tag: on a scalar as `yaml11.tagged`, a container read as untagged."""
+    node = tag_suffix if node is None else node
+    if isinstance(node, yaml.MappingNode):
+        return _mapping(loader, node)
+    if isinstance(node, yaml.SequenceNode):
+        return [loader.construct_object(n, deep=True) for n in node.value]
+    return _scalar(loader, node)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:map", _mapping)
+for _tag in (_PLAIN, "tag:yaml.org,2002:str", "tag:yaml.org,2002:int",
+             "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null",
+             "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:binary"):
+    _StrictLoader.add_constructor(_tag, _scalar)
+_StrictLoader.add_constructor(None, _other)
 
 
 def _check_depth(text: str) -> None:
@@ -119,18 +192,24 @@ def _check_depth(text: str) -> None:
             depth -= 1
 
 
-def _count(doc: Any, depth_limit: bool = False) -> None:
+def _count(doc: Any, depth_limit: bool = False) -> int:
     """Refuse a document that expands (through aliases) to more than MAX_NODES values, or
-    (with `depth_limit`) that nests more than MAX_DEPTH levels. One walk over containers
-    only, testing exact types: parsers give plain dicts and lists, and `isinstance`
-    against `Mapping` on every scalar of a 5,000-node inventory costs a second."""
+    (with `depth_limit`) that nests more than MAX_DEPTH levels; the number of mapping
+    keys it holds. One walk over containers only, testing exact types: parsers give
+    plain dicts and lists, and `isinstance` against `Mapping` on every scalar of a
+    5,000-node inventory costs a second."""
     n = 1
+    keys = 0
     todo = [(doc, 1)] if _container(doc) else []
     while todo:
         v, depth = todo.pop()
         if depth_limit and depth > MAX_DEPTH:
             raise LimitError(f"nested more than {MAX_DEPTH} levels deep")
-        values = v.values() if isinstance(v, Mapping) else v
+        if isinstance(v, Mapping):
+            values = v.values()
+            keys += len(v)
+        else:
+            values = v
         n += len(values)
         if n > MAX_NODES:
             raise LimitError(f"expands to more than {MAX_NODES:,} values (YAML aliases?)")
@@ -139,6 +218,7 @@ def _count(doc: Any, depth_limit: bool = False) -> None:
             t = type(x)
             if t is dict or t is list or (t not in _SCALARS and _container(x)):
                 todo.append((x, depth))
+    return keys
 
 
 _SCALARS = frozenset((str, int, float, bool, type(None)))
@@ -148,11 +228,19 @@ def _container(v: Any) -> bool:
     return isinstance(v, (Mapping, list))
 
 
-def load_yaml(text: str) -> list[Any]:
-    """Every document of a YAML or JSON text, within the limits (LimitError otherwise;
-    yaml.YAMLError for text that is not YAML)."""
+def load_yaml(text: str, *, reference: bool = False) -> list[Any]:
+    """Every document of a YAML text (YAML 1.1 as Kubernetes reads it: fitcore.yaml11),
+    within the limits (LimitError otherwise, naming the line; SyntaxProblem, a
+    yaml.YAMLError, for text that is not YAML). The compiled reader
+    (`fitcore._load`) reads it unless FITCORE_NO_EXTENSIONS=1 or `reference` asks
+    for the PyYAML reader, which gives the same values ten times slower."""
     if len(text) > MAX_BYTES:
         raise LimitError(f"larger than {MAX_BYTES // (1024 * 1024)} MiB")
+    if compiled is not None and not reference:
+        docs: list[Any] = compiled.load_all(
+            text.encode(), yaml11.resolve, yaml11.key, yaml11.tagged, LimitError,
+            SyntaxProblem, MAX_DEPTH, MAX_NODES)
+        return docs
     _check_depth(text)
     try:
         docs = list(yaml.load_all(text, Loader=_StrictLoader))
@@ -174,13 +262,33 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def load_json(text: str) -> list[Any]:
+def load_json(text: str, *, reference: bool = False) -> list[Any]:
     """The value of a JSON text as a list of documents (a JSON array is its items), within
     the limits of `load_yaml` (LimitError otherwise; ValueError for text that is not one
-    JSON value). JSON is parsed far faster than YAML: `kubectl get -o json` output of
-    thousands of nodes takes seconds, not minutes."""
+    JSON value).
+
+    orjson parses it (several times faster than `json` with a hook per object) but keeps
+    the last of duplicate keys silently and makes a float of an integer beyond 64 bits;
+    so the text is scanned (`fitcore._load.scan_json`: its object members, and whether
+    it has a number of 19 digits or more). When the parsed objects hold as many keys as
+    the text has members, and no number is that long, orjson's value is the one.
+    Otherwise, for anything orjson refuses, with FITCORE_NO_EXTENSIONS=1 and with
+    `reference`, the `json` module reads the text, with a hook that names a duplicate
+    key."""
     if len(text) > MAX_BYTES:
         raise LimitError(f"larger than {MAX_BYTES // (1024 * 1024)} MiB")
+    if compiled is not None and not reference:
+        data = text.encode()
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass  # the json module says what is wrong, or reads what orjson does not
+        else:
+            docs = value if isinstance(value, list) else [value]
+            keys = sum(compiled.walk(d, LimitError, MAX_DEPTH, MAX_NODES) for d in docs)
+            members, long_numbers = compiled.scan_json(data)
+            if keys == members and not long_numbers:
+                return docs
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates, parse_int=_json_int)
     except RecursionError as exc:
@@ -194,7 +302,7 @@ def load_json(text: str) -> list[Any]:
 def _json_int(text: str) -> int:
     try:
         return int(text)
-    except ValueError as exc:  # more digits than Python converts (see `_int`)
+    except ValueError as exc:  # more digits than Python converts
         raise LimitError(f"an integer of {len(text.lstrip('-')):,} digits; no Kubernetes "
                          "field holds one that large") from exc
 

@@ -10,10 +10,11 @@ Exit status: 0 for any verdict; 2 for bad input, with a message naming the file,
 object and the field.
 
 Reading is fast enough for real clusters: `.json` files (and any file that starts with
-`{` or `[`) go through `json`, one object per file (a `kind: List`, as `kubectl get -o
-json` prints, is flattened); YAML through libyaml's CSafeLoader when PyYAML has it. `fit`
-feeds the objects to a `fitcore.inventory.Inventory` one by one, dropping each as it goes,
-so that the raw objects and the parsed inventory are not all held at once.
+`{` or `[`) go through orjson, one object per file (a `kind: List`, as `kubectl get -o
+json` prints, is flattened); YAML, read as YAML 1.1 as Kubernetes reads it, through
+libyaml's C parser and fitcore's compiled builder (`fitcore.load_yaml`). `fit` feeds
+the objects to a `fitcore.inventory.Inventory` one by one, dropping each as it goes, so
+that the raw objects and the parsed inventory are not all held at once.
 """
 
 from __future__ import annotations

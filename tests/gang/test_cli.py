@@ -151,7 +151,12 @@ def test_bad_shape_names_shape_field(tmp_path: pathlib.Path,
 @pytest.mark.parametrize(("content", "message"), [
     ("kind: [unclosed", "not valid YAML"),
     ("- just\n- a list\n", "not a Kubernetes object"),
-], ids=["broken-yaml", "not-an-object"])
+    ("kind: Node\nmetadata:\n  name: [a\n  b: 1\n", "line 4, column"),
+    ("kind: Node\nkind: Pod\n", "refused: line 2: duplicate key 'kind'"),
+    ("kind: Node\nmetadata: {~: 1}\n", "refused: line 2: a mapping key must be a string"),
+    ('{"kind": "Node", "kind": "Pod"}', "refused: duplicate key 'kind'"),
+], ids=["broken-yaml", "not-an-object", "broken-yaml-position", "duplicate-key",
+        "null-key", "json-duplicate-key"])
 def test_unreadable_file_exit_2(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
                                 content: str, message: str) -> None:
     inv = tmp_path / "inv.yaml"
