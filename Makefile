@@ -11,6 +11,10 @@ export FITGATE_CACHE ?= $(HOME)/.cache/fitgate
 .PHONY: demo demo-offline test setup lint unit helm-bin chart-rbac clean schema
 
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard fitcore/*.pyx fitcore/*.pxd)
+	@# fitcore._load links libyaml statically: its headers and static library (Debian's
+	@# libyaml-dev) are needed to build; installed with apt-get when missing.
+	@test -e /usr/include/yaml.h || { echo "# installing libyaml-dev (apt-get)" >&2; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libyaml-dev >&2; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
