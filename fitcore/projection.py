@@ -466,14 +466,17 @@ class Projection:
         (but "none" and "some" stay apart, for the reason given)."""
         most = None if unbounded or not self._per_pod else max(candidates // self._per_pod, 1)
         free: list[tuple[str, object]] = []
+        node_free = e.free
+        # Fractions compared on their integers (Fraction's operators are far slower).
         for name, amount, cap, exact in self.free:
-            have = e.free.get(name)
+            have = node_free.get(name)
             if have is None:
                 free.append((name, None))
             elif exact:
-                free.append((name, min(have, amount)))
+                below = have.numerator * amount.denominator <= amount.numerator * have.denominator
+                free.append((name, have if below else amount))
             else:
-                n = (min(_floordiv(have, amount), cap) if have > 0 else 0)
+                n = min(_floordiv(have, amount), cap) if have.numerator > 0 else 0
                 free.append((name, n if most is None else min(n, most)))
         return tuple(free)
 
@@ -545,12 +548,36 @@ class Projection:
         out: list[_Item] = []
         candidates, unbounded = 0, False
         skip = self._attributes_only
-        relevant = self._relevant
+        relevant, layouts = self._relevant, self._layouts
+        selectable, device_keys = self._selectable, self._device_keys
         for d in devices:
-            observed, relabeled = self._observed(d)
-            if skip and not self._maybe_selectable(driver, d, observed):
-                continue
-            k, label = self._device_key(driver, d, observed, relabeled)
+            # `_observed`, `_maybe_selectable` and `_device_key`'s kept answers inline:
+            # this loop runs once per device of the cluster in a cold decision.
+            a = d.attributes
+            names = tuple(a)
+            layout = layouts.get(names)
+            if layout is None:
+                layout = self._layout(names)
+            kept, relabeled = layout
+            observed: tuple[Any, ...]
+            if not kept:
+                observed = ()
+            elif len(kept) == 1:
+                v = a[kept[0]]
+                observed = ((kept[0], type(v), v),)
+            else:
+                observed = tuple([(n, type(a[n]), a[n]) for n in kept])
+            if skip:
+                ok = selectable.get((driver, observed))
+                if ok is None:
+                    ok = self._maybe_selectable(driver, d, observed)
+                if not ok:
+                    continue
+            hit = device_keys.get(id(d))
+            if hit is not None and hit[0] is d:
+                k, label = hit[1]
+            else:
+                k, label = self._device_key(driver, d, observed, relabeled)
             w = relevant.get(k)
             if w is None:
                 w = self._candidate(k, driver, d)

@@ -38,6 +38,14 @@ def _device_key(d: model.Device) -> tuple[Any, ...]:
             d.taints, d.allow_multiple_allocations, d.binding_conditions, d.binds_to_node)
 
 
+def _minus(a: Fraction, b: Fraction) -> Fraction:
+    """a - b, on the integers when both are whole (most quantities are: Fraction's own
+    operator normalizes through gcd every time)."""
+    if a.denominator == 1 and b.denominator == 1:
+        return Fraction(a.numerator - b.numerator)
+    return a - b
+
+
 def slice_shape(s: model.ResourceSlice) -> tuple[Any, ...]:
     """What of a node-local slice matters to allocation, without slice/pool/node names."""
     return (s.driver, s.generation, s.resource_slice_count,
@@ -205,7 +213,7 @@ class Snapshot:
         sees_global = any(pools.slice_relevant(n, s) for s in self.global_slices)
         free: dict[str, Fraction] = {k: q.value for k, q in n.allocatable.items()}
         for k, q in used.items():
-            free[k] = free.get(k, _ZERO) - q.value
+            free[k] = _minus(free.get(k, _ZERO), q.value)
         key: tuple[Any, ...]
         if own_class is not None:
             key = ("own", n.name, own_class)
