@@ -266,6 +266,9 @@ class Projection:
         self.signature = repr((self.view, [alt for alt, _ in self._alternatives],
                                [dc for _, dc in self._alternatives]))
         self._parts: NodeDevices = devices_of(self.signature) if devices_of else {}
+        # Interned device content besides attributes, by identity of the shared capacity
+        # and counter maps (kept alive with their id) and the rest (`_device_key`).
+        self._rests: dict[tuple[Any, ...], tuple[Any, Any, int]] = {}
         # Per attribute name: 0 not observable, 1 kept in the key, 2 the renamed one.
         self._actions: dict[str, int] = {}
         # Devices one pod of the only pod set takes for itself at least (0: unbounded).
@@ -374,10 +377,20 @@ class Projection:
         hit = self._device_keys.get(id(d))
         if hit is not None and hit[0] is d:
             return hit[1]
-        key = ("dev", driver, observed, _capacity(d.capacity), _counters(d.consumes_counters),
-               d.taints,
-               d.allow_multiple_allocations, d.binding_conditions, d.binds_to_node)
-        k = self._intern.setdefault(key, len(self._intern))
+        # What a device holds besides its attributes, interned once per combination of
+        # shared capacity and counter maps (devices read alike share them; kept alive
+        # with their ids) and the rest.
+        capacity, consumed = d.capacity, d.consumes_counters
+        shared = (id(capacity), id(consumed), d.taints, d.allow_multiple_allocations,
+                  d.binding_conditions, d.binds_to_node)
+        found = self._rests.get(shared)
+        if found is not None and found[0] is capacity and found[1] is consumed:
+            rest = found[2]
+        else:
+            content = ("rest", _capacity(capacity), _counters(consumed), *shared[2:])
+            rest = self._intern.setdefault(content, len(self._intern))
+            self._rests[shared] = (capacity, consumed, rest)
+        k = self._intern.setdefault(("dev", driver, observed, rest), len(self._intern))
         label = self._label(d, relabeled) if relabeled else None
         self._device_keys[id(d)] = (d, (k, label))
         return k, label
@@ -588,7 +601,7 @@ class Projection:
             else:
                 candidates += 1
             st = state.get(d.name, ()) if state else ()
-            out.append((k, _state(st), label, d.name, st))
+            out.append((k, _STATES.get(st) or _state(st), label, d.name, st))
         return out, candidates, unbounded
 
 
