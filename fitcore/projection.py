@@ -515,11 +515,10 @@ class Projection:
             slices[0].devices
         counters = tuple(sorted((c.name, tuple(sorted(c.counters.items())))
                                 for s in slices for c in s.shared_counters))
-        unique = len({d.name for d in devices}) == len(devices)
+        unique = len(set(map(_NAME, devices))) == len(devices)
         info = (driver, tuple([(s.generation, s.resource_slice_count, len(s.devices))
                                for s in slices]), counters, unique)
-        ordered = self.view.ordered or bool(counters) or any(
-            d.consumes_counters for d in devices)
+        ordered = self.view.ordered or bool(counters) or any(map(_CONSUMES, devices))
         if not ordered:
             return (False, info, *self._unordered(driver, devices, state))
         observed = [self._observed(d) for d in devices]
@@ -610,6 +609,10 @@ class Projection:
 #: (rank, once ranked), its name, its allocated state).
 _Item = tuple[int, str, Any, str, tuple[Any, ...]]
 
+
+# Device fields read over whole pools (with map: the loop runs in C).
+_NAME = operator.attrgetter("name")
+_CONSUMES = operator.attrgetter("consumes_counters")
 
 #: Where a device goes in a pool whose order is not observable: by (device key, state
 #: text, group label, name) (a key made in C: this sorts every pool of a cold decision).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -27,6 +28,7 @@ from fitcore import (
 )
 
 _ZERO = Fraction(0)
+_SHARED = operator.attrgetter("allow_multiple_allocations")
 _UNBOUNDED = 1 << 40
 PoolKey = tuple[str, str]
 
@@ -208,7 +210,7 @@ class Snapshot:
             devices -= sum(1 for t in taken if t[0] == "d")
             if own_class is None:
                 pool_shapes.append(tuple(sorted(taken)))
-        if any(d.allow_multiple_allocations for s in local_slices for d in s.devices):
+        if any(any(map(_SHARED, s.devices)) for s in local_slices):
             devices = _UNBOUNDED  # shared devices: counting cannot bound the pods
         sees_global = any(pools.slice_relevant(n, s) for s in self.global_slices)
         free: dict[str, Fraction] = {k: q.value for k, q in n.allocatable.items()}
