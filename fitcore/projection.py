@@ -52,6 +52,7 @@ there.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -266,6 +267,9 @@ class Projection:
         self.signature = repr((self.view, [alt for alt, _ in self._alternatives],
                                [dc for _, dc in self._alternatives]))
         self._parts: NodeDevices = devices_of(self.signature) if devices_of else {}
+        # Interned device content besides attributes, by identity of the shared capacity
+        # and counter maps (kept alive with their id) and the rest (`_device_key`).
+        self._rests: dict[tuple[Any, ...], tuple[Any, Any, int]] = {}
         # Per attribute name: 0 not observable, 1 kept in the key, 2 the renamed one.
         self._actions: dict[str, int] = {}
         # Devices one pod of the only pod set takes for itself at least (0: unbounded).
@@ -374,10 +378,20 @@ class Projection:
         hit = self._device_keys.get(id(d))
         if hit is not None and hit[0] is d:
             return hit[1]
-        key = ("dev", driver, observed, _capacity(d.capacity), _counters(d.consumes_counters),
-               d.taints,
-               d.allow_multiple_allocations, d.binding_conditions, d.binds_to_node)
-        k = self._intern.setdefault(key, len(self._intern))
+        # What a device holds besides its attributes, interned once per combination of
+        # shared capacity and counter maps (devices read alike share them; kept alive
+        # with their ids) and the rest.
+        capacity, consumed = d.capacity, d.consumes_counters
+        shared = (id(capacity), id(consumed), d.taints, d.allow_multiple_allocations,
+                  d.binding_conditions, d.binds_to_node)
+        found = self._rests.get(shared)
+        if found is not None and found[0] is capacity and found[1] is consumed:
+            rest = found[2]
+        else:
+            content = ("rest", _capacity(capacity), _counters(consumed), *shared[2:])
+            rest = self._intern.setdefault(content, len(self._intern))
+            self._rests[shared] = (capacity, consumed, rest)
+        k = self._intern.setdefault(("dev", driver, observed, rest), len(self._intern))
         label = self._label(d, relabeled) if relabeled else None
         self._device_keys[id(d)] = (d, (k, label))
         return k, label
@@ -466,14 +480,17 @@ class Projection:
         (but "none" and "some" stay apart, for the reason given)."""
         most = None if unbounded or not self._per_pod else max(candidates // self._per_pod, 1)
         free: list[tuple[str, object]] = []
+        node_free = e.free
+        # Fractions compared on their integers (Fraction's operators are far slower).
         for name, amount, cap, exact in self.free:
-            have = e.free.get(name)
+            have = node_free.get(name)
             if have is None:
                 free.append((name, None))
             elif exact:
-                free.append((name, min(have, amount)))
+                below = have.numerator * amount.denominator <= amount.numerator * have.denominator
+                free.append((name, have if below else amount))
             else:
-                n = (min(_floordiv(have, amount), cap) if have > 0 else 0)
+                n = min(_floordiv(have, amount), cap) if have.numerator > 0 else 0
                 free.append((name, n if most is None else min(n, most)))
         return tuple(free)
 
@@ -498,11 +515,10 @@ class Projection:
             slices[0].devices
         counters = tuple(sorted((c.name, tuple(sorted(c.counters.items())))
                                 for s in slices for c in s.shared_counters))
-        unique = len({d.name for d in devices}) == len(devices)
+        unique = len(set(map(_NAME, devices))) == len(devices)
         info = (driver, tuple([(s.generation, s.resource_slice_count, len(s.devices))
                                for s in slices]), counters, unique)
-        ordered = self.view.ordered or bool(counters) or any(
-            d.consumes_counters for d in devices)
+        ordered = self.view.ordered or bool(counters) or any(map(_CONSUMES, devices))
         if not ordered:
             return (False, info, *self._unordered(driver, devices, state))
         observed = [self._observed(d) for d in devices]
@@ -545,12 +561,36 @@ class Projection:
         out: list[_Item] = []
         candidates, unbounded = 0, False
         skip = self._attributes_only
-        relevant = self._relevant
+        relevant, layouts = self._relevant, self._layouts
+        selectable, device_keys = self._selectable, self._device_keys
         for d in devices:
-            observed, relabeled = self._observed(d)
-            if skip and not self._maybe_selectable(driver, d, observed):
-                continue
-            k, label = self._device_key(driver, d, observed, relabeled)
+            # `_observed`, `_maybe_selectable` and `_device_key`'s kept answers inline:
+            # this loop runs once per device of the cluster in a cold decision.
+            a = d.attributes
+            names = tuple(a)
+            layout = layouts.get(names)
+            if layout is None:
+                layout = self._layout(names)
+            kept, relabeled = layout
+            observed: tuple[Any, ...]
+            if not kept:
+                observed = ()
+            elif len(kept) == 1:
+                v = a[kept[0]]
+                observed = ((kept[0], type(v), v),)
+            else:
+                observed = tuple([(n, type(a[n]), a[n]) for n in kept])
+            if skip:
+                ok = selectable.get((driver, observed))
+                if ok is None:
+                    ok = self._maybe_selectable(driver, d, observed)
+                if not ok:
+                    continue
+            hit = device_keys.get(id(d))
+            if hit is not None and hit[0] is d:
+                k, label = hit[1]
+            else:
+                k, label = self._device_key(driver, d, observed, relabeled)
             w = relevant.get(k)
             if w is None:
                 w = self._candidate(k, driver, d)
@@ -561,7 +601,7 @@ class Projection:
             else:
                 candidates += 1
             st = state.get(d.name, ()) if state else ()
-            out.append((k, _state(st), label, d.name, st))
+            out.append((k, _STATES.get(st) or _state(st), label, d.name, st))
         return out, candidates, unbounded
 
 
@@ -570,9 +610,13 @@ class Projection:
 _Item = tuple[int, str, Any, str, tuple[Any, ...]]
 
 
-def _canonical(item: _Item) -> tuple[int, str, Any, str]:
-    """Where a device goes in a pool whose order is not observable."""
-    return item[0], item[1], item[2], item[3]
+# Device fields read over whole pools (with map: the loop runs in C).
+_NAME = operator.attrgetter("name")
+_CONSUMES = operator.attrgetter("consumes_counters")
+
+#: Where a device goes in a pool whose order is not observable: by (device key, state
+#: text, group label, name) (a key made in C: this sorts every pool of a cold decision).
+_canonical = operator.itemgetter(0, 1, 2, 3)
 
 
 def _floordiv(a: Fraction, b: Fraction) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -27,6 +28,7 @@ from fitcore import (
 )
 
 _ZERO = Fraction(0)
+_SHARED = operator.attrgetter("allow_multiple_allocations")
 _UNBOUNDED = 1 << 40
 PoolKey = tuple[str, str]
 
@@ -36,6 +38,14 @@ def _device_key(d: model.Device) -> tuple[Any, ...]:
             tuple((c.counter_set, tuple(sorted(c.counters.items())))
                   for c in d.consumes_counters),
             d.taints, d.allow_multiple_allocations, d.binding_conditions, d.binds_to_node)
+
+
+def _minus(a: Fraction, b: Fraction) -> Fraction:
+    """a - b, on the integers when both are whole (most quantities are: Fraction's own
+    operator normalizes through gcd every time)."""
+    if a.denominator == 1 and b.denominator == 1:
+        return Fraction(a.numerator - b.numerator)
+    return a - b
 
 
 def slice_shape(s: model.ResourceSlice) -> tuple[Any, ...]:
@@ -200,12 +210,12 @@ class Snapshot:
             devices -= sum(1 for t in taken if t[0] == "d")
             if own_class is None:
                 pool_shapes.append(tuple(sorted(taken)))
-        if any(d.allow_multiple_allocations for s in local_slices for d in s.devices):
+        if any(any(map(_SHARED, s.devices)) for s in local_slices):
             devices = _UNBOUNDED  # shared devices: counting cannot bound the pods
         sees_global = any(pools.slice_relevant(n, s) for s in self.global_slices)
         free: dict[str, Fraction] = {k: q.value for k, q in n.allocatable.items()}
         for k, q in used.items():
-            free[k] = free.get(k, _ZERO) - q.value
+            free[k] = _minus(free.get(k, _ZERO), q.value)
         key: tuple[Any, ...]
         if own_class is not None:
             key = ("own", n.name, own_class)

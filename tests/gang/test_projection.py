@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fitcore import api, gang, inventory, model, semantics, workload
+from fitcore import api, gang, inventory, model, projection, semantics, values, workload
 from tests.gang import realistic as rl
 from tests.gang.test_equivalence import naive
 
@@ -227,3 +227,38 @@ def test_a_patched_view_decides_as_a_fresh_inventory(seed: int) -> None:
             assert got.verdict == want.verdict and got.reasons == want.reasons
             assert [(p.pod_set, p.index, p.node, p.devices) for p in got.placements] == \
                 [(p.pod_set, p.index, p.node, p.devices) for p in want.placements]
+
+
+def _keyed(proj: projection.Projection, devices: list[model.Device]) -> list[int]:
+    """The devices' keys under a projection."""
+    out = []
+    for d in devices:
+        observed, relabeled = proj._observed(d)
+        out.append(proj._device_key(rl.GPU, d, observed, relabeled)[0])
+    return out
+
+
+def test_device_keys_by_content_not_by_shared_maps() -> None:
+    """Device keys are interned per (shared capacity map, counter map, the rest) by
+    identity: equal content in other map objects gets the same key, other content
+    another, also for devices made and dropped again and again (ids reused)."""
+    proj = projection.Projection(gang_of("h100-root", 1, "1"), {"gpu": _class("gpu")},
+                                 semantics.Selector(), {}, {})
+
+    def gpu(name: str, memory: str, taints: tuple[model.DeviceTaint, ...] = ()
+            ) -> model.Device:
+        return model.Device(name, {"productName": "H100", "uuid": f"GPU-{name}"},
+                            {"memory": model.DeviceCapacity(values.Quantity.parse(memory))},
+                            taints=taints)
+
+    taint = model.DeviceTaint("k", "v", "NoSchedule")
+    a, b, c, d = gpu("a", "80Gi"), gpu("b", "80Gi"), gpu("c", "40Gi"), gpu("d", "80Gi", (taint,))
+    keys = _keyed(proj, [a, b, c, d, a])
+    assert keys[0] == keys[1] == keys[4]
+    assert len({keys[0], keys[2], keys[3]}) == 3
+    for i in range(200):
+        proj._device_keys.clear()  # the devices (and their maps) may go
+        memory = "80Gi" if i % 2 else "40Gi"
+        got = _keyed(proj, [gpu(f"x{i}", memory), a, c])
+        assert got[0] == (got[1] if memory == "80Gi" else got[2])
+        assert got[1:] == [keys[0], keys[2]]
