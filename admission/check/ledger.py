@@ -15,9 +15,8 @@ read back by a replica that takes over (`promises.Recovery`).
 
 from __future__ import annotations
 
-import bisect
 import datetime
-import functools
+import itertools
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -25,7 +24,7 @@ import fitcore
 from admission import clock as clock_
 from admission import constants as c
 from admission import kueue
-from admission.check import inputs, predicates, provisioning, trusted
+from admission.check import inputs, ledgerindex, provisioning, trusted
 from admission.kube import client, store
 
 
@@ -38,6 +37,9 @@ class NodeLedger:
         # uid -> (namespace, pods placed per node, when): nodes promised to a gang this
         # reconciler admitted, until its pods have bound there (see promised_nodes).
         self._promised: dict[str, tuple[str, dict[str, int], float]] = {}
+        # Kept from the stores' events: nodes in creation order, pods bound per owner.
+        self._nodes = ledgerindex.NodesByCreation(stores.nodes)
+        self._bound = ledgerindex.BoundPods(stores.pods)
 
     def promise(self, wl: client.Obj, placements: Sequence[fitcore.Placement]) -> None:
         """Hold the nodes of an admitted gang's placements until its pods bind there."""
@@ -65,24 +67,13 @@ class NodeLedger:
         for uid, (_, _, since) in list(self._promised.items()):
             if uid != except_uid and now - since > self.promise_seconds:
                 del self._promised[uid]
-        # The bound pods of every promise, in one pass over each namespace's pods (not
-        # one per promise: this runs for every decision, on the event loop).
-        bound: dict[tuple[str, str], dict[str, int]] = {}  # (namespace, uid) -> per node
-        for namespace in {ns for uid, (ns, _, _) in self._promised.items() if uid != except_uid}:
-            for pod in self.stores.pods.list(namespace) if self.stores.pods else ():
-                node = (pod.get("spec") or {}).get("nodeName")
-                if not node:
-                    continue
-                labels = _meta(pod).get("labels") or {}
-                for owner in {labels.get(c.PLACEMENT_LABEL),
-                              labels.get(c.PLACEMENT_WORKLOAD_LABEL)}:
-                    if isinstance(owner, str) and owner in self._promised:
-                        per_node = bound.setdefault((namespace, owner), {})
-                        per_node[node] = per_node.get(node, 0) + 1
+        # The bound pods of each promise are read from an index the pod store's events
+        # keep (`ledgerindex.BoundPods`), not counted over the namespace's pods: this
+        # runs for every decision, on the event loop.
         for uid, (namespace, nodes, _) in list(self._promised.items()):
             if uid == except_uid:
                 continue
-            got = bound.get((namespace, uid), {})
+            got = self._bound.of(namespace, uid)
             waiting = {n for n, want in nodes.items() if got.get(n, 0) < want}
             if not waiting:
                 del self._promised[uid]
@@ -106,36 +97,30 @@ class NodeLedger:
                                          _int(_meta(r.obj).get("resourceVersion"))))
         if not requests:
             return {}
-        # Oldest first; each creation time parsed once (`_created`), and each request looks
-        # only at the nodes created since it (bisect), not at every node of the cluster:
-        # this runs for every decision, on the event loop.
-        # Only nodes created since the oldest request can be any request's (all nodes when
-        # a request's creation time cannot be read).
-        sinces = [predicates.parse_time(_meta(r.obj).get("creationTimestamp"))
-                  for r in requests]
-        floor = None if None in sinces else min(s for s in sinces if s is not None)
-        nodes = sorted((created, str(meta.get("name")), meta.get("labels") or {})
-                       for n in self.stores.nodes.list()
-                       if (created := _created(_text((meta := _meta(n)).get(
-                           "creationTimestamp")))) >= (floor or _UNKNOWN))
-        times = [t for t, _, _ in nodes]
+        # Oldest first; each request looks only at the nodes created since it, a slice of
+        # the index the node store's events keep in creation order
+        # (`ledgerindex.NodesByCreation`), not at every node of the cluster: this runs
+        # for every decision, on the event loop.
         names = kueue.ours(self.stores.admission_checks.list())
         out: inputs.Owners = {}
-        for r, since in zip(requests, sinces, strict=True):
+        for r in requests:
             admitted = any(e.get("state") == c.READY for e in kueue.entries(r.workload, names))
-            # A node whose creation time cannot be read (`_UNKNOWN`) is never "created
-            # since" a request.
-            newer = nodes[bisect.bisect_left(times, since):] if since is not None else nodes
+            # A node whose creation time cannot be read is never "created since" a
+            # request; every node is, of a request whose own time cannot be read.
+            newer = self._nodes.since(_time(_meta(r.obj).get("creationTimestamp")))
+            if not newer:
+                continue
             owner = (r.name, r.workload_uid, admitted)
             for sc in r.plan.shapes:
                 shape = node_shapes.get(sc.shape)
                 if shape is None:
                     continue
                 want = shape.node_labels.items()
-                mine = [name for _, name, labels in newer
-                        if name not in out and all(labels.get(k) == v for k, v in want)
-                        ][:sc.count]
-                out.update((n, owner) for n in mine)
+                mine = itertools.islice(
+                    (name for _, name, labels in newer
+                     if name not in out and all(labels.get(k) == v for k, v in want)),
+                    sc.count)
+                out.update([(n, owner) for n in mine])
         return out
 
 
@@ -161,13 +146,7 @@ class NodeLedger:
 
     def existing_nodes(self, request: Mapping[str, Any]) -> set[str]:
         """Nodes that existed before the request: created before it."""
-        since = predicates.parse_time(_meta(request).get("creationTimestamp"))
-        out = set()
-        for n in self.stores.nodes.list():
-            created = predicates.parse_time(_meta(n).get("creationTimestamp"))
-            if since is None or (created is not None and created < since):
-                out.add(str(_meta(n)["name"]))
-        return out
+        return self._nodes.before(_time(_meta(request).get("creationTimestamp")))
 
 
     def node_labels(self, names: Collection[str] | None = None) -> dict[str, dict[str, str]]:
@@ -193,19 +172,10 @@ def _int(text: Any) -> int:
     return int(text) if isinstance(text, str) and text.isdigit() else 0
 
 
-#: The creation time of a node whose creationTimestamp cannot be read: before any other.
-_UNKNOWN = datetime.datetime.min.replace(tzinfo=datetime.UTC)
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-@functools.lru_cache(maxsize=65536)
-def _created(text: str | None) -> datetime.datetime:
-    """A node's creation time (`_UNKNOWN` if unreadable); cached: nodes' timestamps do
-    not change, and many nodes share one (created in the same second)."""
-    return predicates.parse_time(text) or _UNKNOWN
+def _time(text: Any) -> datetime.datetime | None:
+    """An object's creation time as the node index orders them (None if unreadable)."""
+    created = ledgerindex.created_at(text)
+    return None if created == ledgerindex.UNKNOWN else created
 
 
 def workload_of_request(obj: Mapping[str, Any]) -> tuple[str, str] | None:
