@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from admission import constants as c
-from admission.check import ledgerindex
+from admission.check import ledger, ledgerindex, provisioning
 from admission.kube import client, kinds, store
 
 SEEDS = range(12)
@@ -154,3 +154,34 @@ def test_node_times_without_a_zone_are_utc_and_unreadable_ones_come_first() -> N
         2026, 12, 5, 10, 0, 1, tzinfo=datetime.UTC)
     assert ledgerindex.created_at("yesterday") == ledgerindex.UNKNOWN
     assert ledgerindex.created_at(None) == ledgerindex.UNKNOWN
+
+
+def request(name: str, rng: random.Random, rv: int) -> dict[str, Any]:
+    conditions = [{"type": t, "status": rng.choice(["True", "False"])}
+                  for t in rng.sample([c.PROVISIONED, c.FAILED, c.ACCEPTED], 2)]
+    meta: dict[str, Any] = {
+        "name": name, "namespace": rng.choice(["ns1", "ns2"]), "resourceVersion": str(rv),
+        "labels": {c.MANAGED_LABEL: "fitgate"} if rng.random() < 0.8 else {},
+        "annotations": {c.WORKLOAD_ANNOTATION: f"ns1/{rng.choice(['wl1', 'wl2', 'gone'])}"}}
+    return {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+            "metadata": meta, "status": {"conditions": conditions}}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_provisioned_requests_equal_a_recomputation_after_any_events(seed: int) -> None:
+    rng = random.Random(seed)
+    requests = store.Store(kinds.PROVISIONING_REQUEST)
+    workloads = store.Store(kinds.WORKLOAD)
+    workloads.seed(*({"metadata": {"name": n, "namespace": "ns1"}} for n in ("wl1", "wl2")))
+    names = [f"r{i}" for i in range(8)]
+    requests.seed(*(request(n, rng, 1) for n in names[:3]))
+    index = ledger.ProvisionedRequests(requests)
+
+    def check() -> None:
+        want = [key for r in requests.list()
+                if provisioning.state(r)[0] == "provisioned"
+                and (key := ledger.workload_of_request(r)) is not None
+                and workloads.get(key[1], key[0]) is not None]
+        assert sorted(ledger.waiting_for_nodes(workloads, index)) == sorted(want)
+    check()
+    churn(requests, request, names, rng, 150, check)
