@@ -537,10 +537,13 @@ def _pct(values: list[float], q: float) -> float:
 def service(api: fake.FakeClient) -> serve.Service:
     """`fitgate serve`'s Service over the fake client: the default components, no
     leader election (one replica), no webhook server (no certificate directory),
-    Kubernetes `KUBE_VERSION`'s semantics."""
+    Kubernetes `KUBE_VERSION`'s semantics, serve's GIL switch interval."""
     cfg = config.load(env={}, flags={"health_address": "127.0.0.1", "health_port": 0,
                                      "leader_election": False, "log_level": "warning",
                                      "kube_version": KUBE_VERSION})
+    # As `serve.serve` does before it starts the Service: how long the event loop waits
+    # for the GIL held by a decision thread, per wait.
+    sys.setswitchinterval(cfg.switch_interval)
     return serve.Service(cfg, api, factories=components.factories())
 
 
