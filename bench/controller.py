@@ -44,7 +44,9 @@ keeps its gate, the check writes Ready / Rejected / Retry or creates a
 ProvisioningRequest), p50 / p99 from a Workload's arrival to its decision, the event
 loop's worst and p99 lag, events applied to the caches per second, the process's peak
 RSS (and the fake API server's share of it, measured while seeding, before the service
-starts) and the machine's load average at start and end. A burst not decided within
+starts), the process's CPU seconds over the burst (per Workload decided: on a shared
+machine, a figure its other load changes far less than the rates) and the machine's
+load average at start and end. A burst not decided within
 `--timeout` seconds is cut there: the table says how many were decided, and the rates
 and percentiles are of those. Then each target of issue 23
 item 2, met or missed. Figures, not assertions; `tests/bench/test_controller.py` runs
