@@ -155,9 +155,9 @@ class NodeLedger:
 
     def node_labels(self, names: Collection[str] | None = None) -> dict[str, dict[str, str]]:
         """Every node's labels (or those of the nodes named that exist), by name."""
-        if names is not None:
-            return {name: labels(n) for name in names
-                    if (n := self.stores.nodes.get(name)) is not None}
+        if names is not None:  # from the node index: converted once per node change
+            return {name: have for name in names
+                    if (have := self._nodes.labels(name)) is not None}
         return {str(_meta(n).get("name")): labels(n) for n in self.stores.nodes.list()}
 
 

@@ -51,6 +51,7 @@ class NodesByCreation:
     def __init__(self, nodes: store.Store) -> None:
         self._order: list[tuple[datetime.datetime, str]] = []  # sorted
         self._nodes: dict[str, Node] = {}  # name -> its entry
+        self._labels: dict[str, dict[str, str]] = {}  # name -> its labels as strings
         for obj in nodes.list():
             self._put(obj)
         nodes.subscribe(self._on_event)
@@ -69,6 +70,11 @@ class NodesByCreation:
         first = bisect.bisect_right(self._order, UNKNOWN, key=_TIME)
         end = bisect.bisect_left(self._order, time, key=_TIME)
         return {name for _, name in self._order[first:end]}
+
+    def labels(self, name: str) -> dict[str, str] | None:
+        """The node's labels, keys and values as strings (None: no such node); made once
+        per change of the node's labels, not per read (do not modify)."""
+        return self._labels.get(name)
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -91,12 +97,14 @@ class NodesByCreation:
         if old is not None:
             self._drop(name)
         self._nodes[name] = (created, name, labels)
+        self._labels[name] = {str(k): str(v) for k, v in labels.items()}
         bisect.insort(self._order, (created, name))
 
     def _drop(self, name: str) -> None:
         old = self._nodes.pop(name, None)
         if old is None:
             return
+        del self._labels[name]
         i = bisect.bisect_left(self._order, (old[0], name))
         del self._order[i]
 

@@ -107,6 +107,8 @@ def test_nodes_by_creation_equals_a_recomputation_after_any_events(seed: int) ->
 
     def check() -> None:
         assert len(index) == len(s)
+        for name in NODES:
+            assert index.labels(name) == (ledger.labels(n) if (n := s.get(name)) else None)
         for t in TIMES:
             assert index.since(t) == recomputed_since(s, t), t
             assert index.before(t) == recomputed_before(s, t), t
