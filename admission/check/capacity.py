@@ -62,7 +62,7 @@ async def sync_new_request(rec: Rec, wl: client.Obj, entry: Mapping[str, Any],
         try:
             request, templates = provisioning.build(
                 wl, wg.gang, check, attempt, index, chosen, alternatives, node_shapes,
-                rec.ledger.node_labels())
+                rec.ledger.node_labels(chosen.existing_nodes))  # what `build` reads
             break
         except provisioning.ShapeProblem as exc:
             if not alternatives:

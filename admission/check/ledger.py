@@ -10,14 +10,16 @@ Two holds keep two gangs off the same devices, on top of what the inventory show
 
 `held_for_others` is the union a decision leaves out. Owners are derived from the stores
 on each pass from the requests fitgate wrote (`trusted`); promises are kept in memory and
-read back by a replica that takes over (`promises.Recovery`).
+read back by a replica that takes over (`promises.Recovery`). What a pass reads of the
+Nodes and Pods comes from indexes the stores' events keep (`ledgerindex`: the nodes
+created since a time, the pods bound per placement owner), so a decision costs what it
+reads, not a pass over every node and pod.
 """
 
 from __future__ import annotations
 
-import bisect
 import datetime
-import functools
+import itertools
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -25,7 +27,7 @@ import fitcore
 from admission import clock as clock_
 from admission import constants as c
 from admission import kueue
-from admission.check import inputs, predicates, provisioning, trusted
+from admission.check import inputs, ledgerindex, provisioning, trusted
 from admission.kube import client, store
 
 
@@ -38,6 +40,10 @@ class NodeLedger:
         # uid -> (namespace, pods placed per node, when): nodes promised to a gang this
         # reconciler admitted, until its pods have bound there (see promised_nodes).
         self._promised: dict[str, tuple[str, dict[str, int], float]] = {}
+        # Kept from the stores' events: nodes in creation order, pods bound per owner.
+        self._nodes = ledgerindex.NodesByCreation(stores.nodes)
+        self._bound = ledgerindex.BoundPods(stores.pods)
+        self.provisioned = ProvisionedRequests(stores.provisioning_requests)
 
     def promise(self, wl: client.Obj, placements: Sequence[fitcore.Placement]) -> None:
         """Hold the nodes of an admitted gang's placements until its pods bind there."""
@@ -65,24 +71,13 @@ class NodeLedger:
         for uid, (_, _, since) in list(self._promised.items()):
             if uid != except_uid and now - since > self.promise_seconds:
                 del self._promised[uid]
-        # The bound pods of every promise, in one pass over each namespace's pods (not
-        # one per promise: this runs for every decision, on the event loop).
-        bound: dict[tuple[str, str], dict[str, int]] = {}  # (namespace, uid) -> per node
-        for namespace in {ns for uid, (ns, _, _) in self._promised.items() if uid != except_uid}:
-            for pod in self.stores.pods.list(namespace) if self.stores.pods else ():
-                node = (pod.get("spec") or {}).get("nodeName")
-                if not node:
-                    continue
-                labels = _meta(pod).get("labels") or {}
-                for owner in {labels.get(c.PLACEMENT_LABEL),
-                              labels.get(c.PLACEMENT_WORKLOAD_LABEL)}:
-                    if isinstance(owner, str) and owner in self._promised:
-                        per_node = bound.setdefault((namespace, owner), {})
-                        per_node[node] = per_node.get(node, 0) + 1
+        # The bound pods of each promise are read from an index the pod store's events
+        # keep (`ledgerindex.BoundPods`), not counted over the namespace's pods: this
+        # runs for every decision, on the event loop.
         for uid, (namespace, nodes, _) in list(self._promised.items()):
             if uid == except_uid:
                 continue
-            got = bound.get((namespace, uid), {})
+            got = self._bound.of(namespace, uid)
             waiting = {n for n, want in nodes.items() if got.get(n, 0) < want}
             if not waiting:
                 del self._promised[uid]
@@ -106,36 +101,30 @@ class NodeLedger:
                                          _int(_meta(r.obj).get("resourceVersion"))))
         if not requests:
             return {}
-        # Oldest first; each creation time parsed once (`_created`), and each request looks
-        # only at the nodes created since it (bisect), not at every node of the cluster:
-        # this runs for every decision, on the event loop.
-        # Only nodes created since the oldest request can be any request's (all nodes when
-        # a request's creation time cannot be read).
-        sinces = [predicates.parse_time(_meta(r.obj).get("creationTimestamp"))
-                  for r in requests]
-        floor = None if None in sinces else min(s for s in sinces if s is not None)
-        nodes = sorted((created, str(meta.get("name")), meta.get("labels") or {})
-                       for n in self.stores.nodes.list()
-                       if (created := _created(_text((meta := _meta(n)).get(
-                           "creationTimestamp")))) >= (floor or _UNKNOWN))
-        times = [t for t, _, _ in nodes]
+        # Oldest first; each request looks only at the nodes created since it, a slice of
+        # the index the node store's events keep in creation order
+        # (`ledgerindex.NodesByCreation`), not at every node of the cluster: this runs
+        # for every decision, on the event loop.
         names = kueue.ours(self.stores.admission_checks.list())
         out: inputs.Owners = {}
-        for r, since in zip(requests, sinces, strict=True):
+        for r in requests:
             admitted = any(e.get("state") == c.READY for e in kueue.entries(r.workload, names))
-            # A node whose creation time cannot be read (`_UNKNOWN`) is never "created
-            # since" a request.
-            newer = nodes[bisect.bisect_left(times, since):] if since is not None else nodes
+            # A node whose creation time cannot be read is never "created since" a
+            # request; every node is, of a request whose own time cannot be read.
+            newer = self._nodes.since(_time(_meta(r.obj).get("creationTimestamp")))
+            if not newer:
+                continue
             owner = (r.name, r.workload_uid, admitted)
             for sc in r.plan.shapes:
                 shape = node_shapes.get(sc.shape)
                 if shape is None:
                     continue
                 want = shape.node_labels.items()
-                mine = [name for _, name, labels in newer
-                        if name not in out and all(labels.get(k) == v for k, v in want)
-                        ][:sc.count]
-                out.update((n, owner) for n in mine)
+                mine = itertools.islice(
+                    (name for _, name, labels in newer
+                     if name not in out and all(labels.get(k) == v for k, v in want)),
+                    sc.count)
+                out.update([(n, owner) for n in mine])
         return out
 
 
@@ -161,20 +150,14 @@ class NodeLedger:
 
     def existing_nodes(self, request: Mapping[str, Any]) -> set[str]:
         """Nodes that existed before the request: created before it."""
-        since = predicates.parse_time(_meta(request).get("creationTimestamp"))
-        out = set()
-        for n in self.stores.nodes.list():
-            created = predicates.parse_time(_meta(n).get("creationTimestamp"))
-            if since is None or (created is not None and created < since):
-                out.add(str(_meta(n)["name"]))
-        return out
+        return self._nodes.before(_time(_meta(request).get("creationTimestamp")))
 
 
     def node_labels(self, names: Collection[str] | None = None) -> dict[str, dict[str, str]]:
         """Every node's labels (or those of the nodes named that exist), by name."""
-        if names is not None:
-            return {name: labels(n) for name in names
-                    if (n := self.stores.nodes.get(name)) is not None}
+        if names is not None:  # from the node index: converted once per node change
+            return {name: have for name in names
+                    if (have := self._nodes.labels(name)) is not None}
         return {str(_meta(n).get("name")): labels(n) for n in self.stores.nodes.list()}
 
 
@@ -193,19 +176,10 @@ def _int(text: Any) -> int:
     return int(text) if isinstance(text, str) and text.isdigit() else 0
 
 
-#: The creation time of a node whose creationTimestamp cannot be read: before any other.
-_UNKNOWN = datetime.datetime.min.replace(tzinfo=datetime.UTC)
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-@functools.lru_cache(maxsize=65536)
-def _created(text: str | None) -> datetime.datetime:
-    """A node's creation time (`_UNKNOWN` if unreadable); cached: nodes' timestamps do
-    not change, and many nodes share one (created in the same second)."""
-    return predicates.parse_time(text) or _UNKNOWN
+def _time(text: Any) -> datetime.datetime | None:
+    """An object's creation time as the node index orders them (None if unreadable)."""
+    created = ledgerindex.created_at(text)
+    return None if created == ledgerindex.UNKNOWN else created
 
 
 def workload_of_request(obj: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -221,13 +195,36 @@ def workload_of_request(obj: Mapping[str, Any]) -> tuple[str, str] | None:
 
 # Keys of the Workloads a change of another object concerns, for the controller runtime.
 
-def waiting_for_nodes(workloads: store.Store, requests: store.Store) -> list[store.Key]:
+class ProvisionedRequests:
+    """The Workloads whose fitgate ProvisioningRequest is Provisioned (they wait for a
+    Node or ResourceSlice change), kept from the request store's events: a Node or slice
+    event, hundreds a second, reads them instead of the state of every request."""
+
+    def __init__(self, requests: store.Store) -> None:
+        self._workloads: dict[store.Key, store.Key] = {}  # request -> its Workload
+        for obj in requests.list():
+            self._put(obj)
+        requests.subscribe(self._on_event)
+
+    def workloads(self) -> list[store.Key]:
+        return list(self._workloads.values())
+
+    def _on_event(self, event: client.WatchEvent, before: client.Obj | None) -> None:
+        self._workloads.pop(store.key_of(before if before is not None else event.object),
+                            None)
+        if event.type != "DELETED":
+            self._put(event.object)
+
+    def _put(self, obj: client.Obj) -> None:
+        if provisioning.state(obj)[0] == "provisioned":
+            key = workload_of_request(obj)
+            if key is not None:
+                self._workloads[store.key_of(obj)] = key
+
+
+def waiting_for_nodes(workloads: store.Store, provisioned: ProvisionedRequests
+                      ) -> list[store.Key]:
     """Workloads whose request is Provisioned: a Node or ResourceSlice change may be the
     one they wait for."""
-    out = []
-    for r in requests.list():
-        if provisioning.state(r)[0] == "provisioned":
-            key = workload_of_request(r)
-            if key is not None and workloads.get(key[1], key[0]) is not None:
-                out.append(key)
-    return out
+    return [key for key in provisioned.workloads()
+            if workloads.get(key[1], key[0]) is not None]

@@ -286,16 +286,49 @@ def trusted_requests(requests: store.Store, workloads: store.Store, checks: Iter
     """Every request fitgate wrote for a Workload it knows (in `namespace`, None: all);
     the others are logged (`report`) and left out, those `Unreadable` also appended to
     `unreadable` when given."""
-    names = set(checks)
+    names = frozenset(checks)
     out = []
     for r in requests.list(namespace):
-        try:
-            got = read(r, workloads, names)
-        except Untrusted as exc:
-            report(r, exc)
-            if unreadable is not None and isinstance(exc, Unreadable):
+        got = _read_kept(r, workloads, names)
+        if isinstance(got, Untrusted):
+            report(r, got)
+            if unreadable is not None and isinstance(got, Unreadable):
                 unreadable.append(r)
             continue
         if got is not None:
             out.append(got)
     return out
+
+
+#: The last reading of each request (namespace, name): the request object, the Workload
+#: object its annotation names (None: none), the check names, and what `read` made of
+#: them. The stores replace an object on every change, so the same two objects and
+#: checks read the same again; kept references keep an object's identity from being
+#: reused.
+_READS: dict[tuple[str, str], tuple[client.Obj, client.Obj | None, frozenset[str],
+                                    Request | Untrusted | None]] = {}
+_READS_MAX = 4096
+
+
+def _read_kept(obj: client.Obj, workloads: store.Store, checks: frozenset[str]
+               ) -> Request | Untrusted | None:
+    """`read` (its error returned, not raised), kept while the request, its Workload
+    and the checks are the same: every decision reads every request fitgate wrote (who
+    owns which new node), on the event loop."""
+    meta = _meta(obj)
+    key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    _, _, wl_name = (_strings(meta.get("annotations")).get(c.WORKLOAD_ANNOTATION)
+                     or "").partition("/")
+    wl = workloads.get(wl_name, key[0]) if wl_name else None
+    kept = _READS.get(key)
+    if kept is not None and kept[0] is obj and kept[1] is wl and kept[2] == checks:
+        return kept[3]
+    got: Request | Untrusted | None
+    try:
+        got = read(obj, workloads, checks)
+    except Untrusted as exc:
+        got = exc
+    if kept is None and len(_READS) >= _READS_MAX:
+        _READS.pop(next(iter(_READS)))
+    _READS[key] = (obj, wl, checks, got)
+    return got

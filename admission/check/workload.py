@@ -151,7 +151,7 @@ class WorkloadReconciler:
             return [f"{key[0]}/{key[1]}"] if key else []
         # A Node or ResourceSlice: the Workloads waiting for provisioned nodes.
         return [f"{ns}/{name}" for ns, name in sorted(set(ledger.waiting_for_nodes(
-            self.stores.workloads, self.stores.provisioning_requests))
+            self.stores.workloads, self.ledger.provisioned))
             | set(self.karpenter.waiting()))]
 
     async def reconcile(self, key: str) -> float | None:

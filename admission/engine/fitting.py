@@ -74,10 +74,18 @@ def gang_of(obj: Mapping[str, Any], stores: Mapping[kinds.Kind, store.Store]) ->
     ResourceClaimTemplates and ResourceClaims of its namespace; raises fitcore.InputError
     (with every field problem) for anything else or anything malformed."""
     ns = namespace_of(obj)
-    rct = stores.get(kinds.RESOURCE_CLAIM_TEMPLATE)
-    rc = stores.get(kinds.RESOURCE_CLAIM)
-    return read_gang(obj, rct.list(ns) if rct is not None else (),
-                     rc.list(ns) if rc is not None else ())
+    template_names, claim_names = named_claims(obj)
+    return read_gang(obj, named(stores.get(kinds.RESOURCE_CLAIM_TEMPLATE), template_names, ns),
+                     named(stores.get(kinds.RESOURCE_CLAIM), claim_names, ns))
+
+
+def named(s: store.Store | None, names: Iterable[str], namespace: str) -> list[client.Obj]:
+    """The objects of `s` in `namespace` with these names (those that exist), by name:
+    what a gang's pod templates name, looked up one by one, not the namespace's whole
+    list (every bound pod's ResourceClaim) on every decision."""
+    if s is None:
+        return []
+    return [o for o in (s.get(n, namespace) for n in sorted(names)) if o is not None]
 
 
 def namespace_of(obj: Mapping[str, Any]) -> str:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import fitcore
+from admission.engine import fitting
 from admission.kube import client, store
 
 
@@ -83,8 +84,10 @@ def gang_of(obj: client.Obj, *, templates: store.Store, flavors: store.Store,
         problems.append(fitcore.FieldError(who, "status.admission", "must be an object"))
     parsed: fitcore.Gang | None = None
     try:
-        parsed = fitcore.gang_of(body, templates.list(namespace),
-                                  claims.list(namespace) if claims is not None else ())
+        # Only the templates and claims the pod sets name (`fitting.named`).
+        template_names, claim_names = fitting.named_claims(obj)
+        parsed = fitcore.gang_of(body, fitting.named(templates, template_names, namespace),
+                                  fitting.named(claims, claim_names, namespace))
     except fitcore.InputError as exc:
         problems.extend(exc.errors)
     if problems or parsed is None:

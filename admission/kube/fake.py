@@ -16,6 +16,7 @@ import asyncio
 import copy
 import dataclasses
 import itertools
+import random
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -235,7 +236,7 @@ class FakeClient:
         key = (meta.get("namespace", "") if kind.namespaced else "", meta["name"])
         old = self._objects[kind.kind].get(key)
         if event == "ADDED":
-            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("uid", _uid())
             meta.setdefault("creationTimestamp", self.creation_time)
             meta["generation"] = 1
         elif old is not None:
@@ -325,7 +326,7 @@ class FakeClient:
         body = copy.deepcopy(dict(obj))
         meta = body.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            meta["name"] = meta["generateName"] + f"{random.getrandbits(20):05x}"
         self._enter("create", kind, meta.get("namespace"), meta.get("name"), body=body)
         key = self._key(kind, meta["name"], meta.get("namespace"))
         if key in self._objects[kind.kind]:
@@ -401,3 +402,9 @@ class FakeClient:
 
 if TYPE_CHECKING:  # FakeClient implements the protocol (checked by mypy)
     _: client.Client = FakeClient()
+
+
+def _uid() -> str:
+    """A random version-4 UUID, from the random module: no read of the OS's random
+    source per object (benchmarks create thousands a second on the event loop)."""
+    return str(uuid.UUID(int=random.getrandbits(128), version=4))

@@ -25,6 +25,9 @@ class Store:
     def __init__(self, kind: kinds.Kind) -> None:
         self.kind = kind
         self._objects: dict[Key, client.Obj] = {}
+        # The same objects by namespace: a namespace's list reads only its own (a
+        # decision reads its namespace's claims or pods, not every bound pod's).
+        self._by_namespace: dict[str, dict[Key, client.Obj]] = {}
         self._subscribers: list[Subscriber] = []
 
     def get(self, name: str, namespace: str | None = None) -> client.Obj | None:
@@ -32,7 +35,11 @@ class Store:
         return self._objects.get((namespace or "", name))
 
     def list(self, namespace: str | None = None) -> list[client.Obj]:
-        return [o for (ns, _), o in self._objects.items() if namespace is None or ns == namespace]
+        """Every object, or those of `namespace` ("" for cluster-scoped ones), in the
+        order they were first stored."""
+        if namespace is None:
+            return list(self._objects.values())
+        return list(self._by_namespace.get(namespace, {}).values())
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -48,8 +55,13 @@ class Store:
             if before is None:
                 return
             del self._objects[key]
+            same = self._by_namespace[key[0]]
+            del same[key]
+            if not same:
+                del self._by_namespace[key[0]]
         else:
             self._objects[key] = event.object
+            self._by_namespace.setdefault(key[0], {})[key] = event.object
         for fn in self._subscribers:
             fn(event, before)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-import uuid
+import random
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -34,9 +34,11 @@ class Recorder:
         event = {
             "apiVersion": kinds.EVENT.api_version, "kind": "Event",
             # As client-go names events: the object's name, a dot, a unique suffix (a
-            # generateName may not end in a dot).
+            # generateName may not end in a dot). 64 random bits, as uuid4's first 16
+            # hex digits were, without its read of the OS's random source (a system
+            # call that lets the decision threads take the GIL from the event loop).
             "metadata": {"name": f"{str(meta.get('name', 'fitgate'))[:236]}."
-                                 f"{uuid.uuid4().hex[:16]}",
+                                 f"{random.getrandbits(64):016x}",
                          "namespace": meta.get("namespace") or "default"},
             "eventTime": self.clock.now().astimezone(datetime.UTC).strftime(
                 "%Y-%m-%dT%H:%M:%S.%fZ"),

@@ -161,3 +161,24 @@ async def test_fitgates_own_request_with_an_absurd_count_is_deleted_and_asked_ag
     await world.reconcile()
     (again,) = world.requests()
     assert provisioning.plan_from_json(again["metadata"]["annotations"][c.PLAN_ANNOTATION])
+
+
+async def test_a_kept_reading_follows_its_workload_and_the_checks(world: w.World) -> None:
+    # Every decision reads every request; the reading is kept while the request, its
+    # Workload and fitgate's checks are the same objects, and made again when any changes.
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(2)))
+    await world.reconcile()
+    requests, workloads = world.stores[kinds.PROVISIONING_REQUEST], world.stores[kinds.WORKLOAD]
+
+    def read(checks: tuple[str, ...] = ("fitgate",)) -> list[str]:
+        return [r.name for r in trusted.trusted_requests(requests, workloads, checks)]
+    assert read() == ["train-fitgate-1"] == read()
+    train = copy.deepcopy(world.workload())
+    train["metadata"]["uid"] = "a-new-uid"  # deleted and made again under the same name
+    workloads.seed(train)
+    assert read() == []
+    request = copy.deepcopy(requests.list()[0])
+    request["metadata"]["labels"][c.WORKLOAD_UID_LABEL] = "a-new-uid"
+    requests.seed(request)
+    assert read() == ["train-fitgate-1"]
+    assert read(("another",)) == []

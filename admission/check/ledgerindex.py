@@ -1,0 +1,174 @@
+"""Indexes the node ledger reads on every decision, kept current from the stores' events.
+
+The ledger (`ledger.NodeLedger`) runs for every decision, on the event loop. Reading the
+stores whole there (every Node to find those created since the oldest request, every Pod
+of a namespace to count an admitted gang's bound pods) made a decision cost O(nodes +
+pods). These indexes are updated by the store subscriptions instead, one event at a
+time, so a decision reads only what it needs:
+
+- `NodesByCreation`: every Node's (creation time, name) in order, with its labels: the
+  nodes created since a time are a slice found by bisection (`since`), the nodes created
+  before one a prefix (`before`). A Node's heartbeat (same creation time and labels)
+  leaves it as it is.
+- `BoundPods`: per (namespace, placement owner) the number of pods bound to each node,
+  counted from the placement labels fitgate puts on a gang's pods (`PLACEMENT_LABEL`, or
+  `PLACEMENT_WORKLOAD_LABEL` where the template had its own).
+
+Both are built from what the store holds when made, then follow its events. A store
+tells its subscribers the object as it was before each change (`store.Store.apply`), and
+a relist arrives as the differences (`Store.replace`); each index takes out what the
+object counted for before and adds what it counts for now, so a DELETED event whose
+final state is unknown or stale removes exactly what was counted.
+`tests/admission/check/test_ledgerindex.py` compares both with a recomputation from the
+store after sequences of such events.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+import functools
+import operator
+from collections.abc import Mapping
+from typing import Any
+
+from admission import constants as c
+from admission.check import predicates
+from admission.kube import client, store
+
+#: The creation time of a node whose creationTimestamp cannot be read: before any other.
+UNKNOWN = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+
+#: A node as the index holds it: (creation time, name, labels).
+Node = tuple[datetime.datetime, str, Mapping[str, Any]]
+
+_TIME = operator.itemgetter(0)
+
+
+class NodesByCreation:
+    """The Nodes of a store in order of creation time, then name."""
+
+    def __init__(self, nodes: store.Store) -> None:
+        self._order: list[tuple[datetime.datetime, str]] = []  # sorted
+        self._nodes: dict[str, Node] = {}  # name -> its entry
+        self._labels: dict[str, dict[str, str]] = {}  # name -> its labels as strings
+        for obj in nodes.list():
+            self._put(obj)
+        nodes.subscribe(self._on_event)
+
+    def since(self, time: datetime.datetime | None) -> list[Node]:
+        """The nodes created at or after `time` (every node when None), oldest first; a
+        node whose creation time cannot be read is never created since a time."""
+        start = 0 if time is None else bisect.bisect_left(self._order, time, key=_TIME)
+        return [self._nodes[name] for _, name in self._order[start:]]
+
+    def before(self, time: datetime.datetime | None) -> set[str]:
+        """Names of the nodes created before `time` (every node when None); a node
+        whose creation time cannot be read is never created before a time."""
+        if time is None:
+            return set(self._nodes)
+        first = bisect.bisect_right(self._order, UNKNOWN, key=_TIME)
+        end = bisect.bisect_left(self._order, time, key=_TIME)
+        return {name for _, name in self._order[first:end]}
+
+    def labels(self, name: str) -> dict[str, str] | None:
+        """The node's labels, keys and values as strings (None: no such node); made once
+        per change of the node's labels, not per read (do not modify)."""
+        return self._labels.get(name)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def _on_event(self, event: client.WatchEvent, before: client.Obj | None) -> None:
+        if event.type == "DELETED":
+            self._drop(store.key_of(before if before is not None else event.object)[1])
+        else:
+            self._put(event.object)
+
+    def _put(self, obj: client.Obj) -> None:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name"))
+        raw = meta.get("labels")
+        labels = raw if isinstance(raw, Mapping) else {}
+        created = created_at(meta.get("creationTimestamp"))
+        old = self._nodes.get(name)
+        if old is not None and old[0] == created and old[2] == labels:
+            return  # a heartbeat or a status change: nothing the ledger reads
+        if old is not None:
+            self._drop(name)
+        self._nodes[name] = (created, name, labels)
+        self._labels[name] = {str(k): str(v) for k, v in labels.items()}
+        bisect.insort(self._order, (created, name))
+
+    def _drop(self, name: str) -> None:
+        old = self._nodes.pop(name, None)
+        if old is None:
+            return
+        del self._labels[name]
+        i = bisect.bisect_left(self._order, (old[0], name))
+        del self._order[i]
+
+
+@functools.lru_cache(maxsize=65536)
+def created_at(text: Any) -> datetime.datetime:
+    """A creation time (`UNKNOWN` if unreadable; UTC if it names no zone). Cached:
+    many nodes share one (created in the same second)."""
+    if not isinstance(text, str):
+        return UNKNOWN
+    parsed = predicates.parse_time(text)
+    if parsed is None:
+        return UNKNOWN
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=datetime.UTC)
+
+
+class BoundPods:
+    """Pods bound to nodes, counted per (namespace, placement owner) and node."""
+
+    def __init__(self, pods: store.Store | None) -> None:
+        self._bound: dict[tuple[str, str], dict[str, int]] = {}
+        if pods is None:
+            return
+        for obj in pods.list():
+            self._count(obj, 1)
+        pods.subscribe(self._on_event)
+
+    def of(self, namespace: str, owner: str) -> Mapping[str, int]:
+        """node -> how many pods placed for `owner` in `namespace` are bound there."""
+        return self._bound.get((namespace, owner), _EMPTY)
+
+    def owners(self) -> int:
+        """How many (namespace, owner) have bound pods (tests, metrics)."""
+        return len(self._bound)
+
+    def _on_event(self, event: client.WatchEvent, before: client.Obj | None) -> None:
+        if before is not None:
+            self._count(before, -1)
+        if event.type != "DELETED":
+            self._count(event.object, 1)
+
+    def _count(self, pod: client.Obj, by: int) -> None:
+        for key, node in counted(pod):
+            per_node = self._bound.setdefault(key, {})
+            left = per_node.get(node, 0) + by
+            if left > 0:
+                per_node[node] = left
+            else:
+                per_node.pop(node, None)
+                if not per_node:
+                    del self._bound[key]
+
+
+def counted(pod: client.Obj) -> list[tuple[tuple[str, str], str]]:
+    """What a pod counts for: ((namespace, owner), node) for each placement owner its
+    labels name, when it is bound to a node."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node:
+        return []
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    labels = meta.get("labels") or {}
+    owners = {labels.get(c.PLACEMENT_LABEL), labels.get(c.PLACEMENT_WORKLOAD_LABEL)}
+    return [((namespace, owner), str(node)) for owner in owners if isinstance(owner, str)]
+
+
+_EMPTY: Mapping[str, int] = {}
