@@ -22,7 +22,7 @@ directives = {
 macros = [("CYTHON_TRACE_NOGIL", "1")] if DEBUG else []
 compile_args = ["-O0", "-g"] if DEBUG else ["-O3"]
 
-EXTENSIONS = ["fitcore._alloc", "fitcore._read"]
+EXTENSIONS = ["fitcore._alloc", "fitcore._call", "fitcore._read"]
 
 setup(
     ext_modules=cythonize(

@@ -26,7 +26,7 @@ if _NO_EXTENSIONS:
     _alloc = None
 else:
     try:
-        from fitcore import _alloc
+        from fitcore import _alloc, _call  # noqa: F401  (_call: compiled.py calls it)
     except ImportError as exc:  # pragma: no cover - exercised by a packaging test
         raise ImportError(
             "fitcore's compiled core (fitcore._alloc) is not built. Build it with "
@@ -147,7 +147,8 @@ def _compile_static(node: model.Node, inventory: model.Inventory,
     try:
         # Claims of the common form skip reference.prepare (the same problem, made
         # from the node's kept bitsets); the rest, and every error, take the full path.
-        common = compiled.Problem.common(node, inventory, claims, node_devices)
+        common = compiled.Problem.common_or_same(node, inventory, claims,
+                                                 node_devices)
         if common is not None:
             return common
         empty = model.Inventory(inventory.slices, inventory.classes, _EMPTY)
