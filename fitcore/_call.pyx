@@ -8,6 +8,7 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 
 from fitcore import model
 
+cdef object _NodeFit = model.NodeFit
 cdef object _MAX_COUNT = model.MAX_DEVICES_PER_CLAIM + 1
 cdef object _MAX_PER_CLAIM = model.MAX_DEVICES_PER_CLAIM
 cdef tuple _NO_CAPACITY = ()
@@ -46,17 +47,18 @@ def content_key(claims):
     return tuple(key)
 
 
-def walk(node_arrays, classes, claims, unsupported):
-    """compiled.walk: the claims' candidacy on the node from its kept bitsets, as a tuple
-    (key, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start, slot_key,
-    takes), or None when they are not of the common form. Kept results of
+def walk(node_arrays, classes, claims, unsupported, dict same=None):
+    """compiled._walk: the claims' candidacy on the node from its kept bitsets, as a
+    tuple (key, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start,
+    slot_key, takes), or None when they are not of the common form; or, when `same`
+    (NodeArrays.same) holds a live problem under that key, that problem. Kept results of
     `node_arrays` are read directly; a miss asks its method (which keeps the result).
     `unsupported` is the exception class raised for an unroundable capacity request."""
-    cdef Py_ssize_t n_bytes = (node_arrays.n_dev + 7) // 8
     cdef Py_ssize_t ci = -1, a
     cdef list tainted = node_arrays.tainted
     cdef dict selections = node_arrays._selections
     cdef dict capacities = node_arrays._capacities
+    cdef dict representable = node_arrays._representable
     shared_bits = node_arrays.shared_bits
     cdef list found = [], bits = [], alt_claim = [], alt_count = [], names = []
     cdef list req_alt_start = [0], claim_req_start = [0], slot_key = [], constraints = []
@@ -66,7 +68,8 @@ def walk(node_arrays, classes, claims, unsupported):
         minimum = 0
         for request in claim.requests:
             least = -1
-            for exact in request.alternatives:
+            exactly = request.exactly
+            for exact in ((exactly,) if exactly is not None else request.first_available):
                 if exact.allocation_mode != "ExactCount" or exact.admin_access or \
                         exact.derived_attributes:
                     return None
@@ -82,15 +85,19 @@ def walk(node_arrays, classes, claims, unsupported):
                     return None
                 if tainted:
                     ok &= ~node_arrays.blocked(exact)
-                if exact.capacity_requests:
-                    if not node_arrays.representable(exact):
+                requests = exact.capacity_requests
+                # The key NodeArrays.capacity and .representable keep their results by.
+                asked = tuple(sorted(requests.items())) if requests else _NO_CAPACITY
+                if requests:
+                    fine = representable.get(asked)
+                    if fine is None:
+                        fine = node_arrays.representable(exact)
+                    if not fine:
                         raise unsupported("a capacity request that cannot be rounded in "
                                           "64-bit integers")
+                capacity = capacities.get(asked)
+                if capacity is None:
                     capacity = node_arrays.capacity(exact)
-                else:
-                    capacity = capacities.get(_NO_CAPACITY)
-                    if capacity is None:
-                        capacity = node_arrays.capacity(exact)
                 fits, shared, token = capacity
                 ok &= fits
                 a = len(found)
@@ -99,11 +106,11 @@ def walk(node_arrays, classes, claims, unsupported):
                     for d, take in shared.items():
                         if ok >> d & 1:
                             takes[(a, d)] = take
-                name = exact.name if request.exactly is not None else \
+                name = exact.name if exactly is not None else \
                     f"{request.name}/{exact.name}"
                 found.append((ci, request, exact, device_class, name))
                 names.append(name)
-                bits.append(ok.to_bytes(n_bytes, "little"))
+                bits.append(ok)
                 alt_claim.append(ci)
                 count = exact.count
                 alt_count.append(count if count < _MAX_COUNT else _MAX_COUNT)
@@ -118,8 +125,13 @@ def walk(node_arrays, classes, claims, unsupported):
         claim_req_start.append(len(req_alt_start) - 1)
         for k in claim.constraints:
             constraints.append((ci, k.requests, k.match_attribute, k.distinct_attribute))
-    key = (b"".join(bits), tuple(alt_claim), tuple(alt_count), tuple(names),
+    key = (tuple(bits), tuple(alt_claim), tuple(alt_count), tuple(names),
            tuple(req_alt_start), tuple(claim_req_start), tuple(slot_key), tuple(constraints))
+    ref = same.get(key) if same is not None else None
+    if ref is not None:
+        problem = ref()
+        if problem is not None:
+            return problem
     return (key, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start,
             slot_key, takes)
 
@@ -136,3 +148,12 @@ def picked(list made, list pairs):
         Py_INCREF(result)
         PyTuple_SET_ITEM(out, i, result)
     return out
+
+
+def fits(list made, list pairs, str node, steps):
+    """The `model.NodeFit` of a fit of one claim (`engine="c"`) from the search's pairs,
+    or None when a result is not made yet (compiled.Problem.results makes it)."""
+    allocations = picked(made, pairs)
+    if allocations is None:
+        return None
+    return tuple.__new__(_NodeFit, ("fits", node, (allocations,), (), steps, "c"))

@@ -20,6 +20,17 @@ as device bitsets, what each selector list selects and each capacity request can
 packed buffer (`_alloc.device_classes`, `_alloc.pack`). It gives the same arrays as the
 full path, whose Python code stays the reference (tests/fitcore/test_common_problems.py).
 
+The per-call path over the claims runs compiled too (`fitcore._call`; the Python
+`_content_key`, `_walk` and `Problem.results` are its reference,
+tests/fitcore/test_call_path.py): the content key a kept problem is found by, the walk
+that reads a never-seen content's candidacy off the node's bitsets, and the answer of a
+fit. The walk ends in a key of everything the compiled problem is made of (candidacy,
+counts, result names, capacity takes, constraints); a node keeps the problems `common`
+made under that key while they are kept anywhere (`NodeArrays.same`, weak references),
+so a claim content that differs from one asked before only in what the node does not
+read (claim names, tolerations of taints none of its devices has) gets that problem
+(`Problem.common_or_same`) instead of compiling its own.
+
 What the arrays encode field by field is in `_alloc.pxd`. Counters are scaled integers
 (each counter's quantities share one exact scale); attribute values are interned to
 integers (type-tagged, so "1" != 1).
@@ -408,18 +419,18 @@ def _walk(node_arrays: NodeArrays, classes: Mapping[str, model.DeviceClass],
     Compiled (`_call.walk`, what `Problem.common` calls); this is the reference.
 
     Per alternative: `found` (claim index, request, ExactRequest, device class, result
-    name), `bits` its candidate devices, `alt_claim`, `alt_count`; where each request's
-    alternatives and each claim's requests start; `slot_key` (per alternative that may
-    take a shared device: the alternative, its capacity outcome, the shared devices it
-    may take) and `takes` (what it takes of each). `key` is everything the compiled
-    problem is made of — arrays, result names, capacity takes — and not the claims'
-    names nor what the node does not read (tolerations of taints no device has).
+    name), `bits` its candidate devices (bit d: device d), `alt_claim`, `alt_count`;
+    where each request's alternatives and each claim's requests start; `slot_key` (per
+    alternative that may take a shared device: the alternative, its capacity outcome,
+    the shared devices it may take) and `takes` (what it takes of each). `key` is
+    everything the compiled problem is made of — arrays, result names, capacity takes —
+    and not the claims' names nor what the node does not read (tolerations of taints
+    no device has).
     """
-    n_bytes = (node_arrays.n_dev + 7) // 8
     tainted, shared_bits = node_arrays.tainted, node_arrays.shared_bits
     found: list[tuple[int, model.DeviceRequest, model.ExactRequest, model.DeviceClass,
                       str]] = []
-    bits: list[bytes] = []
+    bits: list[int] = []
     alt_claim: list[int] = []
     alt_count: list[int] = []
     req_alt_start = [0]
@@ -457,7 +468,7 @@ def _walk(node_arrays: NodeArrays, classes: Mapping[str, model.DeviceClass],
                 name = request.result_name(exact)
                 found.append((ci, request, exact, device_class, name))
                 names.append(name)
-                bits.append(ok.to_bytes(n_bytes, "little"))
+                bits.append(ok)
                 alt_claim.append(ci)
                 alt_count.append(min(exact.count, model.MAX_DEVICES_PER_CLAIM + 1))
                 least = exact.count if least < 0 else min(least, exact.count)
@@ -470,7 +481,7 @@ def _walk(node_arrays: NodeArrays, classes: Mapping[str, model.DeviceClass],
         claim_req_start.append(len(req_alt_start) - 1)
     constraints = tuple([(ci, k.requests, k.match_attribute, k.distinct_attribute)
                          for ci, claim in enumerate(claims) for k in claim.constraints])
-    key = (b"".join(bits), tuple(alt_claim), tuple(alt_count), tuple(names),
+    key = (tuple(bits), tuple(alt_claim), tuple(alt_count), tuple(names),
            tuple(req_alt_start), tuple(claim_req_start), tuple(slot_key), constraints)
     return (key, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start,
             slot_key, takes)
@@ -559,7 +570,8 @@ class Problem:
         self.native: object | None = None  # the bound `_alloc.Compiled`, made by fitcore.api
         self._state_of: model.AllocatedState | None = None
         self._state: array.array[int] | None = None
-        self._results: list[model.DeviceResult | None] = [None] * (n_alt * n_dev)
+        #: Per (alternative, device) pair, its result once made (`results`).
+        self.made: list[model.DeviceResult | None] = [None] * (n_alt * n_dev)
 
     @property
     def prepared(self) -> reference.Prepared:
@@ -601,14 +613,12 @@ class Problem:
         answers for every pod of a template (its claims are the first pod's; fitcore.api
         explains a no-fit with the caller's claims)."""
         node_arrays = NodeArrays.of(nd)
-        walked = _call.walk(node_arrays, inventory.classes, claims, Unsupported)
-        if walked is None:
-            return None
-        ref = node_arrays.same.get(walked[0])
-        problem = ref() if ref is not None else None
-        if problem is None:
-            problem = cls._made(node, inventory, claims, nd, walked)
-            node_arrays.keep_same(walked[0], problem)
+        walked = _call.walk(node_arrays, inventory.classes, claims, Unsupported,
+                            node_arrays.same)
+        if walked is None or isinstance(walked, Problem):  # (the walk looked it up)
+            return walked
+        problem = cls._made(node, inventory, claims, nd, walked)
+        node_arrays.keep_same(walked[0], problem)
         return problem
 
     @classmethod
@@ -664,7 +674,9 @@ class Problem:
         dev_cap_start, take_off, take_vals, cap_total = self._shared_slots(slot_key)
         dev_cls, cls_start, cls_members, cls_multi, alt_cls_start, alt_cls = \
             _alloc.device_classes(n_alt, node_arrays.base, node_arrays.dev_multi,
-                                  b"".join(bits), len(con_match), con_val)
+                                  b"".join([ok.to_bytes((n_dev + 7) // 8, "little")
+                                            for ok in bits]),
+                                  len(con_match), con_val)
         self.n_classes = len(cls_multi)
         self.n_counters = len(node_arrays.ctr_total)
         self.n_cap = len(cap_total)
@@ -686,7 +698,7 @@ class Problem:
         self.native = None
         self._state_of = None
         self._state = None
-        self._results = [None] * (n_alt * n_dev)
+        self.made = [None] * (n_alt * n_dev)
         return self
 
     def _shared_slots(self, key: tuple[tuple[int, int, int], ...]
@@ -999,11 +1011,7 @@ class Problem:
     def results(self, pairs: Sequence[int]) -> tuple[tuple[model.DeviceResult, ...], ...]:
         """The search's (alternative a, device d) pairs, each a * n_dev + d and in claim
         order, as results grouped per claim."""
-        made = self._results
-        if len(self.claims) == 1:
-            picked = _call.picked(made, pairs)
-            if picked is not None:
-                return (picked,)
+        made = self.made
         out = [made[pair] or self._result(pair) for pair in pairs]
         if len(self.claims) == 1:
             return (tuple(out),)
@@ -1022,5 +1030,5 @@ class Problem:
                                         consumed_capacity=self.takes[(a, d)])
         else:
             result = self.node.dedicated_result(alt.result_name, d)
-        self._results[pair] = result
+        self.made[pair] = result
         return result
