@@ -135,15 +135,18 @@ def fitcore_times(inventory: model.Inventory, allocated_json: list[dict[str, Any
       allocated-state object, every call — a new pod of a known template on a cluster
       whose allocations changed (the state is applied to the kept compiled problem);
     - "new_template": claims of a content never asked on this node (each call adds a
-      toleration of a taint nobody has, which changes nothing but the content), so the
-      problem is compiled anew: alternatives, candidacy, device classes, lists, packed
-      buffer. Reused: pools, CEL results per device and, for claims of the common form,
-      the same results grouped per node as bitsets (compiled.NodeArrays: the devices a
-      selector list selects, those a capacity request can serve). Those bitsets are
-      keyed by the selector expressions and the requested amounts, not by tolerations,
-      which are applied on every compile; so this column measures selectors warm, as
-      before, and a template with a selector list never seen on the node pays one
-      evaluation per device of it, once per node.
+      toleration of a taint nobody has, which changes nothing but the content): the
+      content key misses, and the claims' candidacy is walked anew. Reused: pools, CEL
+      results per device and, for claims of the common form, the same results grouped
+      per node as bitsets (compiled.NodeArrays: the devices a selector list selects,
+      those a capacity request can serve), keyed by the selector expressions and the
+      requested amounts, not by tolerations, which are applied on every walk; so this
+      column measures selectors warm, and a template with a selector list never seen on
+      the node pays one evaluation per device of it, once per node. The walk's key
+      (candidacy, counts, result names, capacity takes) is the first template's, so
+      that template's compiled problem is shared (compiled.Problem.common_or_same):
+      device classes, lists and the packed buffer are not rebuilt. A template with other
+      request names or another candidacy compiles its own problem.
     Claims are parsed outside the timer, as the oracle decodes its JSON outside its timer.
     """
     node = kube.node(b.node())

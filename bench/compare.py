@@ -22,7 +22,9 @@ parsed inventory, in three columns (`bench.alloc.fitcore_times`): the same quest
 again; a new pod of a known template on a changed cluster (fresh claim and
 allocated-state objects: the kept compiled problem takes the new state) — the question a
 scheduler asks node after node and pod after pod; and a new template (claims of a content
-never asked on the node: prepared and compiled, slice-level caches warm). For upstream the
+never asked on the node, differing in a toleration of a taint no device has: the claims
+are walked anew with slice-level caches warm, and share the problem compiled for the
+first such template, see bench.alloc.fitcore_times). For upstream the
 `Allocate` call alone, timed inside the oracle (the allocator is built outside the timer,
 as the scheduler builds it in PreFilter; it has no state across calls, so every call is a
 new question to it). When upstream hits its filter timeout the time is a lower bound

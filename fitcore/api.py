@@ -22,11 +22,12 @@ DEFAULT_BUDGET = reference.DEFAULT_BUDGET
 _NO_EXTENSIONS = os.environ.get("FITCORE_NO_EXTENSIONS", "") not in ("", "0")
 
 _alloc: Any
+_call: Any
 if _NO_EXTENSIONS:
-    _alloc = None
+    _alloc = _call = None
 else:
     try:
-        from fitcore import _alloc
+        from fitcore import _alloc, _call
     except ImportError as exc:  # pragma: no cover - exercised by a packaging test
         raise ImportError(
             "fitcore's compiled core (fitcore._alloc) is not built. Build it with "
@@ -54,8 +55,9 @@ def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
                            "FITCORE_NO_EXTENSIONS=1")
     # The compiled core follows 1.36's capacity rules; where 1.37's differ (shared,
     # consumable-capacity devices), the reference answers.
-    found = None if kube != versions.V1_36 and _differs_by_version(inventory, claims) else \
-        _compile(node, inventory, claims)
+    # (`is` first: comparing two KubeVersions calls their dataclass __eq__.)
+    found = None if kube is not versions.V1_36 and kube != versions.V1_36 and \
+        _differs_by_version(inventory, claims) else _compile(node, inventory, claims)
     if isinstance(found, reference.ClaimError):
         return model.NodeFit("error", node.name, reasons=(str(found),), engine="c")
     if found is None:
@@ -67,6 +69,10 @@ def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
         problem.native = _alloc.Compiled(problem.packed, problem.header)
     status, steps, results = _alloc.search(problem.native, state, budget)
     if status == 1:
+        if len(problem.claims) == 1:  # the common case, answered in the compiled core
+            fit = _call.fits(problem.made, results, node.name, steps)
+            if fit is not None:
+                return fit  # type: ignore[no-any-return]
         return model.NodeFit("fits", node.name, problem.results(results), steps=steps,
                              engine="c")
     if status < 0:
@@ -147,7 +153,8 @@ def _compile_static(node: model.Node, inventory: model.Inventory,
     try:
         # Claims of the common form skip reference.prepare (the same problem, made
         # from the node's kept bitsets); the rest, and every error, take the full path.
-        common = compiled.Problem.common(node, inventory, claims, node_devices)
+        common = compiled.Problem.common_or_same(node, inventory, claims,
+                                                 node_devices)
         if common is not None:
             return common
         empty = model.Inventory(inventory.slices, inventory.classes, _EMPTY)

@@ -20,6 +20,17 @@ as device bitsets, what each selector list selects and each capacity request can
 packed buffer (`_alloc.device_classes`, `_alloc.pack`). It gives the same arrays as the
 full path, whose Python code stays the reference (tests/fitcore/test_common_problems.py).
 
+The per-call path over the claims runs compiled too (`fitcore._call`; the Python
+`_content_key`, `_walk` and `Problem.results` are its reference,
+tests/fitcore/test_call_path.py): the content key a kept problem is found by, the walk
+that reads a never-seen content's candidacy off the node's bitsets, and the answer of a
+fit. The walk ends in a key of everything the compiled problem is made of (candidacy,
+counts, result names, capacity takes, constraints); a node keeps the problems `common`
+made under that key while they are kept anywhere (`NodeArrays.same`, weak references),
+so a claim content that differs from one asked before only in what the node does not
+read (claim names, tolerations of taints none of its devices has) gets that problem
+(`Problem.common_or_same`) instead of compiling its own.
+
 What the arrays encode field by field is in `_alloc.pxd`. Counters are scaled integers
 (each counter's quantities share one exact scale); attribute values are interned to
 integers (type-tagged, so "1" != 1).
@@ -38,17 +49,19 @@ from __future__ import annotations
 import array
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, TypeVar
 
 from fitcore import cache, model, reference, semantics, values
 
 _alloc: Any
+_call: Any
 try:
-    from fitcore import _alloc
+    from fitcore import _alloc, _call
 except ImportError:  # fitcore.api says how to build it, or runs the reference alone
-    _alloc = None
+    _alloc = _call = None
 
 _LIMIT = 2**62
 _K = TypeVar("_K")
@@ -106,10 +119,11 @@ def _keep(kept: dict[_K, _V], key: _K, value: _V) -> _V:
     return value
 
 
-def content_key(claims: Sequence[model.Claim]) -> tuple[object, ...]:
+def _content_key(claims: Sequence[model.Claim]) -> tuple[object, ...]:
     """What allocation reads of the claims: requests and constraints, not names. Two pods
     made from one template ask the same question. Built of str, int and tuple only, so
-    that hashing and comparing it stays in C."""
+    that hashing and comparing it stays in C. Compiled (`_call.content_key`); this is
+    the reference."""
     key: list[tuple[object, ...]] = []
     for c in claims:
         requests: list[tuple[object, ...]] = []
@@ -122,6 +136,11 @@ def content_key(claims: Sequence[model.Claim]) -> tuple[object, ...]:
                        for k in c.constraints] if c.constraints else ()
         key.append((*requests, tuple(constraints)))
     return tuple(key)
+
+
+#: `_content_key`, in the compiled core when it is built.
+content_key: Callable[[Sequence[model.Claim]], tuple[object, ...]] = \
+    _call.content_key if _call is not None else _content_key
 
 
 def _exact_key(e: model.ExactRequest) -> tuple[object, ...]:
@@ -215,6 +234,10 @@ class NodeArrays:
         self._capacities: dict[object, tuple[int, dict[int, dict[str, values.Quantity]],
                                              int]] = {}
         self._serials = itertools.count()
+        self._representable: dict[object, bool] = {}
+        #: Problems `Problem.common` made, by what they are made of (`_Walk.key`), while
+        #: something else holds them (weak references, dropped with the problem).
+        self.same: dict[object, weakref.ref[Problem]] = {}
         self.shared_bits = sum(1 << d for d in self.shared)
         #: (dev_cap_start, take_off, take_vals, cap_total, cap_slots, empty state) by
         #: what the shared devices' slots depend on (Problem._shared_slots).
@@ -307,6 +330,27 @@ class NodeArrays:
             found = _keep(self._capacities, key, (fits, takes, next(self._serials)))
         return found
 
+    def keep_same(self, key: object, problem: Problem) -> None:
+        """Enter `problem` in `same` under `key` until it is no longer used elsewhere."""
+        same = self.same
+
+        def drop(ref: weakref.ref[Problem]) -> None:
+            if same.get(key) is ref:
+                del same[key]
+        same[key] = weakref.ref(problem, drop)
+
+    def representable(self, exact: model.ExactRequest) -> bool:
+        """Whether `exact`'s capacity request can be rounded on every device of the node
+        (see `_representable`), kept per capacity request."""
+        requests = exact.capacity_requests
+        key = tuple(sorted(requests.items())) if requests else ()
+        found = self._representable.get(key)
+        if found is None:
+            found = _keep(self._representable, key, not any(
+                semantics.capacity_unrepresentable(exact, device) is not None
+                for _, device, _ in self._devices))
+        return found
+
     def shared_slots(self, d: int, takes: list[dict[str, values.Quantity]]
                      ) -> tuple[list[tuple[str, int]], list[int], list[list[int]]]:
         """Shared device d's capacity slots, for alternatives that take `takes` of it:
@@ -361,6 +405,86 @@ class NodeArrays:
 
 
 _EMPTY = model.AllocatedState()
+
+
+#: What `walk` gives: (key, found, bits, alt_claim, alt_count, req_alt_start,
+#: claim_req_start, slot_key, takes), see `_walk`.
+Walked = tuple[Any, ...]
+
+
+def _walk(node_arrays: NodeArrays, classes: Mapping[str, model.DeviceClass],
+          claims: Sequence[model.Claim]) -> Walked | None:
+    """What `Problem.common` reads off claims of the common form on the node, from its
+    kept bitsets, before anything is compiled; None when they are not of that form.
+    Compiled (`_call.walk`, what `Problem.common` calls); this is the reference.
+
+    Per alternative: `found` (claim index, request, ExactRequest, device class, result
+    name), `bits` its candidate devices (bit d: device d), `alt_claim`, `alt_count`;
+    where each request's alternatives and each claim's requests start; `slot_key` (per
+    alternative that may take a shared device: the alternative, its capacity outcome,
+    the shared devices it may take) and `takes` (what it takes of each). `key` is
+    everything the compiled problem is made of — arrays, result names, capacity takes —
+    and not the claims' names nor what the node does not read (tolerations of taints
+    no device has).
+    """
+    tainted, shared_bits = node_arrays.tainted, node_arrays.shared_bits
+    found: list[tuple[int, model.DeviceRequest, model.ExactRequest, model.DeviceClass,
+                      str]] = []
+    bits: list[int] = []
+    alt_claim: list[int] = []
+    alt_count: list[int] = []
+    req_alt_start = [0]
+    claim_req_start = [0]
+    slot_key: list[tuple[int, int, int]] = []
+    takes: dict[tuple[int, int], dict[str, values.Quantity]] = {}
+    names: list[str] = []
+    for ci, claim in enumerate(claims):
+        minimum = 0
+        for request in claim.requests:
+            least = -1
+            for exact in request.alternatives:
+                if exact.allocation_mode != "ExactCount" or exact.admin_access or \
+                        exact.derived_attributes:
+                    return None
+                device_class = classes.get(exact.device_class)
+                if device_class is None:
+                    return None
+                ok, failing = node_arrays.selection(device_class.selectors + exact.selectors)
+                if failing:
+                    return None
+                if tainted:
+                    ok &= ~node_arrays.blocked(exact)
+                if exact.capacity_requests and not node_arrays.representable(exact):
+                    raise Unsupported("a capacity request that cannot be rounded in 64-bit "
+                                      "integers")
+                fits, shared, token = node_arrays.capacity(exact)
+                ok &= fits
+                a = len(found)
+                if shared:
+                    slot_key.append((a, token, ok & shared_bits))
+                    for d, take in shared.items():
+                        if ok >> d & 1:
+                            takes[(a, d)] = take
+                name = request.result_name(exact)
+                found.append((ci, request, exact, device_class, name))
+                names.append(name)
+                bits.append(ok)
+                alt_claim.append(ci)
+                alt_count.append(min(exact.count, model.MAX_DEVICES_PER_CLAIM + 1))
+                least = exact.count if least < 0 else min(least, exact.count)
+            if least < 0:
+                return None
+            minimum += least
+            req_alt_start.append(len(found))
+        if minimum > model.MAX_DEVICES_PER_CLAIM:
+            return None
+        claim_req_start.append(len(req_alt_start) - 1)
+    constraints = tuple([(ci, k.requests, k.match_attribute, k.distinct_attribute)
+                         for ci, claim in enumerate(claims) for k in claim.constraints])
+    key = (tuple(bits), tuple(alt_claim), tuple(alt_count), tuple(names),
+           tuple(req_alt_start), tuple(claim_req_start), tuple(slot_key), constraints)
+    return (key, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start,
+            slot_key, takes)
 
 
 class Problem:
@@ -446,7 +570,8 @@ class Problem:
         self.native: object | None = None  # the bound `_alloc.Compiled`, made by fitcore.api
         self._state_of: model.AllocatedState | None = None
         self._state: array.array[int] | None = None
-        self._results: list[model.DeviceResult | None] = [None] * (n_alt * n_dev)
+        #: Per (alternative, device) pair, its result once made (`results`).
+        self.made: list[model.DeviceResult | None] = [None] * (n_alt * n_dev)
 
     @property
     def prepared(self) -> reference.Prepared:
@@ -474,71 +599,52 @@ class Problem:
         an empty allocated state, whatever `inventory` holds; `nd` is the node's
         `cache.NodeDevices`.
         """
+        walked = _call.walk(NodeArrays.of(nd), inventory.classes, claims, Unsupported)
+        return None if walked is None else cls._made(node, inventory, claims, nd, walked)
+
+    @classmethod
+    def common_or_same(cls, node: model.Node, inventory: model.Inventory,
+                       claims: Sequence[model.Claim], nd: cache.NodeDevices
+                       ) -> Problem | None:
+        """`common`, or a problem `common` made before on this node for claims of another
+        content that compiles to the same arrays, result names and capacity takes (a
+        template that differs in names or in tolerations of taints the node's devices do
+        not have). That problem answers for these claims as a problem kept by content
+        answers for every pod of a template (its claims are the first pod's; fitcore.api
+        explains a no-fit with the caller's claims)."""
+        node_arrays = NodeArrays.of(nd)
+        walked = _call.walk(node_arrays, inventory.classes, claims, Unsupported,
+                            node_arrays.same)
+        if walked is None or isinstance(walked, Problem):  # (the walk looked it up)
+            return walked
+        problem = cls._made(node, inventory, claims, nd, walked)
+        node_arrays.keep_same(walked[0], problem)
+        return problem
+
+    @classmethod
+    def _made(cls, node: model.Node, inventory: model.Inventory,
+              claims: Sequence[model.Claim], nd: cache.NodeDevices, walked: Walked
+              ) -> Problem:
         assert _alloc is not None  # only fitcore.api calls this, with the core built
+        _, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start, slot_list, \
+            takes = walked
         node_arrays = NodeArrays.of(nd)
         n_dev = node_arrays.n_dev
-        n_bytes = (n_dev + 7) // 8
-        classes = inventory.classes
         self = cls.__new__(cls)
         alts: list[tuple[int, reference.Alternative]] = []
-        takes: dict[tuple[int, int], dict[str, values.Quantity]] = {}
+        alternatives: list[list[list[reference.Alternative]]] = [[] for _ in claims]
+        for r in range(len(req_alt_start) - 1):
+            options = []
+            for ci, request, exact, device_class, name in \
+                    found[req_alt_start[r]:req_alt_start[r + 1]]:
+                alt = reference.Alternative(
+                    request, exact, device_class, name,
+                    exact.name if request.exactly is None else None,
+                    f"ResourceClaim {claims[ci].key} request {name}")
+                alts.append((ci, alt))
+                options.append(alt)
+            alternatives[alt_claim[req_alt_start[r]]].append(options)
         self.alts, self.takes = alts, takes
-        alternatives: list[list[list[reference.Alternative]]] = []
-        req_alt_start = [0]
-        claim_req_start = [0]
-        alt_claim: list[int] = []
-        alt_count: list[int] = []
-        bits: list[bytes] = []
-        tainted = node_arrays.tainted
-        slot_key: list[tuple[int, int, int]] = []  # what the shared devices' slots depend on
-        for ci, claim in enumerate(claims):
-            per_request = []
-            minimum = 0
-            for request in claim.requests:
-                options = []
-                least = -1
-                for exact in request.alternatives:
-                    if exact.allocation_mode != "ExactCount" or exact.admin_access or \
-                            exact.derived_attributes:
-                        return None
-                    device_class = classes.get(exact.device_class)
-                    if device_class is None:
-                        return None
-                    ok, failing = node_arrays.selection(device_class.selectors
-                                                        + exact.selectors)
-                    if failing:
-                        return None
-                    if tainted:
-                        ok &= ~node_arrays.blocked(exact)
-                    _representable(exact, nd)
-                    fits, shared, token = node_arrays.capacity(exact)
-                    ok &= fits
-                    if shared:
-                        slot_key.append((len(alts), token, ok & node_arrays.shared_bits))
-                    a = len(alts)
-                    for d, take in shared.items():
-                        if ok >> d & 1:
-                            takes[(a, d)] = take
-                    name = request.result_name(exact)
-                    alt = reference.Alternative(
-                        request, exact, device_class, name,
-                        exact.name if request.exactly is None else None,
-                        f"ResourceClaim {claim.key} request {name}")
-                    alts.append((ci, alt))
-                    options.append(alt)
-                    bits.append(ok.to_bytes(n_bytes, "little"))
-                    alt_claim.append(ci)
-                    alt_count.append(min(exact.count, model.MAX_DEVICES_PER_CLAIM + 1))
-                    least = exact.count if least < 0 else min(least, exact.count)
-                if least < 0:
-                    return None
-                minimum += least
-                per_request.append(options)
-                req_alt_start.append(len(alts))
-            if minimum > model.MAX_DEVICES_PER_CLAIM:
-                return None
-            alternatives.append(per_request)
-            claim_req_start.append(len(req_alt_start) - 1)
         n_alt = len(alts)
         self._prepared = None
         # Not the inventory: a kept problem must not hold a caller's allocated state.
@@ -564,17 +670,20 @@ class Problem:
                 self._constraints(claims, [None] * n_alt)
             con_val = array.array("q", con_list)
         self.n_values = n_values
-        dev_cap_start, take_off, take_vals, cap_total = self._shared_slots(tuple(slot_key))
+        slot_key = tuple(slot_list)
+        dev_cap_start, take_off, take_vals, cap_total = self._shared_slots(slot_key)
         dev_cls, cls_start, cls_members, cls_multi, alt_cls_start, alt_cls = \
             _alloc.device_classes(n_alt, node_arrays.base, node_arrays.dev_multi,
-                                  b"".join(bits), len(con_match), con_val)
+                                  b"".join([ok.to_bytes((n_dev + 7) // 8, "little")
+                                            for ok in bits]),
+                                  len(con_match), con_val)
         self.n_classes = len(cls_multi)
         self.n_counters = len(node_arrays.ctr_total)
         self.n_cap = len(cap_total)
         if not cap_total:
             self.empty_state = node_arrays.empty_state()
         elif self.empty_state is None:  # not kept with the slots yet
-            self.empty_state = node_arrays.slot_sets[(n_alt, tuple(slot_key))][5] = \
+            self.empty_state = node_arrays.slot_sets[(n_alt, slot_key)][5] = \
                 self._empty_state(cap_total)
         # In the order of FIELDS; an int stands for that many zeros (alt_mode, alt_dev_start).
         self.packed, self.header = _alloc.pack(
@@ -589,7 +698,7 @@ class Problem:
         self.native = None
         self._state_of = None
         self._state = None
-        self._results = [None] * (n_alt * n_dev)
+        self.made = [None] * (n_alt * n_dev)
         return self
 
     def _shared_slots(self, key: tuple[tuple[int, int, int], ...]
@@ -902,7 +1011,7 @@ class Problem:
     def results(self, pairs: Sequence[int]) -> tuple[tuple[model.DeviceResult, ...], ...]:
         """The search's (alternative a, device d) pairs, each a * n_dev + d and in claim
         order, as results grouped per claim."""
-        made = self._results
+        made = self.made
         out = [made[pair] or self._result(pair) for pair in pairs]
         if len(self.claims) == 1:
             return (tuple(out),)
@@ -921,5 +1030,5 @@ class Problem:
                                         consumed_capacity=self.takes[(a, d)])
         else:
             result = self.node.dedicated_result(alt.result_name, d)
-        self._results[pair] = result
+        self.made[pair] = result
         return result

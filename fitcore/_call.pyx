@@ -1,0 +1,159 @@
+# The compiled core's per-call path over the claims, before the search: the content key
+# a kept problem is found by, the common-form walk of a never-seen content, and the
+# results of a search. The facade (fitcore/compiled.py) calls in; its plain-Python
+# functions of the same names are the reference (tests/fitcore/test_call_path.py).
+
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+
+from fitcore import model
+
+cdef object _NodeFit = model.NodeFit
+cdef object _MAX_COUNT = model.MAX_DEVICES_PER_CLAIM + 1
+cdef object _MAX_PER_CLAIM = model.MAX_DEVICES_PER_CLAIM
+cdef tuple _NO_CAPACITY = ()
+
+
+cdef tuple _exact_key(object e):
+    cdef object capacity = None
+    cdef object tolerations = ()
+    requests = e.capacity_requests
+    if requests:
+        capacity = tuple(sorted([(name, q.value.numerator, q.value.denominator)
+                                 for name, q in requests.items()]))
+    listed = e.tolerations
+    if listed:
+        tolerations = tuple([(t.key, t.operator, t.value, t.effect) for t in listed])
+    return (e.name, e.device_class, e.selectors, e.allocation_mode, e.count, e.admin_access,
+            tolerations, capacity, e.derived_attributes)
+
+
+def content_key(claims):
+    """compiled.content_key: what allocation reads of the claims (no names)."""
+    cdef list key = []
+    cdef list requests
+    for c in claims:
+        requests = []
+        for r in c.requests:
+            exact = r.exactly
+            if exact is not None:
+                requests.append((r.name, _exact_key(exact)))
+            else:
+                requests.append((r.name, None, *[_exact_key(e) for e in r.first_available]))
+        listed = c.constraints
+        constraints = tuple([(k.requests, k.match_attribute, k.distinct_attribute)
+                             for k in listed]) if listed else ()
+        key.append((*requests, constraints))
+    return tuple(key)
+
+
+def walk(node_arrays, classes, claims, unsupported, dict same=None):
+    """compiled._walk: the claims' candidacy on the node from its kept bitsets, as a
+    tuple (key, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start,
+    slot_key, takes), or None when they are not of the common form; or, when `same`
+    (NodeArrays.same) holds a live problem under that key, that problem. Kept results of
+    `node_arrays` are read directly; a miss asks its method (which keeps the result).
+    `unsupported` is the exception class raised for an unroundable capacity request."""
+    cdef Py_ssize_t ci = -1, a
+    cdef list tainted = node_arrays.tainted
+    cdef dict selections = node_arrays._selections
+    cdef dict capacities = node_arrays._capacities
+    cdef dict representable = node_arrays._representable
+    shared_bits = node_arrays.shared_bits
+    cdef list found = [], bits = [], alt_claim = [], alt_count = [], names = []
+    cdef list req_alt_start = [0], claim_req_start = [0], slot_key = [], constraints = []
+    cdef dict takes = {}
+    for claim in claims:
+        ci += 1
+        minimum = 0
+        for request in claim.requests:
+            least = -1
+            exactly = request.exactly
+            for exact in ((exactly,) if exactly is not None else request.first_available):
+                if exact.allocation_mode != "ExactCount" or exact.admin_access or \
+                        exact.derived_attributes:
+                    return None
+                device_class = classes.get(exact.device_class)
+                if device_class is None:
+                    return None
+                expressions = device_class.selectors + exact.selectors
+                selected = selections.get(expressions)
+                if selected is None:
+                    selected = node_arrays.selection(expressions)
+                ok, failing = selected
+                if failing:
+                    return None
+                if tainted:
+                    ok &= ~node_arrays.blocked(exact)
+                requests = exact.capacity_requests
+                # The key NodeArrays.capacity and .representable keep their results by.
+                asked = tuple(sorted(requests.items())) if requests else _NO_CAPACITY
+                if requests:
+                    fine = representable.get(asked)
+                    if fine is None:
+                        fine = node_arrays.representable(exact)
+                    if not fine:
+                        raise unsupported("a capacity request that cannot be rounded in "
+                                          "64-bit integers")
+                capacity = capacities.get(asked)
+                if capacity is None:
+                    capacity = node_arrays.capacity(exact)
+                fits, shared, token = capacity
+                ok &= fits
+                a = len(found)
+                if shared:
+                    slot_key.append((a, token, ok & shared_bits))
+                    for d, take in shared.items():
+                        if ok >> d & 1:
+                            takes[(a, d)] = take
+                name = exact.name if exactly is not None else \
+                    f"{request.name}/{exact.name}"
+                found.append((ci, request, exact, device_class, name))
+                names.append(name)
+                bits.append(ok)
+                alt_claim.append(ci)
+                count = exact.count
+                alt_count.append(count if count < _MAX_COUNT else _MAX_COUNT)
+                if least < 0 or count < least:
+                    least = count
+            if least < 0:
+                return None
+            minimum += least
+            req_alt_start.append(len(found))
+        if minimum > _MAX_PER_CLAIM:
+            return None
+        claim_req_start.append(len(req_alt_start) - 1)
+        for k in claim.constraints:
+            constraints.append((ci, k.requests, k.match_attribute, k.distinct_attribute))
+    key = (tuple(bits), tuple(alt_claim), tuple(alt_count), tuple(names),
+           tuple(req_alt_start), tuple(claim_req_start), tuple(slot_key), tuple(constraints))
+    ref = same.get(key) if same is not None else None
+    if ref is not None:
+        problem = ref()
+        if problem is not None:
+            return problem
+    return (key, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start,
+            slot_key, takes)
+
+
+def picked(list made, list pairs):
+    """The kept results `made[pair]` of a search's pairs as a tuple, or None when one
+    is not made yet (compiled.Problem.results makes it)."""
+    cdef Py_ssize_t i, n = len(pairs)
+    cdef tuple out = PyTuple_New(n)
+    for i in range(n):
+        result = made[<Py_ssize_t> pairs[i]]
+        if result is None:
+            return None
+        Py_INCREF(result)
+        PyTuple_SET_ITEM(out, i, result)
+    return out
+
+
+def fits(list made, list pairs, str node, steps):
+    """The `model.NodeFit` of a fit of one claim (`engine="c"`) from the search's pairs,
+    or None when a result is not made yet (compiled.Problem.results makes it)."""
+    allocations = picked(made, pairs)
+    if allocations is None:
+        return None
+    return tuple.__new__(_NodeFit, ("fits", node, (allocations,), (), steps, "c"))
