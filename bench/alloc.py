@@ -147,6 +147,9 @@ def fitcore_times(inventory: model.Inventory, allocated_json: list[dict[str, Any
       that template's compiled problem is shared (compiled.Problem.common_or_same):
       device classes, lists and the packed buffer are not rebuilt. A template with other
       request names or another candidacy compiles its own problem.
+    - "new_content": claims whose requests are renamed on every call (and the constraints
+      naming them): the walk's key differs, so a problem is compiled for them; this is the
+      cost of a template the node has truly never seen (selectors still warm).
     Claims are parsed outside the timer, as the oracle decodes its JSON outside its timer.
     """
     node = kube.node(b.node())
@@ -167,7 +170,11 @@ def fitcore_times(inventory: model.Inventory, allocated_json: list[dict[str, Any
     templates = iter([(state(), [kube.resource_claim(_tolerating(c, f"t{_serial()}"))
                                  for c in claims_json]) for _ in range(repeat)])
     new_template = median_seconds(lambda: ask(next(templates)), repeat, budget_s)
-    return {"again": again, "new_pod": new_pod, "new_template": new_template}
+    contents = iter([(state(), [kube.resource_claim(_renamed(c, f"n{_serial()}"))
+                                for c in claims_json]) for _ in range(repeat)])
+    new_content = median_seconds(lambda: ask(next(contents)), repeat, budget_s)
+    return {"again": again, "new_pod": new_pod, "new_template": new_template,
+            "new_content": new_content}
 
 
 _serials = iter(range(1 << 62))
@@ -185,6 +192,24 @@ def _tolerating(claim_json: dict[str, Any], key: str) -> dict[str, Any]:
         for exact in [request["exactly"]] if "exactly" in request else \
                 request["firstAvailable"]:
             exact.setdefault("tolerations", []).append(toleration)
+    return out
+
+
+def _renamed(claim_json: dict[str, Any], suffix: str) -> dict[str, Any]:
+    """The claim with every request named `<name>-<suffix>`, and the constraints and
+    configs that name requests (`<name>` or `<name>/<subrequest>`) following them."""
+    out = copy.deepcopy(claim_json)
+    devices = out["spec"]["devices"]
+    names = {r["name"]: f"{r['name']}-{suffix}" for r in devices["requests"]}
+    for request in devices["requests"]:
+        request["name"] = names[request["name"]]
+
+    def rename(ref: str) -> str:
+        head, sep, sub = ref.partition("/")
+        return names.get(head, head) + sep + sub
+    for entry in [*devices.get("constraints", []), *devices.get("config", [])]:
+        if "requests" in entry:
+            entry["requests"] = [rename(ref) for ref in entry["requests"]]
     return out
 
 
