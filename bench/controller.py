@@ -621,7 +621,7 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
         lags.clear()
         events0, sent0 = counter.count, feeder.sent
         t0, cpu0 = time.perf_counter(), time.process_time()
-        counts0 = loopwatch.reconciles()
+        counts0 = {**loopwatch.reconciles(), **loopwatch.handoffs()}
         if watch is not None:
             watch.reset()
         keys = []
@@ -631,7 +631,7 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
         await _until_decided(api, keys, timeout, progress)
         burst_s = time.perf_counter() - t0
         cpu_s = time.process_time() - cpu0
-        counts = loopwatch.delta(counts0, loopwatch.reconciles())
+        counts = loopwatch.delta(counts0, {**loopwatch.reconciles(), **loopwatch.handoffs()})
         events, sent = counter.count - events0, feeder.sent - sent0
         if sampler is not None:
             sampler.stop()
@@ -734,12 +734,17 @@ def table(rows: list[dict[str, Any]]) -> str:
             per = ", ".join(f"{k.split()[1]} {v / max(r['workloads'], 1):.2f}"
                             for k, v in sorted(counts.items()) if k.startswith("reconciles "))
             lines.append(f"  reconciles per Workload of the burst: {per}")
+            if "handoff delivered" in counts:
+                lines.append(f"  decision results handed to the loop: "
+                             f"{counts['handoff delivered']:.0f} with "
+                             f"{counts.get('handoff wakeups', 0):.0f} wake-ups")
             lines.append("  queued by (controller cause outcome: count): " + ", ".join(
                 f"{k[5:]}: {v:.0f}" for k, v in sorted(counts.items(), key=lambda x: -x[1])
                 if k.startswith("adds ")))
         for cb in r.get("slow") or []:
             lines.append(f"  loop callback over 20 ms: {cb['count']}x, total "
-                         f"{cb['total_s']:.2f} s, max {cb['max_s'] * 1e3:.0f} ms: "
+                         f"{cb['total_s']:.2f} s (CPU {cb.get('cpu_s', float('nan')):.2f} s), "
+                         f"max {cb['max_s'] * 1e3:.0f} ms: "
                          f"{cb['callback']}")
     return "\n".join(lines)
 
