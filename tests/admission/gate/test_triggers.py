@@ -13,7 +13,7 @@ import pytest
 
 from admission import clock
 from admission.gate import predicates as gating
-from admission.kube import client, kinds
+from admission.kube import kinds
 from admission.runtime import workqueue
 from tests.admission.gate.test_reconciler import World
 from tests.gang import builders as gb
@@ -156,7 +156,3 @@ async def _settle(done: Callable[[], bool], timeout: float = 5.0) -> None:
         assert loop.time() < deadline, "timed out"
         await asyncio.sleep(0.01)
 
-
-def test_the_event_kinds_are_the_gates() -> None:
-    assert {kinds.RESOURCE_SLICE, kinds.NODE, kinds.WORKLOAD} <= set(World().gate.watches)
-    assert isinstance(client.WatchEvent("ADDED", {}), client.WatchEvent)
