@@ -315,8 +315,8 @@ class ClusterInventory:
         return result
 
     async def _off_loop(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        # The result comes back through the loop's mailbox (`handoff`: no system call
-        # per decision from the decision thread).
+        # The result comes back through the loop's mailbox (`handoff`: results that
+        # finish together share one wake-up of the loop).
         result, future = handoff.submit(self._executor, lambda: fn(*args, **kw))
         try:
             return await asyncio.wait_for(result, self.timeout)

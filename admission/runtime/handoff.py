@@ -44,7 +44,8 @@ class _Mailbox:
     """The results waiting for one event loop, and whether a wake-up is on its way."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # Weak: `_mailboxes` is keyed by the loop, which this value must not keep alive.
+        self._loop = weakref.ref(loop)
         self._ready: collections.deque[_Delivery] = collections.deque()
         self._lock = threading.Lock()
         self._woken = False
@@ -59,9 +60,11 @@ class _Mailbox:
                 return  # the pending drain takes this one too (appended before it reset)
             self._woken = True
             self.wakeups += 1
-        # A closed loop (RuntimeError): nobody waits for the result any more.
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._drain)
+        loop = self._loop()
+        if loop is None:
+            return  # the loop is gone: nobody waits for the result any more
+        with contextlib.suppress(RuntimeError):  # closed: the same
+            loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
         """On the loop: resolve every queued result."""

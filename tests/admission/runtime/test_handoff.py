@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -91,3 +93,14 @@ async def test_stop_iteration_and_context(pool: concurrent.futures.ThreadPoolExe
     var: contextvars.ContextVar[str] = contextvars.ContextVar("var")
     var.set("workload-7")
     assert await handoff.run(pool, var.get) == "workload-7"
+
+
+def test_a_mailbox_does_not_keep_its_loop_alive() -> None:
+    loop = asyncio.new_event_loop()
+    box = handoff.mailbox(loop)
+    gone = weakref.ref(loop)
+    loop.close()
+    del loop
+    gc.collect()
+    assert gone() is None
+    assert box.delivered == 0
