@@ -16,6 +16,7 @@ from admission.gate import predicates as gating
 from admission.kube import kinds
 from admission.runtime import workqueue
 from tests.admission.gate.test_reconciler import World
+from tests.fitcore import builders as fb
 from tests.gang import builders as gb
 
 
@@ -111,7 +112,7 @@ def test_a_multi_slice_pools_generation_change_still_counts() -> None:
     which can change what fits."""
     w = World()
     w.gate.held.add(w.key)
-    two = gb.b.rslice("extra-0", gb.gpu_devices(4, 1), node="gpu-0", pool="split", count=2)
+    two = fb.rslice("extra-0", gb.gpu_devices(4, 1), node="gpu-0", pool="split", count=2)
     w.stores[kinds.RESOURCE_SLICE].seed(two)
     assert _changed(w, kinds.RESOURCE_SLICE, "extra-0", None, _republish) == [w.key]
 

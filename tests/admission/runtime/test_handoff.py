@@ -69,7 +69,7 @@ async def test_results_that_finish_while_the_loop_is_busy_share_one_wake_up(
 
 async def test_a_call_cancelled_before_it_starts_never_runs() -> None:
     one = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    gate, ran = threading.Event(), []
+    gate, ran = threading.Event(), list[str]()
     try:
         first = asyncio.ensure_future(handoff.run(one, gate.wait, 5))
         second = asyncio.ensure_future(handoff.run(one, ran.append, "second"))
