@@ -6,9 +6,12 @@
 cdef tuple _observed(dict layouts, object proj, object a)
 # projection._STATES.get(st) or projection._state(st).
 cdef object _state_text(dict states, object state_of, object st)
+# Whether a dict has exactly these keys, in this order.
+cdef bint _same_names(object a, tuple names)
 # Projection._unordered: (items, candidates, unbounded) of a pool without counters.
+# With `names`: the device names are added to it, None when a device consumes counters.
 cdef tuple _unordered(object proj, str driver, object devices, dict state, dict states,
-                      object state_of)
+                      object state_of, set names)
 # Projection._pool: (ordered, shape, items, candidates, unbounded).
 cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
                  dict states, object state_of)

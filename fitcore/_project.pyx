@@ -15,7 +15,7 @@ reference's own method, so both see the same interned ids.
 import operator
 from fractions import Fraction
 
-from cpython.dict cimport PyDict_GetItem
+from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
 from cpython.object cimport PyObject
 
 from fitcore import values
@@ -165,9 +165,26 @@ cdef object _state_text(dict states, object state_of, object st):
     return state_of(st)
 
 
+cdef bint _same_names(object a, tuple names):
+    # Whether the dict `a` has exactly these keys, in this order (no tuple made).
+    cdef Py_ssize_t pos = 0, i = 0, m = len(names)
+    cdef PyObject* key
+    cdef PyObject* value
+    if type(a) is not dict or PyDict_Size(a) != m:
+        return False
+    while PyDict_Next(a, &pos, &key, &value):
+        if key is not <PyObject*>names[i] and <object>key != names[i]:
+            return False
+        i += 1
+    return True
+
+
 cdef tuple _unordered(object proj, str driver, object devices, dict state, dict states,
-                      object state_of):
-    # Projection._unordered: the candidates of a pool without counters.
+                      object state_of, set names):
+    # Projection._unordered: the candidates of a pool without counters. Devices of a pool
+    # mostly look alike but for their names and unique attributes: what the previous
+    # device's attribute names, observable values and other content gave is reused when
+    # they are the same (the same answers the kept maps would give).
     cdef list out = []
     cdef Py_ssize_t candidates = 0
     cdef bint unbounded = False
@@ -179,34 +196,103 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
     cdef dict rests = proj._rests
     cdef dict intern = proj._intern
     cdef dict labels = proj._labels
-    cdef object d, ok, k, label, w, st, hit_key
-    cdef tuple observed, relabeled, got, kl
+    cdef object d, a, ok, k, label, w, st, allow
+    cdef tuple observed, relabeled, got, kl, kept
     cdef PyObject* hit
+    # The previous device's: attribute names and layout, observable values and whether a
+    # selector may take it, content besides attributes, key, candidacy.
+    cdef tuple prev_names = None, prev_layout = None, prev_observed = None
+    cdef object prev_ok = None, prev_k = None, prev_w = None
+    cdef object prev_capacity = None, prev_consumed = None, prev_taints = None
+    cdef object prev_allow = None, prev_binding = None, prev_binds = None
+    cdef object capacity, consumed, taints, binding, binds
+    # The key of the last device keyed here, with its observable values (prev_capacity..
+    # prev_binds are its content).
+    cdef object same_k = None
+    cdef tuple same_observed = None
+    cdef object v, name
+    cdef object empty_text = _state_text(states, state_of, ())
+    cdef object device_name
     for d in devices:
-        got = _observed(layouts, proj, d.attributes)
-        observed = got[0]
-        relabeled = got[1]
-        if skip:
-            hit = PyDict_GetItem(selectable, (driver, observed))
-            if hit is NULL:
-                ok = proj._maybe_selectable(driver, d, observed)
+        device_name = d.name
+        if names is not None:
+            if d.consumes_counters:
+                return None
+            names.add(device_name)
+        a = d.attributes
+        if prev_names is None or not _same_names(a, prev_names):
+            prev_names = tuple(a)
+            hit = PyDict_GetItem(layouts, prev_names)
+            prev_layout = proj._layout(prev_names) if hit is NULL else <tuple>hit
+        kept = prev_layout[0]
+        relabeled = prev_layout[1]
+        if len(kept) == 0:
+            observed = ()
+        elif len(kept) == 1:
+            name = kept[0]
+            v = a[name]
+            if prev_observed is not None and len(prev_observed) == 1 and \
+                    (<tuple>prev_observed[0])[0] is name and \
+                    (<tuple>prev_observed[0])[1] is type(v) and \
+                    (<tuple>prev_observed[0])[2] == v:
+                observed = prev_observed
             else:
-                ok = <object>hit
+                observed = ((name, type(v), v),)
+        else:
+            observed = _observed(layouts, proj, a)[0]
+            if prev_observed is not None and observed == prev_observed:
+                observed = prev_observed
+        if skip:
+            if observed is not prev_observed or prev_ok is None:
+                hit = PyDict_GetItem(selectable, (driver, observed))
+                if hit is NULL:
+                    ok = proj._maybe_selectable(driver, d, observed)
+                else:
+                    ok = <object>hit
+            else:
+                ok = prev_ok
+            prev_ok = ok
             if not ok:
+                prev_observed = observed
                 continue
         hit = PyDict_GetItem(device_keys, id(d))
         if hit is not NULL and (<tuple>hit)[0] is d:
             kl = (<tuple>hit)[1]
         else:
-            kl = _device_key(proj, driver, d, observed, relabeled, device_keys, rests,
-                             intern, labels)
+            capacity = d.capacity
+            consumed = d.consumes_counters
+            taints = d.taints
+            allow = d.allow_multiple_allocations
+            binding = d.binding_conditions
+            binds = d.binds_to_node
+            if same_k is not None and observed is same_observed and \
+                    capacity is prev_capacity and consumed is prev_consumed and \
+                    (taints is prev_taints or taints == prev_taints) and \
+                    allow == prev_allow and \
+                    (binding is prev_binding or binding == prev_binding) and \
+                    binds == prev_binds:
+                # The same key as the previous device's: only its label is its own.
+                label = _label(a, relabeled, labels) if relabeled else None
+                kl = (same_k, label)
+                device_keys[id(d)] = (d, kl)
+            else:
+                kl = _device_key(proj, driver, d, observed, relabeled, device_keys, rests,
+                                 intern, labels)
+                prev_capacity, prev_consumed, prev_taints = capacity, consumed, taints
+                prev_allow, prev_binding, prev_binds = allow, binding, binds
+                same_k, same_observed = kl[0], observed
+        prev_observed = observed
         k = kl[0]
         label = kl[1]
-        hit = PyDict_GetItem(relevant, k)
-        if hit is NULL:
-            w = proj._candidate(k, driver, d)
+        if k is prev_k and prev_w is not None:
+            w = prev_w
         else:
-            w = <object>hit
+            hit = PyDict_GetItem(relevant, k)
+            if hit is NULL:
+                w = proj._candidate(k, driver, d)
+            else:
+                w = <object>hit
+        prev_k, prev_w = k, w
         if not w:
             continue
         if d.allow_multiple_allocations:
@@ -214,11 +300,14 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
         else:
             candidates += 1
         if state:
-            hit = PyDict_GetItem(state, d.name)
-            st = () if hit is NULL else <object>hit
+            hit = PyDict_GetItem(state, device_name)
         else:
-            st = ()
-        out.append((k, _state_text(states, state_of, st), label, d.name, st))
+            hit = NULL
+        if hit is NULL:
+            out.append((k, empty_text, label, device_name, ()))
+        else:
+            st = <object>hit
+            out.append((k, _state_text(states, state_of, st), label, device_name, st))
     return out, candidates, unbounded
 
 
@@ -315,20 +404,29 @@ cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
             counters.append((c.name, tuple(sorted(c.counters.items()))))
     counters.sort()
     cdef tuple counters_t = tuple(counters)
+    cdef list gens = []
+    for s in slices:
+        gens.append((s.generation, s.resource_slice_count, len(s.devices)))
+    cdef bint view_ordered = view.ordered
+    cdef tuple got
+    if not view_ordered and not counters_t:
+        # Most pools: their device names are gathered in the same pass (None: a device
+        # consumes counters, the pool is kept in order after all).
+        got = _unordered(proj, driver, devices, state, states, state_of, names)
+        if got is not None:
+            return (False, (driver, tuple(gens), counters_t, len(names) == len(devices)),
+                    *got)
+        names.clear()
     for d in devices:
         names.add(d.name)
         count += 1
         if not has_consumes and d.consumes_counters:
             has_consumes = True
-    cdef list gens = []
-    for s in slices:
-        gens.append((s.generation, s.resource_slice_count, len(s.devices)))
     cdef bint unique = len(names) == count
     cdef tuple info = (driver, tuple(gens), counters_t, unique)
-    cdef bint view_ordered = view.ordered
     cdef bint ordered = view_ordered or bool(counters_t) or has_consumes
     if not ordered:
-        return (False, info, *_unordered(proj, driver, devices, state, states, state_of))
+        return (False, info, *_unordered(proj, driver, devices, state, states, state_of, None))
     # Pools with counters (or every pool of an ordered view): the reference's own
     # method, which these are few enough not to matter.
     if not view_ordered and proj._attributes_only and _none_selectable(proj, driver, devices):
@@ -393,7 +491,12 @@ cdef tuple _devices(object proj, object e, object allocated, dict states, object
         if rank is not None:
             items = [(it[0], it[1], rank[it[2]], it[3], it[4]) for it in items]
         if not p[1]:
-            items.sort(key=_CANONICAL)
+            if p[2][3]:
+                # Unique device names: no two items tie on the canonical key, so the
+                # items sort alike by themselves (no key tuples made).
+                items.sort()
+            else:
+                items.sort(key=_CANONICAL)
         parts = []
         names = []
         for it in items:
