@@ -28,3 +28,5 @@ cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple 
 cdef object _label(object a, tuple relabeled, dict labels)
 # Whether no device of a counter pool passes the selectors (Projection._ordered_pool).
 cdef bint _none_selectable(object proj, str driver, object devices)
+# The tuple, untracked by the cyclic collector when it holds only atomic values.
+cdef tuple _atomic(tuple t)

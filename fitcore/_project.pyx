@@ -20,6 +20,27 @@ from cpython.object cimport PyObject
 
 from fitcore import values
 
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void* op)
+    int PyObject_GC_IsTracked(object op)
+
+
+cdef inline tuple _atomic(tuple t):
+    # The tuple, no longer tracked by the cyclic collector when it holds only ints,
+    # strings, booleans, None and untracked tuples (it cannot be part of a cycle): what
+    # the collector
+    # itself does to such a tuple the first time it meets it, done here for the tuples
+    # a cold decision keeps by the ten thousand, so that the first collection after the
+    # decision does not walk them (`fitcore.inventory` pauses the collector meanwhile).
+    cdef object x
+    for x in t:
+        if not (type(x) is int or type(x) is str or x is None or type(x) is bool or (
+                type(x) is tuple and not PyObject_GC_IsTracked(x))):
+            return t
+    PyObject_GC_UnTrack(<void*>t)
+    return t
+
+
 cdef object _ZERO = Fraction(0)
 cdef object _UNBOUNDED = 1 << 40
 cdef object _QUANTITY = values.Quantity
@@ -96,7 +117,7 @@ def node_parts(object n, object used, list local, dict allocated_by_pool, str ho
     cdef dict free
     for k, v in n.labels.items():
         if k != hostname:
-            labels.append((k, v))
+            labels.append(_atomic((k, v)))
     labels.sort()
     for pk, group in sorted(local, key=_first):
         group = sorted(group, key=_slice_name)
@@ -123,7 +144,7 @@ def node_parts(object n, object used, list local, dict allocated_by_pool, str ho
     for k, q in used.items():
         v = free.get(k)
         free[k] = _minus(_ZERO if v is None else v, _value(q))
-    return (tuple(labels), groups, tuple(local_slices),
+    return (_atomic(tuple(labels)), groups, tuple(local_slices),
             _UNBOUNDED if shared else devices, free, pristine)
 
 
@@ -273,7 +294,7 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
                     binds == prev_binds:
                 # The same key as the previous device's: only its label is its own.
                 label = _label(a, relabeled, labels) if relabeled else None
-                kl = (same_k, label)
+                kl = _atomic((same_k, label))
                 device_keys[id(d)] = (d, kl)
             else:
                 kl = _device_key(proj, driver, d, observed, relabeled, device_keys, rests,
@@ -333,7 +354,7 @@ cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple 
     cdef object label = None
     if relabeled:
         label = _label(d.attributes, relabeled, labels)
-    cdef tuple kl = (k, label)
+    cdef tuple kl = _atomic((k, label))
     device_keys[id(d)] = (d, kl)
     return kl
 
@@ -391,7 +412,7 @@ cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
     cdef bint has_consumes = False
     for t in taken:
         prev = state.get(t[1], ())
-        state[t[1]] = (*prev, t[0], *t[2:])
+        state[t[1]] = _atomic((*prev, t[0], *t[2:]))
     if len(slices) == 1:
         devices = (<object>slices[0]).devices
     else:
@@ -406,7 +427,7 @@ cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
     cdef tuple counters_t = tuple(counters)
     cdef list gens = []
     for s in slices:
-        gens.append((s.generation, s.resource_slice_count, len(s.devices)))
+        gens.append(_atomic((s.generation, s.resource_slice_count, len(s.devices))))
     cdef bint view_ordered = view.ordered
     cdef tuple got
     if not view_ordered and not counters_t:
@@ -414,7 +435,8 @@ cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
         # consumes counters, the pool is kept in order after all).
         got = _unordered(proj, driver, devices, state, states, state_of, names)
         if got is not None:
-            return (False, (driver, tuple(gens), counters_t, len(names) == len(devices)),
+            return (False, _atomic((driver, _atomic(tuple(gens)), counters_t,
+                                    len(names) == len(devices))),
                     *got)
         names.clear()
     for d in devices:
@@ -423,7 +445,7 @@ cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
         if not has_consumes and d.consumes_counters:
             has_consumes = True
     cdef bint unique = len(names) == count
-    cdef tuple info = (driver, tuple(gens), counters_t, unique)
+    cdef tuple info = _atomic((driver, _atomic(tuple(gens)), counters_t, unique))
     cdef bint ordered = view_ordered or bool(counters_t) or has_consumes
     if not ordered:
         return (False, info, *_unordered(proj, driver, devices, state, states, state_of, None))
@@ -500,11 +522,11 @@ cdef tuple _devices(object proj, object e, object allocated, dict states, object
         parts = []
         names = []
         for it in items:
-            parts.append((it[0], it[4], it[2]))
+            parts.append(_atomic((it[0], it[4], it[2])))
             names.append(it[3])
-        key_parts.append((p[2], tuple(parts)))
-        order.append((p[0], tuple(names)))
-    return tuple(key_parts), tuple(order), candidates, unbounded
+        key_parts.append(_atomic((p[2], _atomic(tuple(parts)))))
+        order.append(_atomic((p[0], _atomic(tuple(names)))))
+    return _atomic(tuple(key_parts)), _atomic(tuple(order)), candidates, unbounded
 
 
 cdef tuple _free(tuple free_view, dict node_free, object most):
@@ -531,8 +553,8 @@ cdef tuple _free(tuple free_view, dict node_free, object most):
                 n = min((_num(have) * _den(amount)) // (_den(have) * _num(amount)), f[2])
             else:
                 n = 0
-            out.append((name, n if most is None else min(n, most)))
-    return tuple(out)
+            out.append(_atomic((name, n if most is None else min(n, most))))
+    return _atomic(tuple(out))
 
 
 def node_key(object proj, object e, object allocated, dict states, object state_of):
@@ -584,8 +606,8 @@ def node_key(object proj, object e, object allocated, dict states, object state_
             b = allocatable.get(a)
             adv.append(bool(_value(b)) if b is not None else False)
         advertised = tuple(adv)
-    key = ("node", part[0], node.taints, node.unschedulable, e.pristine,
-           _free(proj.free, e.free, most), advertised)
+    key = _atomic(("node", part[0], node.taints, node.unschedulable, e.pristine,
+                   _free(proj.free, e.free, most), advertised))
     cdef dict intern = proj._intern
     cdef object found = intern.get(key)
     if found is None:

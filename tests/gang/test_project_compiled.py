@@ -158,3 +158,28 @@ def test_node_parts_free_resources(allocatable: dict[str, str], used: dict[str, 
             expected = (_q(allocatable[k]).value if k in allocatable else Fraction(0)) - (
                 _q(used[k]).value if k in used else Fraction(0))
             assert v == expected and hash(v) == hash(expected)
+
+
+def test_kept_tuples_are_not_tracked_by_the_collector() -> None:
+    """The device parts a cold decision keeps hold only atomic values: the compiled side
+    leaves them out of the cyclic collector (as the collector would on its first pass);
+    a tuple holding a tracked object stays tracked."""
+    import gc
+
+    c = Cluster(rl.cluster(8, 2, rack_size=4))
+    g = gang_of("h100-root", 2, "8")
+    compiled, reference = projections(c, g)
+    inv = c.inventory
+    snap = inv._current()
+    for e in snap.entries:
+        key, order = compiled.node_key(e, inv._allocated)
+        assert order == reference._node_key(e, inv._allocated)[1]
+        assert not gc.is_tracked(order)
+        part = compiled._parts[e.node.name][2]
+        assert not gc.is_tracked(part[0]) and not gc.is_tracked(part[1])
+    for d, kl in compiled._device_keys.values():
+        assert not gc.is_tracked(kl)
+    parts = snapshot.compiled.node_parts(
+        model.Node("n", {"zone": "a"}, (), {"cpu": _q("1")}), {}, [], {}, "h")
+    assert parts[0] == (("zone", "a"),) and not gc.is_tracked(parts[0])
+    assert gc.is_tracked(parts[1])  # a list
