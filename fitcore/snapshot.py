@@ -28,6 +28,7 @@ from fitcore import (
     versions,
 )
 
+
 def _load_compiled() -> Any:
     if os.environ.get("FITCORE_NO_EXTENSIONS", "") not in ("", "0"):
         return None

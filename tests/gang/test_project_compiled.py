@@ -11,6 +11,7 @@ and the same canonical device order from both, before and after changes.
 
 from __future__ import annotations
 
+import gc
 import random
 from fractions import Fraction
 from typing import Any
@@ -148,7 +149,7 @@ def test_node_parts_free_resources(allocatable: dict[str, str], used: dict[str, 
                                                       devices=extra)])]
         got, want = _parts(node, {k: _q(v) for k, v in used.items()}, local, allocated)
         assert got == want
-        labels, groups, ordered, devices, free, pristine = got
+        labels, _, ordered, devices, free, pristine = got
         assert labels == (("rack", "r1"), ("zone", "a"))
         assert [s.name for s in ordered] == ["a", "b", "c"]
         assert devices == (1 << 40 if extra else 3 - (1 if allocated else 0))
@@ -164,19 +165,17 @@ def test_kept_tuples_are_not_tracked_by_the_collector() -> None:
     """Most tuples a cold decision keeps hold only atomic values: the compiled side
     leaves them out of the cyclic collector (as the collector would on its first pass);
     a tuple holding a tracked object (a list here) stays tracked."""
-    import gc
-
     c = Cluster(rl.cluster(8, 2, rack_size=4))
     g = gang_of("h100-root", 2, "8")
     compiled, reference = projections(c, g)
     inv = c.inventory
     snap = inv._current()
     for e in snap.entries:
-        key, order = compiled.node_key(e, inv._allocated)
+        _, order = compiled.node_key(e, inv._allocated)
         assert order == reference._node_key(e, inv._allocated)[1]
         assert all(not gc.is_tracked(names) for _, names in order)
         part = compiled._parts[e.node.name][2]
-        for info, items in part[0]:
+        for _, items in part[0]:
             assert not gc.is_tracked(items)
             assert all(not gc.is_tracked(it) for it in items)
     # Devices keyed by the reference (the first of each capacity/counter content) aside.
