@@ -45,6 +45,7 @@ cdef object _ZERO = Fraction(0)
 cdef object _UNBOUNDED = 1 << 40
 cdef object _QUANTITY = values.Quantity
 cdef object _FRACTION = Fraction
+cdef object _OBJECT_NEW = object.__new__
 # Where a device goes in a pool whose order is not observable (projection._canonical).
 cdef object _CANONICAL = operator.itemgetter(0, 1, 2, 3)
 
@@ -54,7 +55,7 @@ cdef object _CANONICAL = operator.itemgetter(0, 1, 2, 3)
 # there (another Python), the public API is used.
 cdef bint _SLOTS = False
 try:
-    _f = Fraction.__new__(Fraction)
+    _f = object.__new__(Fraction)
     _f._numerator = 6
     _f._denominator = 1
     _SLOTS = (_f == Fraction(6) and hash(_f) == hash(Fraction(6)) and _f.numerator == 6
@@ -72,12 +73,14 @@ cdef inline object _den(object f):
 
 
 cdef object _whole(object n):
-    # Fraction(n) for an int n.
+    # Fraction(n) for an int n. Its slots hold two ints: it cannot be part of a cycle,
+    # so the collector need not track it (node entries keep one per resource in use).
     if not _SLOTS:
         return Fraction(n)
-    f = _FRACTION.__new__(_FRACTION)
+    f = _OBJECT_NEW(_FRACTION)
     f._numerator = n
     f._denominator = 1
+    PyObject_GC_UnTrack(<void*>f)
     return f
 
 
