@@ -30,3 +30,5 @@ cdef object _label(object a, tuple relabeled, dict labels)
 cdef bint _none_selectable(object proj, str driver, object devices)
 # The tuple, untracked by the cyclic collector when it holds only atomic values.
 cdef tuple _atomic(tuple t)
+# A kept device key entry (device, (key, label)), untracked by the collector.
+cdef tuple _keyed(object d, tuple kl)

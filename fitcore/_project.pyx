@@ -41,6 +41,16 @@ cdef inline tuple _atomic(tuple t):
     return t
 
 
+cdef inline tuple _keyed(object d, tuple kl):
+    # A device's entry in the kept device keys, (device, (key, label)), untracked by the
+    # collector: it is referred to by that dict only, and nothing a device refers to
+    # refers back to the projection's maps, so it cannot be part of a cycle (the device
+    # itself stays tracked, and reachable through this entry while it is kept).
+    cdef tuple entry = (d, kl)
+    PyObject_GC_UnTrack(<void*>entry)
+    return entry
+
+
 cdef object _ZERO = Fraction(0)
 cdef object _UNBOUNDED = 1 << 40
 cdef object _QUANTITY = values.Quantity
@@ -298,7 +308,7 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
                 # The same key as the previous device's: only its label is its own.
                 label = _label(a, relabeled, labels) if relabeled else None
                 kl = _atomic((same_k, label))
-                device_keys[id(d)] = (d, kl)
+                device_keys[id(d)] = _keyed(d, kl)
             else:
                 kl = _device_key(proj, driver, d, observed, relabeled, device_keys, rests,
                                  intern, labels)
@@ -358,7 +368,7 @@ cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple 
     if relabeled:
         label = _label(d.attributes, relabeled, labels)
     cdef tuple kl = _atomic((k, label))
-    device_keys[id(d)] = (d, kl)
+    device_keys[id(d)] = _keyed(d, kl)
     return kl
 
 

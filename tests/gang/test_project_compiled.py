@@ -181,6 +181,10 @@ def test_kept_tuples_are_not_tracked_by_the_collector() -> None:
     # Devices keyed by the reference (the first of each capacity/counter content) aside.
     tracked = sum(gc.is_tracked(kl) for _, kl in compiled._device_keys.values())
     assert tracked <= len(compiled._rests) < len(compiled._device_keys) // 4
+    # The entries (device, (key, label)) too; the devices themselves stay tracked.
+    entries = list(compiled._device_keys.values())
+    assert sum(gc.is_tracked(entry) for entry in entries) <= len(compiled._rests)
+    assert all(gc.is_tracked(d) for d, _ in entries)
     parts = snapshot.compiled.node_parts(
         model.Node("n", {"zone": "a"}, (), {"cpu": _q("1")}), {}, [], {}, "h")
     assert parts[0] == (("zone", "a"),) and not gc.is_tracked(parts[0])
