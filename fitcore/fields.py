@@ -39,17 +39,21 @@ class Reader:
     ) -> Any:
         # `type(...) is dict` first: the ABC check is slow, and parsed JSON is dicts.
         value = obj.get(key) if type(obj) is dict or isinstance(obj, Mapping) else None
-        where = f"{path}.{key}" if path else key
         if value is None:
             if required:
-                self.c.add(where, "required field is missing")
+                self.c.add(f"{path}.{key}" if path else key, "required field is missing")
             return default
-        # bool is an int in Python: never accept it where a number is wanted.
-        if (typ is int and isinstance(value, bool)) or not isinstance(value, typ):
-            self.c.add(where, f"must be {_type_name(typ)}, got {type(value).__name__}")
+        # The exact type first (parsed JSON is dicts, lists, str, int): the ABC check of
+        # `Mapping` is slow. bool is an int in Python: never accept it for a number.
+        exact = type(value)
+        if exact is not typ and not (typ is Mapping and exact is dict) and (
+                (typ is int and exact is bool) or not isinstance(value, typ)):
+            self.c.add(f"{path}.{key}" if path else key,
+                       f"must be {_type_name(typ)}, got {exact.__name__}")
             return default
-        if typ is int and isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
-            self.c.add(where, f"{value} does not fit in a 64-bit integer")
+        if typ is int and not _INT64_MIN <= value <= _INT64_MAX:
+            self.c.add(f"{path}.{key}" if path else key,
+                       f"{value} does not fit in a 64-bit integer")
             return default
         return value
 
