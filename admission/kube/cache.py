@@ -24,8 +24,7 @@ then holds the last known state, which readers may use while the informer catche
 Objects are stored as `compact.compact` makes them (as controller-runtime's cache
 transforms do): without `metadata.managedFields` and the other fields no reader reads,
 with equal small leaves shared and short strings interned. A list's items are compacted
-one at a time, each raw item dropped as it goes, so a relist holds the raw listing and
-its compact form only briefly.
+as they arrive (`Client.list`'s `each`), so the raw listing is never held whole.
 """
 
 from __future__ import annotations
@@ -167,12 +166,11 @@ class Informer:
         self.problem, self.unserved = why, unserved
 
     async def _list(self) -> None:
-        listing = await self.api.list(self.spec.kind, label_selector=self.spec.label_selector)
+        kind = self.spec.kind.kind
+        listing = await self.api.list(self.spec.kind, label_selector=self.spec.label_selector,
+                                      each=lambda o: strip(o, kind))
         self.lists += 1
-        items, kind = listing.items, self.spec.kind.kind
-        for i, o in enumerate(items):  # in place: each raw item freed once compacted
-            items[i] = strip(o, kind)
-        self.store.replace(items)
+        self.store.replace(listing.items)
         LISTS.labels(self.spec.kind.kind).inc()
         SYNCED.labels(self.spec.kind.kind).set(1)
         self._rv = listing.resource_version
