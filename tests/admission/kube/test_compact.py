@@ -13,6 +13,7 @@ from admission.kube import compact
 from fitcore import kube, workload
 from tests.gang import realistic as rl
 
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 MANAGED = [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1",
             "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:images": {}}}}]
 
@@ -53,7 +54,7 @@ def full_pod() -> dict[str, Any]:
                  "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "t"}],
                  "containers": [{"name": "main", "image": "i", "resources": {
                      "requests": {"cpu": "4", "memory": "8Gi"}, "claims": [{"name": "gpus"}]}}],
-                 "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                 "affinity": {"podAntiAffinity": {REQUIRED: [
                      {"labelSelector": {"matchLabels": {"app": "train"}},
                       "topologyKey": "kubernetes.io/hostname"}]}}},
         "status": {"phase": "Running", "nominatedNodeName": "n1",
