@@ -60,7 +60,9 @@ def _engine_parts(engine: Any) -> list[tuple[str, list[Any]]]:
     caches = ["_store"]
     named = {*model, *index, *gangs, *caches}
     rest = [k for k in vars(engine) if k not in named] if hasattr(engine, "__dict__") else []
-    get = lambda names: [getattr(engine, n) for n in names if hasattr(engine, n)]  # noqa: E731
+
+    def get(names: list[str]) -> list[Any]:
+        return [getattr(engine, n) for n in names if hasattr(engine, n)]
     return [("parsed objects", get(model)), ("per-node index", get(index)),
             ("per-gang kept work", get(gangs)), ("caches (cache.Store)", get(caches)),
             ("other", get(rest))]
@@ -84,14 +86,11 @@ def measure(svc: Any, api: Any) -> list[tuple[str, float]]:
     for n, idle in enumerate(idles):
         for name, roots in _engine_parts(idle._inventory._lane.engine):
             out.append((f"idle engine {n + 1}: {name}", deep_size(roots, seen) * mib))
-    mods = [m for n, m in sorted(sys.modules.items()) if n.startswith("fitcore")]
-    out.append(("fitcore module-level caches",
+    mods = [m for n, m in sorted(sys.modules.items())
+            if n.startswith("fitcore") or n == "admission.kube.compact"]
+    out.append(("fitcore's and compact's module-level caches",
                 deep_size([vars(m) for m in mods], seen) * mib))
     return out
-
-
-def rss_mib() -> float:
-    return bc.rss_mib()
 
 
 def report(title: str, parts: list[tuple[str, float]], rss: float) -> None:
@@ -103,10 +102,10 @@ def report(title: str, parts: list[tuple[str, float]], rss: float) -> None:
 
 
 async def run(nodes: int, workloads: int, timeout: float) -> None:
-    rss0 = rss_mib()
+    rss0 = bc.rss_mib()
     api = bc.TimedClient()
     bc.seed_cluster(api, nodes)
-    print(f"{nodes:,} nodes seeded: RSS {rss_mib():,.0f} MiB ({rss_mib() - rss0:,.0f} the "
+    print(f"{nodes:,} nodes seeded: RSS {bc.rss_mib():,.0f} MiB ({bc.rss_mib() - rss0:,.0f} the "
           f"fake API's), load {os.getloadavg()[0]:.1f}", flush=True)
     svc = bc.service(api)
     stop = asyncio.Event()
@@ -123,7 +122,7 @@ async def run(nodes: int, workloads: int, timeout: float) -> None:
               f"{bc.resource.getrusage(bc.resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB",
               flush=True)
         report("after the start (list, inventory, each template decided once)",
-               measure(svc, api), rss_mib())
+               measure(svc, api), bc.rss_mib())
         if workloads:
             gangs = bc.burst(workloads)
             keys = [bc.arrive(api, g) for g in gangs]
@@ -131,7 +130,7 @@ async def run(nodes: int, workloads: int, timeout: float) -> None:
             await bc._until_decided(api, keys, timeout, 30)
             done = sum(1 for k in keys if k in api.gate and k in api.check)
             report(f"after a burst of {workloads} ({done} decided in "
-                   f"{time.perf_counter() - t0:.0f} s)", measure(svc, api), rss_mib())
+                   f"{time.perf_counter() - t0:.0f} s)", measure(svc, api), bc.rss_mib())
         print(f"\npeak RSS {bc.resource.getrusage(bc.resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f}"
               " MiB")
     finally:
