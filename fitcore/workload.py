@@ -169,6 +169,9 @@ def pod_requests(f: fields.Reader, spec: Mapping[str, Any], path: str
     return total
 
 
+_ONE_POD = values.Quantity.parse(1)
+
+
 def pod_usage(obj: Mapping[str, Any], source: str | None = None
               ) -> tuple[str, dict[str, values.Quantity]] | None:
     """(node, requests) of a Pod bound to a node and not finished; None otherwise."""
@@ -181,7 +184,7 @@ def pod_usage(obj: Mapping[str, Any], source: str | None = None
     c.raise_if_any()
     if not node_name or status.get("phase") in _DONE_PHASES:
         return None
-    requests["pods"] = values.Quantity.parse(1)
+    requests["pods"] = _ONE_POD
     return node_name, requests
 
 
