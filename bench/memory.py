@@ -96,9 +96,9 @@ def measure(svc: Any, api: Any) -> list[tuple[str, float]]:
 def report(title: str, parts: list[tuple[str, float]], rss: float) -> None:
     print(f"\n{title}: RSS {rss:,.0f} MiB, load {os.getloadavg()[0]:.1f}")
     for name, size in parts:
-        print(f"  {name:<44} {size:>8,.0f} MiB")
+        print(f"  {name:<44} {size:>8,.1f} MiB")
     counted = sum(s for _, s in parts)
-    print(f"  {'(not reached by a part: RSS less the parts)':<44} {rss - counted:>8,.0f} MiB")
+    print(f"  {'(not reached by a part: RSS less the parts)':<44} {rss - counted:>8,.1f} MiB")
 
 
 async def run(nodes: int, workloads: int, timeout: float) -> None:
