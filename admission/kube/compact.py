@@ -46,7 +46,7 @@ LEAF_ENTRIES = 3
 #: Strings up to this length are interned (names, label keys and values, attribute
 #: values; not messages or embedded documents).
 INTERNED_CHARS = 64
-_SCALARS = (str, int, float, bool, type(None))
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 class Leaves:
@@ -103,31 +103,58 @@ def _key(k: Any) -> Any:
 
 
 def _compact(value: Any, leaves: Leaves) -> tuple[Any, bool]:
-    """(the compact value, whether it is shared or a scalar: a leaf of its parent's key)."""
+    """(the compact value, whether it is shared or a scalar: a leaf of its parent's key).
+    Strings and other scalars are handled inline (most values are), containers recurse."""
     kind = type(value)
-    if kind is str:
-        return (sys.intern(value) if len(value) <= INTERNED_CHARS else value), True
     if kind is dict:
         out = {}
-        shareable = len(value) <= LEAF_ENTRIES
+        # The key of a shareable dict: its keys, each value's type and the value (or the
+        # id of a shared one). The type is part of it: 1, 1.0 and True are equal in
+        # Python, not in JSON.
+        key: list[Any] | None = ["d"] if len(value) <= LEAF_ENTRIES else None
         for k, v in value.items():
-            c, leaf = _compact(v, leaves)
-            out[_key(k)] = c
-            shareable = shareable and leaf
-        if not shareable:
+            t = type(v)
+            if t is str:
+                if len(v) <= INTERNED_CHARS:
+                    v = sys.intern(v)
+                leaf = True
+            elif t is dict or t is list:
+                v, leaf = _compact(v, leaves)
+            else:
+                leaf = t in _SCALARS
+            if type(k) is str:
+                k = sys.intern(k)
+            out[k] = v
+            if key is not None:
+                if leaf:
+                    key += (k, t, v if t in _SCALARS else id(v))
+                else:
+                    key = None
+        if key is None:
             return out, False
-        # The type is part of the key: 1, 1.0 and True are equal in Python, not in JSON.
-        return leaves.share(("d", *((k, type(v), v if type(v) in _SCALARS else id(v))
-                                    for k, v in out.items())), out), True
+        return leaves.share(tuple(key), out), True
     if kind is list:
         items = []
-        shareable = len(value) <= LEAF_ENTRIES
+        key = ["l"] if len(value) <= LEAF_ENTRIES else None
         for v in value:
-            c, leaf = _compact(v, leaves)
-            items.append(c)
-            shareable = shareable and leaf
-        if not shareable:
+            t = type(v)
+            if t is str:
+                if len(v) <= INTERNED_CHARS:
+                    v = sys.intern(v)
+                leaf = True
+            elif t is dict or t is list:
+                v, leaf = _compact(v, leaves)
+            else:
+                leaf = t in _SCALARS
+            items.append(v)
+            if key is not None:
+                if leaf:
+                    key += (t, v if t in _SCALARS else id(v))
+                else:
+                    key = None
+        if key is None:
             return items, False
-        return leaves.share(("l", *((type(v), v if type(v) in _SCALARS else id(v))
-                                    for v in items)), items), True
+        return leaves.share(tuple(key), items), True
+    if kind is str:
+        return (sys.intern(value) if len(value) <= INTERNED_CHARS else value), True
     return value, kind in _SCALARS
