@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -32,10 +33,18 @@ class InputError(ValueError):
 class Collector:
     """Collects field errors while parsing one object, so that all are reported at once."""
 
-    def __init__(self, obj: str, source: str | None = None) -> None:
-        self.obj = obj
+    def __init__(self, obj: str | Callable[[], str], source: str | None = None) -> None:
+        # `obj` may be a function that names the object: called at the first problem
+        # only (most objects have none, and naming one costs a few lookups).
+        self._obj = obj
         self.source = source
         self.errors: list[FieldError] = []
+
+    @property
+    def obj(self) -> str:
+        if not isinstance(self._obj, str):
+            self._obj = self._obj()
+        return self._obj
 
     def add(self, path: str, message: str) -> None:
         self.errors.append(FieldError(self.obj, path, message, self.source))

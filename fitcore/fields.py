@@ -25,6 +25,9 @@ _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 QUANTITY_MAX = 10**100
 _SELECTOR_OPS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: Quantity texts read and within bounds: (the quantity, whether it is negative).
+_READ: dict[str, tuple[values.Quantity, bool]] = {}
+_READ_LIMIT = 1 << 16
 
 
 class Reader:
@@ -39,17 +42,21 @@ class Reader:
     ) -> Any:
         # `type(...) is dict` first: the ABC check is slow, and parsed JSON is dicts.
         value = obj.get(key) if type(obj) is dict or isinstance(obj, Mapping) else None
-        where = f"{path}.{key}" if path else key
         if value is None:
             if required:
-                self.c.add(where, "required field is missing")
+                self.c.add(f"{path}.{key}" if path else key, "required field is missing")
             return default
-        # bool is an int in Python: never accept it where a number is wanted.
-        if (typ is int and isinstance(value, bool)) or not isinstance(value, typ):
-            self.c.add(where, f"must be {_type_name(typ)}, got {type(value).__name__}")
+        # The exact type first (parsed JSON is dicts, lists, str, int): the ABC check of
+        # `Mapping` is slow. bool is an int in Python: never accept it for a number.
+        exact = type(value)
+        if exact is not typ and not (typ is Mapping and exact is dict) and (
+                (typ is int and exact is bool) or not isinstance(value, typ)):
+            self.c.add(f"{path}.{key}" if path else key,
+                       f"must be {_type_name(typ)}, got {exact.__name__}")
             return default
-        if typ is int and isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
-            self.c.add(where, f"{value} does not fit in a 64-bit integer")
+        if typ is int and not _INT64_MIN <= value <= _INT64_MAX:
+            self.c.add(f"{path}.{key}" if path else key,
+                       f"{value} does not fit in a 64-bit integer")
             return default
         return value
 
@@ -68,6 +75,16 @@ class Reader:
         return out
 
     def quantity(self, value: Any, path: str) -> values.Quantity | None:
+        got = self._quantity(value, path)
+        return None if got is None else got[0]
+
+    def _quantity(self, value: Any, path: str) -> tuple[values.Quantity, bool] | None:
+        """The quantity and whether it is negative (None when it is refused): a text
+        read before is answered from `_READ` (its bound and sign compare Fractions)."""
+        if type(value) is str:
+            hit = _READ.get(value)
+            if hit is not None:
+                return hit
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             self.c.add(path, f"must be a quantity string such as '40Gi', got {value!r}")
             return None
@@ -82,7 +99,12 @@ class Reader:
             self.c.add(path, f"{shown} is larger than fitgate decides with (at most 1e100 "
                              "in the quantity's unit)")
             return None
-        return q
+        got = (q, q.value < 0)
+        if type(value) is str:
+            if len(_READ) >= _READ_LIMIT:
+                _READ.clear()
+            _READ[value] = got
+        return got
 
     def name(self, value: Any, path: str, pattern: re.Pattern[str], what: str,
              max_len: int) -> str:
@@ -133,11 +155,11 @@ class Reader:
             if wrapped:
                 raw = raw.get("value") if isinstance(raw, Mapping) else None
                 qpath += ".value"
-            q = self.quantity(raw, qpath)
-            if q is not None and q.value < 0 and not negative:
+            got = self._quantity(raw, qpath)
+            if got is not None and got[1] and not negative:
                 self.c.add(qpath, f"must not be negative, got {raw!r}")
-            elif q is not None:
-                out[str(name)] = q
+            elif got is not None:
+                out[str(name)] = got[0]
         return out
 
     def node_taints(self, obj: Any, path: str) -> tuple[model.Taint, ...]:

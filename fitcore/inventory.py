@@ -751,7 +751,7 @@ def _named(obj: Mapping[str, Any]) -> bool:
 
 
 def _key(obj: Mapping[str, Any], kind: str) -> Key:
-    c = errors.Collector(kube.describe(obj, kind))
+    c = kube.collector(obj, kind)
     r = fields.Reader(c)
     name, namespace = fields.meta_name(r, obj)
     c.raise_if_any()

@@ -16,12 +16,19 @@ from fitcore import errors, fields, model, schema, values
 _TAINT_EFFECTS = {"None", "NoSchedule", "NoExecute"}
 
 
+def collector(obj: Any, kind: str, source: str | None = None) -> errors.Collector:
+    """The collector of one object's problems, naming it (`describe`) at the first."""
+    return errors.Collector(lambda: describe(obj, kind), source)
+
+
 def describe(obj: Any, default_kind: str) -> str:
     """`Kind namespace/name` for messages, tolerant of malformed objects."""
-    if not isinstance(obj, Mapping):
+    if type(obj) is not dict and not isinstance(obj, Mapping):
         return f"{default_kind} <not an object>"
     kind = obj.get("kind") or default_kind
-    meta: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
+    meta = obj.get("metadata")
+    if type(meta) is not dict and not isinstance(meta, Mapping):
+        meta = {}
     name = meta.get("name") or "<unnamed>"
     namespace = meta.get("namespace")
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
@@ -61,7 +68,7 @@ def _node_selection(r: fields.Reader, spec: Mapping[str, Any], path: str, *, all
 
 def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.ResourceSlice:
     """A resource.k8s.io/v1 ResourceSlice."""
-    c = errors.Collector(describe(obj, "ResourceSlice"), source)
+    c = collector(obj, "ResourceSlice", source)
     r = fields.Reader(c)
     name, _ = fields.meta_name(r, obj)
     spec = r.get(obj, "spec", "", Mapping, required=True, default={})
@@ -108,6 +115,11 @@ def resource_slice(obj: Mapping[str, Any], source: str | None = None) -> model.R
 
 def _unique_names(c: errors.Collector, items: list[tuple[str, Any]], what: str) -> None:
     """Names are unique within a slice's list, as the API server requires."""
+    try:  # (items are objects: `Reader.items` keeps only those)
+        if len({item.get("name") for _, item in items}) == len(items):
+            return
+    except TypeError:  # a name that is not a string (reported where it is read)
+        pass
     seen: set[str] = set()
     for path, item in items:
         item_name = item.get("name") if isinstance(item, Mapping) else None
@@ -377,7 +389,7 @@ def _request_policy(r: fields.Reader, raw: Any, path: str) -> model.RequestPolic
 
 
 def device_class(obj: Mapping[str, Any], source: str | None = None) -> model.DeviceClass:
-    c = errors.Collector(describe(obj, "DeviceClass"), source)
+    c = collector(obj, "DeviceClass", source)
     r = fields.Reader(c)
     name, _ = fields.meta_name(r, obj)
     spec = r.get(obj, "spec", "", Mapping, default={})
@@ -398,7 +410,7 @@ def _selector(r: fields.Reader, obj: Mapping[str, Any], path: str) -> str:
 
 def resource_claim(obj: Mapping[str, Any], source: str | None = None) -> model.Claim:
     """A ResourceClaim (its spec; status is read by `allocated_devices`)."""
-    c = errors.Collector(describe(obj, "ResourceClaim"), source)
+    c = collector(obj, "ResourceClaim", source)
     r = fields.Reader(c)
     name, namespace = fields.meta_name(r, obj)
     spec = r.get(obj, "spec", "", Mapping, required=True, default={})
@@ -409,7 +421,7 @@ def resource_claim(obj: Mapping[str, Any], source: str | None = None) -> model.C
 
 def claim_template(obj: Mapping[str, Any], source: str | None = None) -> model.Claim:
     """A ResourceClaimTemplate's claim spec; the claim is named after the template."""
-    c = errors.Collector(describe(obj, "ResourceClaimTemplate"), source)
+    c = collector(obj, "ResourceClaimTemplate", source)
     r = fields.Reader(c)
     name, namespace = fields.meta_name(r, obj)
     outer = r.get(obj, "spec", "", Mapping, required=True, default={})
@@ -532,7 +544,7 @@ def _exact(r: fields.Reader, obj: Mapping[str, Any], path: str, name: str,
 def allocated_devices(obj: Mapping[str, Any], source: str | None = None
                       ) -> list[model.AllocatedDevice]:
     """The devices an allocated ResourceClaim holds (empty when not allocated)."""
-    c = errors.Collector(describe(obj, "ResourceClaim"), source)
+    c = collector(obj, "ResourceClaim", source)
     r = fields.Reader(c)
     status = r.get(obj, "status", "", Mapping, default={})
     allocation = r.get(status, "allocation", "status", Mapping)
@@ -556,7 +568,7 @@ def allocated_devices(obj: Mapping[str, Any], source: str | None = None
 
 
 def node(obj: Mapping[str, Any], source: str | None = None) -> model.Node:
-    c = errors.Collector(describe(obj, "Node"), source)
+    c = collector(obj, "Node", source)
     r = fields.Reader(c)
     name, _ = fields.meta_name(r, obj)
     meta: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}

@@ -355,12 +355,13 @@ class Sorted:
 
 
 def _flatten(obj: Any, source: str | None) -> Iterator[tuple[Any, str | None]]:
-    todo = [obj]
+    todo = collections.deque([obj])
     while todo:
-        o = todo.pop(0)
-        kind = o.get("kind") if isinstance(o, Mapping) else None
-        items = o.get("items") if isinstance(o, Mapping) else None
-        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
+        o = todo.popleft()
+        mapping = type(o) is dict or isinstance(o, Mapping)
+        kind = o.get("kind") if mapping else None
+        items = o.get("items") if mapping else None
+        if type(kind) is str and kind.endswith("List") and type(items) is list:
             item_kind = kind[:-len("List")]
             for item in items:
                 if isinstance(item, Mapping) and item_kind and "kind" not in item:
@@ -405,7 +406,7 @@ def _one(obj: Any, source: str | None, lenient: bool, out: Sorted,
     def problem(path: str, message: str) -> None:
         out.problems.append(errors.FieldError(_describe(obj), path, message, source))
 
-    if not isinstance(obj, Mapping):
+    if type(obj) is not dict and not isinstance(obj, Mapping):
         out.problems.append(errors.FieldError("object", "", f"must be an object, got "
                                               f"{type(obj).__name__}", source))
         return

@@ -169,10 +169,13 @@ def pod_requests(f: fields.Reader, spec: Mapping[str, Any], path: str
     return total
 
 
+_ONE_POD = values.Quantity.parse(1)
+
+
 def pod_usage(obj: Mapping[str, Any], source: str | None = None
               ) -> tuple[str, dict[str, values.Quantity]] | None:
     """(node, requests) of a Pod bound to a node and not finished; None otherwise."""
-    c = errors.Collector(kube.describe(obj, "Pod"), source)
+    c = kube.collector(obj, "Pod", source)
     f = fields.Reader(c)
     spec = f.get(obj, "spec", "", Mapping, {}, required=True)
     status = f.get(obj, "status", "", Mapping, {})
@@ -181,14 +184,14 @@ def pod_usage(obj: Mapping[str, Any], source: str | None = None
     c.raise_if_any()
     if not node_name or status.get("phase") in _DONE_PHASES:
         return None
-    requests["pods"] = values.Quantity.parse(1)
+    requests["pods"] = _ONE_POD
     return node_name, requests
 
 
 def bound_pod(obj: Mapping[str, Any], source: str | None = None
               ) -> podaffinity.BoundPod | None:
     """A Pod bound to a node and not finished, as pod (anti-)affinity sees it."""
-    c = errors.Collector(kube.describe(obj, "Pod"), source)
+    c = kube.collector(obj, "Pod", source)
     f = fields.Reader(c)
     meta = f.get(obj, "metadata", "", Mapping, {})
     spec = f.get(obj, "spec", "", Mapping, {})

@@ -21,9 +21,10 @@ What can go wrong, and what it does:
 `synced` is set after the first successful list and stays set through relists (the store
 then holds the last known state, which readers may use while the informer catches up).
 
-Objects are stored without `metadata.managedFields` (server-side apply bookkeeping that no
-reader uses, often the largest part of a small object), as controller-runtime's
-cache transforms do.
+Objects are stored as `compact.compact` makes them (as controller-runtime's cache
+transforms do): without `metadata.managedFields` and the other fields no reader reads,
+with equal small leaves shared and short strings interned. A list's items are compacted
+as they arrive (`Client.list`'s `each`), so the raw listing is never held whole.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collections.abc import Awaitable, Callable, Iterable
 import prometheus_client
 import structlog
 
-from admission.kube import client, errors, kinds, store
+from admission.kube import client, compact, errors, kinds, store
 
 Sleep = Callable[[float], Awaitable[None]]
 log = structlog.get_logger("fitgate.cache")
@@ -109,12 +110,9 @@ QUICK_CLOSE_SECONDS = 1.0
 _Store = store.Store  # (the name `store` is a method of Informers)
 
 
-def strip(obj: client.Obj) -> client.Obj:
-    """The object as cached: without metadata.managedFields."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict) and "managedFields" in meta:
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    return obj
+def strip(obj: client.Obj, kind: str | None = None) -> client.Obj:
+    """The object as cached (`compact.compact`)."""
+    return compact.compact(obj, kind)
 
 
 def _retryable(exc: errors.ApiError) -> bool:
@@ -168,9 +166,11 @@ class Informer:
         self.problem, self.unserved = why, unserved
 
     async def _list(self) -> None:
-        listing = await self.api.list(self.spec.kind, label_selector=self.spec.label_selector)
+        kind = self.spec.kind.kind
+        listing = await self.api.list(self.spec.kind, label_selector=self.spec.label_selector,
+                                      each=lambda o: strip(o, kind))
         self.lists += 1
-        self.store.replace([strip(o) for o in listing.items])
+        self.store.replace(listing.items)
         LISTS.labels(self.spec.kind.kind).inc()
         SYNCED.labels(self.spec.kind.kind).set(1)
         self._rv = listing.resource_version
@@ -193,7 +193,8 @@ class Informer:
                                                label_selector=self.spec.label_selector):
                     rv = (ev.object.get("metadata") or {}).get("resourceVersion")
                     if ev.type != "BOOKMARK":
-                        self.store.apply(client.WatchEvent(ev.type, strip(ev.object)))
+                        self.store.apply(client.WatchEvent(ev.type, strip(ev.object,
+                                                                       self.spec.kind.kind)))
                         EVENTS.labels(self.spec.kind.kind).inc()
                     if rv:
                         self._rv = rv

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from admission.kube import errors, kinds, rbac
@@ -54,9 +54,12 @@ class Client(Protocol):
 
     async def list(self, kind: kinds.Kind, namespace: str | None = None,
                    label_selector: str | None = None,
-                   field_selector: str | None = None) -> Listing:
+                   field_selector: str | None = None, *,
+                   each: Callable[[Obj], Obj] | None = None) -> Listing:
         """All objects of the kind (in a namespace, or all namespaces when None);
-        `field_selector`: equality terms (`regarding.name=x,reason=y`)."""
+        `field_selector`: equality terms (`regarding.name=x,reason=y`); `each`: what
+        is kept of each item, applied as the items arrive (a page at a time), so the
+        raw listing is never held whole."""
 
     def watch(self, kind: kinds.Kind, resource_version: str,
               namespace: str | None = None, label_selector: str | None = None
@@ -231,7 +234,8 @@ class ApiClient:
 
     async def list(self, kind: kinds.Kind, namespace: str | None = None,
                    label_selector: str | None = None,
-                   field_selector: str | None = None) -> Listing:
+                   field_selector: str | None = None, *,
+                   each: Callable[[Obj], Obj] | None = None) -> Listing:
         rbac.check(kind, "list", None, self.permissions)
         items: list[Obj] = []
         query: list[tuple[str, str]] = [("limit", "500")]
@@ -248,7 +252,7 @@ class ApiClient:
                 # Items of a list carry no apiVersion/kind; a watch's objects do.
                 item.setdefault("apiVersion", kind.api_version)
                 item.setdefault("kind", kind.kind)
-                items.append(item)
+                items.append(item if each is None else each(item))
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or ""
             if not cont:

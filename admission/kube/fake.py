@@ -18,7 +18,7 @@ import dataclasses
 import itertools
 import random
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from admission.kube import client, errors, kinds, rbac
@@ -288,13 +288,16 @@ class FakeClient:
 
     async def list(self, kind: kinds.Kind, namespace: str | None = None,
                    label_selector: str | None = None,
-                   field_selector: str | None = None) -> client.Listing:
+                   field_selector: str | None = None, *,
+                   each: Callable[[client.Obj], client.Obj] | None = None) -> client.Listing:
         self._enter("list", kind, namespace, None)
-        items = [copy.deepcopy(o) for (ns, _), o in sorted(self._objects[kind.kind].items())
-                 if namespace is None or ns == namespace]
         want = _selector(label_selector)
-        return client.Listing([o for o in items if _matches(o, want)
-                               and _fields_match(o, field_selector)], str(self._last_rv))
+        # One copy at a time, as the real client reads a page at a time.
+        items = [copy.deepcopy(o) if each is None else each(copy.deepcopy(o))
+                 for (ns, _), o in sorted(self._objects[kind.kind].items())
+                 if (namespace is None or ns == namespace) and _matches(o, want)
+                 and _fields_match(o, field_selector)]
+        return client.Listing(items, str(self._last_rv))
 
     async def watch(self, kind: kinds.Kind, resource_version: str,
                     namespace: str | None = None, label_selector: str | None = None

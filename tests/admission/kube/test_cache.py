@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import structlog.testing
 
-from admission.kube import cache, client, errors, fake, kinds, store
+from admission.kube import cache, client, compact, errors, fake, kinds, store
 from tests.admission import waits
 
 FAST = cache.Backoff(base=0.001, ceiling=0.01, jitter=0)
@@ -218,6 +218,23 @@ async def test_managed_fields_are_not_cached() -> None:
     await _until(lambda: ("ADDED", "b") in rec.events, "b")
     assert all("managedFields" not in o["metadata"] for o in inf.store.list())
     assert c.find(kinds.NODE, "a")["metadata"]["managedFields"] == mf  # (only the cache)
+    await _stop(task)
+
+
+async def test_listed_and_watched_objects_are_cached_compact() -> None:
+    """What the store holds is `compact.compact` of what the server sent, listed or
+    watched (the Node status nobody reads is gone, the rest equal)."""
+    c = fake.FakeClient()
+    full = {"metadata": {"name": "a"}, "status": {"allocatable": {"cpu": "8"},
+                                                   "images": [{"names": ["x"]}]}}
+    c.seed(kinds.NODE, full)
+    inf, rec, task = await _running(c, cache.Spec(kinds.NODE))
+    c.seed(kinds.NODE, {**full, "metadata": {"name": "b"}})
+    await _until(lambda: ("ADDED", "b") in rec.events, "b")
+    for name in "ab":
+        got = inf.store.get(name)
+        assert got is not None and got == compact.compact(c.find(kinds.NODE, name))
+        assert got["status"] == {"allocatable": {"cpu": "8"}}
     await _stop(task)
 
 
