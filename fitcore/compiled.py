@@ -408,7 +408,7 @@ _EMPTY = model.AllocatedState()
 
 
 #: What `walk` gives: (key, found, bits, alt_claim, alt_count, req_alt_start,
-#: claim_req_start, slot_key, takes), see `_walk`.
+#: claim_req_start, slot_key, takes, names, shared), see `_walk`.
 Walked = tuple[Any, ...]
 
 
@@ -422,10 +422,13 @@ def _walk(node_arrays: NodeArrays, classes: Mapping[str, model.DeviceClass],
     name), `bits` its candidate devices (bit d: device d), `alt_claim`, `alt_count`;
     where each request's alternatives and each claim's requests start; `slot_key` (per
     alternative that may take a shared device: the alternative, its capacity outcome,
-    the shared devices it may take) and `takes` (what it takes of each). `key` is
-    everything the compiled problem is made of — arrays, result names, capacity takes —
-    and not the claims' names nor what the node does not read (tolerations of taints
-    no device has).
+    the shared devices it may take) and `takes` (what it takes of each); `names`, the
+    result name of each alternative; `shared` (always None here: `_call.walk` fills it
+    from `NodeArrays.same`). `key` is everything the compiled arrays are made of —
+    candidacy, counts, capacity takes, which alternatives each constraint covers — and
+    not the claims' or requests' names nor what the node does not read (tolerations of
+    taints no device has): claims that differ only there share the arrays
+    (`Problem.renamed`), each with its own result names.
     """
     tainted, shared_bits = node_arrays.tainted, node_arrays.shared_bits
     found: list[tuple[int, model.DeviceRequest, model.ExactRequest, model.DeviceClass,
@@ -479,12 +482,17 @@ def _walk(node_arrays: NodeArrays, classes: Mapping[str, model.DeviceClass],
         if minimum > model.MAX_DEVICES_PER_CLAIM:
             return None
         claim_req_start.append(len(req_alt_start) - 1)
-    constraints = tuple([(ci, k.requests, k.match_attribute, k.distinct_attribute)
+    # Each constraint by the alternatives it covers, not the request names it lists.
+    constraints = tuple([(ci, tuple([a for a, (alt_ci, request, exact, _, _) in
+                                     enumerate(found) if alt_ci == ci and k.covers(
+                                         request.name, None if request.exactly is not None
+                                         else exact.name)]),
+                          k.match_attribute, k.distinct_attribute)
                          for ci, claim in enumerate(claims) for k in claim.constraints])
-    key = (tuple(bits), tuple(alt_claim), tuple(alt_count), tuple(names),
-           tuple(req_alt_start), tuple(claim_req_start), tuple(slot_key), constraints)
+    key = (tuple(bits), tuple(alt_claim), tuple(alt_count), tuple(req_alt_start),
+           tuple(claim_req_start), tuple(slot_key), constraints)
     return (key, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start,
-            slot_key, takes)
+            slot_key, takes, tuple(names), None)
 
 
 class Problem:
@@ -572,6 +580,8 @@ class Problem:
         self._state: array.array[int] | None = None
         #: Per (alternative, device) pair, its result once made (`results`).
         self.made: list[model.DeviceResult | None] = [None] * (n_alt * n_dev)
+        #: Per alternative, its result name.
+        self.names = tuple(alt.result_name for _, alt in self.alts)
 
     @property
     def prepared(self) -> reference.Prepared:
@@ -617,20 +627,29 @@ class Problem:
                             node_arrays.same)
         if walked is None or isinstance(walked, Problem):  # (the walk looked it up)
             return walked
+        if walked[10] is not None:  # the same arrays, other result names
+            return walked[10].renamed(node, inventory, claims, walked)
         problem = cls._made(node, inventory, claims, nd, walked)
         node_arrays.keep_same(walked[0], problem)
         return problem
 
-    @classmethod
-    def _made(cls, node: model.Node, inventory: model.Inventory,
-              claims: Sequence[model.Claim], nd: cache.NodeDevices, walked: Walked
-              ) -> Problem:
-        assert _alloc is not None  # only fitcore.api calls this, with the core built
-        _, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start, slot_list, \
-            takes = walked
-        node_arrays = NodeArrays.of(nd)
-        n_dev = node_arrays.n_dev
-        self = cls.__new__(cls)
+    def renamed(self, node: model.Node, inventory: model.Inventory,
+                claims: Sequence[model.Claim], walked: Walked) -> Problem:
+        """This problem for `claims`, which walk to the same key under other request
+        names (`_walk`): the arrays, the bound core and the capacity slots are shared,
+        never changed; alternatives, result names and results are the claims' own."""
+        view = Problem.__new__(Problem)
+        view.__dict__.update(self.__dict__)
+        view._named(node, inventory, claims, walked)
+        view._state_of = None
+        view._state = None
+        return view
+
+    def _named(self, node: model.Node, inventory: model.Inventory,
+               claims: Sequence[model.Claim], walked: Walked) -> None:
+        """Alternatives, result names and an empty list of made results for `claims`,
+        from their walk."""
+        found, alt_claim, req_alt_start, names = walked[1], walked[3], walked[5], walked[9]
         alts: list[tuple[int, reference.Alternative]] = []
         alternatives: list[list[list[reference.Alternative]]] = [[] for _ in claims]
         for r in range(len(req_alt_start) - 1):
@@ -644,15 +663,30 @@ class Problem:
                 alts.append((ci, alt))
                 options.append(alt)
             alternatives[alt_claim[req_alt_start[r]]].append(options)
-        self.alts, self.takes = alts, takes
-        n_alt = len(alts)
+        self.alts = alts
+        self.names = names
         self._prepared = None
         # Not the inventory: a kept problem must not hold a caller's allocated state.
         self._unprepared = (node, inventory.slices, inventory.classes, alternatives)
         self.claims = claims
+        self.made = [None] * (len(alts) * self.node.n_dev)
+
+    @classmethod
+    def _made(cls, node: model.Node, inventory: model.Inventory,
+              claims: Sequence[model.Claim], nd: cache.NodeDevices, walked: Walked
+              ) -> Problem:
+        assert _alloc is not None  # only fitcore.api calls this, with the core built
+        _, _, bits, alt_claim, alt_count, req_alt_start, claim_req_start, slot_list, \
+            takes = walked[:9]
+        node_arrays = NodeArrays.of(nd)
+        n_dev = node_arrays.n_dev
+        self = cls.__new__(cls)
+        self.node = node_arrays
+        self._named(node, inventory, claims, walked)
+        self.takes = takes
+        n_alt = len(self.alts)
         self.baked = False
         self.devices = nd.devices
-        self.node = node_arrays
         self.all_shared = set()
         self.n_dev = n_dev
         constraints = [k for claim in claims for k in claim.constraints]
@@ -698,7 +732,6 @@ class Problem:
         self.native = None
         self._state_of = None
         self._state = None
-        self.made = [None] * (n_alt * n_dev)
         return self
 
     def _shared_slots(self, key: tuple[tuple[int, int, int], ...]
@@ -965,11 +998,13 @@ class Problem:
         take that state (compile one with it baked in). The last one is remembered."""
         if allocated is self._state_of:
             return self._state
-        state = self._state = self._make_state(allocated)
+        state = self._state = _call.state(self, allocated) if _call is not None else \
+            self._make_state(allocated)
         self._state_of = allocated
         return state
 
     def _make_state(self, allocated: model.AllocatedState) -> array.array[int] | None:
+        """The reference of `_call.state` (tests/fitcore/test_call_path.py)."""
         state = array.array("q", self.empty_state)
         dedicated, shared, consumed = allocated.dedicated, allocated.shared, allocated.consumed
         if not (dedicated or shared or consumed):
