@@ -4,6 +4,7 @@
 # functions of the same names are the reference (tests/fitcore/test_call_path.py).
 
 from cpython cimport array
+from cpython.object cimport PyObject_GenericSetAttr
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 
@@ -12,6 +13,7 @@ import array
 from fitcore import model
 
 cdef object _NodeFit = model.NodeFit
+cdef object _DeviceResult = model.DeviceResult
 cdef object _MAX_COUNT = model.MAX_DEVICES_PER_CLAIM + 1
 cdef object _MAX_PER_CLAIM = model.MAX_DEVICES_PER_CLAIM
 cdef tuple _NO_CAPACITY = ()
@@ -93,7 +95,9 @@ def walk(node_arrays, classes, claims, unsupported, dict same=None):
                     ok &= ~node_arrays.blocked(exact)
                 requests = exact.capacity_requests
                 # The key NodeArrays.capacity and .representable keep their results by.
-                asked = tuple(sorted(requests.items())) if requests else _NO_CAPACITY
+                asked = tuple(sorted([(name, q.value.numerator, q.value.denominator)
+                                      for name, q in requests.items()])
+                              ) if requests else _NO_CAPACITY  # compiled.capacity_key
                 if requests:
                     fine = representable.get(asked)
                     if fine is None:
@@ -154,28 +158,31 @@ def walk(node_arrays, classes, claims, unsupported, dict same=None):
             slot_key, takes, named, shared)
 
 
-def picked(list made, list pairs):
-    """The kept results `made[pair]` of a search's pairs as a tuple, or None when one
-    is not made yet (compiled.Problem.results makes it)."""
+def picked(list made, list pairs, make=None):
+    """The kept results `made[pair]` of a search's pairs as a tuple; a result not made
+    yet is made by `make(pair)` (compiled.Problem._result, which keeps it), or, without
+    `make`, the answer is None."""
     cdef Py_ssize_t i, n = len(pairs)
     cdef tuple out = PyTuple_New(n)
     for i in range(n):
         result = made[<Py_ssize_t> pairs[i]]
         if result is None:
-            return None
+            if make is None:
+                return None
+            result = make(pairs[i])
         Py_INCREF(result)
         PyTuple_SET_ITEM(out, i, result)
     return out
 
 
-def fits(list made, list pairs, str node, steps):
-    """The `model.NodeFit` of a fit of one claim (`engine="c"`) from the search's pairs,
-    or None when a result is not made yet (compiled.Problem.results makes it)."""
-    allocations = picked(made, pairs)
+def fits(list made, list pairs, str node, steps, make=None):
+    """The `model.NodeFit` of a fit of one claim (`engine="c"`) from the search's pairs;
+    results not made yet are made by `make` (see `picked`), or, without it, the answer
+    is None."""
+    allocations = picked(made, pairs, make)
     if allocations is None:
         return None
     return tuple.__new__(_NodeFit, ("fits", node, (allocations,), (), steps, "c"))
-
 
 def state(problem, allocated):
     """compiled.Problem._make_state: the per-call state array of `problem` for the
@@ -227,3 +234,16 @@ def state(problem, allocated):
             if s[ctr_base + cid] < 0:
                 s[pool_base + <Py_ssize_t> ctr_pool[cid]] = 1
     return out
+
+
+def device_result(str request, ident, bint shared=False, consumed=None):
+    """`model.DeviceResult(request, ident, shared=shared, consumed_capacity=consumed or
+    {})` without the frozen dataclass's per-field __setattr__ calls (a fit under new
+    request names makes its results anew)."""
+    result = _DeviceResult.__new__(_DeviceResult)
+    PyObject_GenericSetAttr(result, "request", request)
+    PyObject_GenericSetAttr(result, "id", ident)
+    PyObject_GenericSetAttr(result, "admin_access", False)
+    PyObject_GenericSetAttr(result, "shared", shared)
+    PyObject_GenericSetAttr(result, "consumed_capacity", {} if consumed is None else consumed)
+    return result

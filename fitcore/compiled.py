@@ -138,6 +138,28 @@ def _content_key(claims: Sequence[model.Claim]) -> tuple[object, ...]:
     return tuple(key)
 
 
+def capacity_key(requests: Mapping[str, values.Quantity] | None) -> tuple[object, ...]:
+    """A capacity request by value, in ints: what `NodeArrays.capacity` and
+    `.representable` keep their results by (hashing a fresh Quantity hashes a Fraction,
+    which costs a pow). `_call.walk` makes the same key."""
+    if not requests:
+        return ()
+    return tuple(sorted([(name, q.value.numerator, q.value.denominator)
+                         for name, q in requests.items()]))
+
+
+def _python_device_result(request: str, ident: model.DeviceId, shared: bool = False,
+                          consumed: Mapping[str, values.Quantity] | None = None
+                          ) -> model.DeviceResult:
+    """A result; `_call.device_result` makes the same object faster."""
+    return model.DeviceResult(request, ident, shared=shared,
+                              consumed_capacity={} if consumed is None else consumed)
+
+
+_device_result: Callable[..., model.DeviceResult] = \
+    _call.device_result if _call is not None else _python_device_result
+
+
 #: `_content_key`, in the compiled core when it is built.
 content_key: Callable[[Sequence[model.Claim]], tuple[object, ...]] = \
     _call.content_key if _call is not None else _content_key
@@ -312,7 +334,7 @@ class NodeArrays:
         device holding all of it), what each shared one of them would take, and a
         number naming this outcome on this node (never reused)."""
         requests = exact.capacity_requests
-        key = tuple(sorted(requests.items())) if requests else ()
+        key = capacity_key(requests)
         found = self._capacities.get(key)
         if found is None:
             fits = 0 if requests else self._unsized
@@ -343,7 +365,7 @@ class NodeArrays:
         """Whether `exact`'s capacity request can be rounded on every device of the node
         (see `_representable`), kept per capacity request."""
         requests = exact.capacity_requests
-        key = tuple(sorted(requests.items())) if requests else ()
+        key = capacity_key(requests)
         found = self._representable.get(key)
         if found is None:
             found = _keep(self._representable, key, not any(
@@ -380,7 +402,7 @@ class NodeArrays:
         if found is None:
             if len(self._dedicated_results) >= _RESULTS_PER_NODE:
                 self._dedicated_results.clear()
-            found = self._dedicated_results[key] = model.DeviceResult(request, self.ids[d])
+            found = self._dedicated_results[key] = _device_result(request, self.ids[d])
         return found
 
     def empty_state(self) -> array.array[int]:
@@ -637,19 +659,34 @@ class Problem:
                 claims: Sequence[model.Claim], walked: Walked) -> Problem:
         """This problem for `claims`, which walk to the same key under other request
         names (`_walk`): the arrays, the bound core and the capacity slots are shared,
-        never changed; alternatives, result names and results are the claims' own."""
+        never changed; result names and results are the claims' own, and so are the
+        alternatives, made when first read (a fit reads only the names)."""
         view = Problem.__new__(Problem)
-        view.__dict__.update(self.__dict__)
-        view._named(node, inventory, claims, walked)
-        view._state_of = None
-        view._state = None
+        view.__dict__ = attributes = self.__dict__.copy()  # (faster than update)
+        del attributes["alts"], attributes["_unprepared"]
+        attributes["_pending"] = (node, inventory.slices, inventory.classes, walked)
+        attributes["names"] = walked[9]
+        attributes["claims"] = claims
+        attributes["_prepared"] = None
+        attributes["_state_of"] = attributes["_state"] = None
+        attributes["made"] = [None] * (len(walked[9]) * self.n_dev)
         return view
 
-    def _named(self, node: model.Node, inventory: model.Inventory,
-               claims: Sequence[model.Claim], walked: Walked) -> None:
-        """Alternatives, result names and an empty list of made results for `claims`,
-        from their walk."""
-        found, alt_claim, req_alt_start, names = walked[1], walked[3], walked[5], walked[9]
+    def __getattr__(self, name: str) -> Any:
+        # Called only for a missing attribute: the alternatives of a renamed view.
+        pending = self.__dict__.get("_pending")
+        if pending is None or name not in ("alts", "_unprepared"):
+            raise AttributeError(name)
+        self._pending = None
+        node, slices, classes, walked = pending
+        self._named(node, slices, classes, walked)
+        return self.__dict__[name]
+
+    def _named(self, node: model.Node, slices: tuple[model.ResourceSlice, ...],
+               classes: Mapping[str, model.DeviceClass], walked: Walked) -> None:
+        """The alternatives of `self.claims`, from their walk."""
+        claims = self.claims
+        found, alt_claim, req_alt_start = walked[1], walked[3], walked[5]
         alts: list[tuple[int, reference.Alternative]] = []
         alternatives: list[list[list[reference.Alternative]]] = [[] for _ in claims]
         for r in range(len(req_alt_start) - 1):
@@ -664,12 +701,8 @@ class Problem:
                 options.append(alt)
             alternatives[alt_claim[req_alt_start[r]]].append(options)
         self.alts = alts
-        self.names = names
-        self._prepared = None
         # Not the inventory: a kept problem must not hold a caller's allocated state.
-        self._unprepared = (node, inventory.slices, inventory.classes, alternatives)
-        self.claims = claims
-        self.made = [None] * (len(alts) * self.node.n_dev)
+        self._unprepared = (node, slices, classes, alternatives)
 
     @classmethod
     def _made(cls, node: model.Node, inventory: model.Inventory,
@@ -682,9 +715,13 @@ class Problem:
         n_dev = node_arrays.n_dev
         self = cls.__new__(cls)
         self.node = node_arrays
-        self._named(node, inventory, claims, walked)
+        self.claims = claims
+        self._named(node, inventory.slices, inventory.classes, walked)
+        self.names = walked[9]
+        self._prepared = None
         self.takes = takes
         n_alt = len(self.alts)
+        self.made = [None] * (n_alt * n_dev)
         self.baked = False
         self.devices = nd.devices
         self.all_shared = set()
@@ -1047,7 +1084,7 @@ class Problem:
         """The search's (alternative a, device d) pairs, each a * n_dev + d and in claim
         order, as results grouped per claim."""
         made = self.made
-        out = [made[pair] or self._result(pair) for pair in pairs]
+        out = [made[pair] or self.result(pair) for pair in pairs]
         if len(self.claims) == 1:
             return (tuple(out),)
         per_claim: list[list[model.DeviceResult]] = [[] for _ in self.claims]
@@ -1055,15 +1092,15 @@ class Problem:
             per_claim[self.alts[pair // self.n_dev][0]].append(result)
         return tuple(tuple(r) for r in per_claim)
 
-    def _result(self, pair: int) -> model.DeviceResult:
-        # Results are immutable and depend on (alternative, device) alone: made once.
+    def result(self, pair: int) -> model.DeviceResult:
+        """The result of the search's (alternative, device) pair `pair` (a * n_dev + d),
+        made once and kept in `made`: results are immutable and depend on the pair."""
         a, d = divmod(pair, self.n_dev)
-        _, alt = self.alts[a]
+        name = self.names[a]
         _, device, ident = self.devices[d]
         if device.allow_multiple_allocations:
-            result = model.DeviceResult(alt.result_name, ident, shared=True,
-                                        consumed_capacity=self.takes[(a, d)])
+            result = _device_result(name, ident, True, self.takes[(a, d)])
         else:
-            result = self.node.dedicated_result(alt.result_name, d)
+            result = self.node.dedicated_result(name, d)
         self.made[pair] = result
         return result
