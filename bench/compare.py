@@ -29,10 +29,11 @@ first such template, see bench.alloc.fitcore_times); new request names (the requ
 renamed on every call: a template of new names, which shares the arrays compiled for the
 first such template); and a new problem compiled (the same, with the node's problems by
 walk key emptied before each call, outside the timer: a template whose candidacy the node
-has never seen). For upstream the `Allocate` call alone, timed inside the oracle (the allocator is built outside the timer,
-as the scheduler builds it in PreFilter; it has no state across calls, so every call is a
-new question to it). When upstream hits its filter timeout the time is a lower bound
-(">"). Writes the table as JSON (default bench/results/compare.json).
+has never seen). For upstream the `Allocate` call alone, timed inside the oracle (the
+allocator is built outside the timer, as the scheduler builds it in PreFilter; it has no
+state across calls, so every call is a new question to it). When upstream hits its filter
+timeout the time is a lower bound (">"). Writes the table as JSON (default
+bench/results/compare.json).
 """
 
 from __future__ import annotations

@@ -528,6 +528,9 @@ class Problem:
 
     #: Per device: (capacity name, slot, scale) of its capacity slots.
     cap_slots: list[list[tuple[str, int, int]]]
+    #: Every alternative of every request of every claim, in order: (claim index,
+    #: alternative). A renamed view makes them on first read (`__getattr__`).
+    alts: list[tuple[int, reference.Alternative]]
 
     def __init__(self, p: reference.Prepared, *, baked: bool = False) -> None:
         self._prepared: reference.Prepared | None = p
@@ -649,8 +652,9 @@ class Problem:
                             node_arrays.same)
         if walked is None or isinstance(walked, Problem):  # (the walk looked it up)
             return walked
-        if walked[10] is not None:  # the same arrays, other result names
-            return walked[10].renamed(node, inventory, claims, walked)
+        shared: Problem | None = walked[10]
+        if shared is not None:  # the same arrays, other result names
+            return shared.renamed(node, inventory, claims, walked)
         problem = cls._made(node, inventory, claims, nd, walked)
         node_arrays.keep_same(walked[0], problem)
         return problem
@@ -829,7 +833,7 @@ class Problem:
         """Every alternative of every request of every claim, in order (`self.alts`:
         (claim index, alternative)); returns where each request's alternatives and each
         claim's requests start."""
-        self.alts: list[tuple[int, reference.Alternative]] = []
+        self.alts = []
         req_alt_start = [0]
         claim_req_start = [0]
         for ci, per_request in enumerate(p.alternatives):
