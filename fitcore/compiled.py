@@ -24,12 +24,16 @@ The per-call path over the claims runs compiled too (`fitcore._call`; the Python
 `_content_key`, `_walk` and `Problem.results` are its reference,
 tests/fitcore/test_call_path.py): the content key a kept problem is found by, the walk
 that reads a never-seen content's candidacy off the node's bitsets, and the answer of a
-fit. The walk ends in a key of everything the compiled problem is made of (candidacy,
-counts, result names, capacity takes, constraints); a node keeps the problems `common`
-made under that key while they are kept anywhere (`NodeArrays.same`, weak references),
-so a claim content that differs from one asked before only in what the node does not
-read (claim names, tolerations of taints none of its devices has) gets that problem
-(`Problem.common_or_same`) instead of compiling its own.
+fit. The walk ends in a key of everything the compiled arrays are made of (candidacy,
+counts, capacity takes, the alternatives each constraint covers); a node keeps the
+problems `common` made under that key while they are kept anywhere (`NodeArrays.same`,
+weak references), so a claim content that differs from one asked before only in what
+the node does not read (claim names, tolerations of taints none of its devices has) gets
+that problem (`Problem.common_or_same`) instead of compiling its own; one that differs in
+request names too gets a problem of its own over the same arrays and bound core, with
+its own alternatives, result names and results (`Problem.renamed`). The allocated state
+of a call is applied in the compiled core too (`_call.state`; `Problem._make_state` is
+its reference).
 
 What the arrays encode field by field is in `_alloc.pxd`. Counters are scaled integers
 (each counter's quantities share one exact scale); attribute values are interned to
