@@ -160,7 +160,7 @@ def walk(node_arrays, classes, claims, unsupported, dict same=None):
 
 def picked(list made, list pairs, make=None):
     """The kept results `made[pair]` of a search's pairs as a tuple; a result not made
-    yet is made by `make(pair)` (compiled.Problem._result, which keeps it), or, without
+    yet is made by `make(pair)` (compiled.Problem.result, which keeps it), or, without
     `make`, the answer is None."""
     cdef Py_ssize_t i, n = len(pairs)
     cdef tuple out = PyTuple_New(n)
@@ -183,6 +183,7 @@ def fits(list made, list pairs, str node, steps, make=None):
     if allocations is None:
         return None
     return tuple.__new__(_NodeFit, ("fits", node, (allocations,), (), steps, "c"))
+
 
 def state(problem, allocated):
     """compiled.Problem._make_state: the per-call state array of `problem` for the
@@ -237,9 +238,9 @@ def state(problem, allocated):
 
 
 def device_result(str request, ident, bint shared=False, consumed=None):
-    """`model.DeviceResult(request, ident, shared=shared, consumed_capacity=consumed or
-    {})` without the frozen dataclass's per-field __setattr__ calls (a fit under new
-    request names makes its results anew)."""
+    """`model.DeviceResult(request, ident, shared=shared, consumed_capacity=consumed)`
+    (a new empty map when `consumed` is None) without the frozen dataclass's per-field
+    __setattr__ calls (a fit under new request names makes its results anew)."""
     result = _DeviceResult.__new__(_DeviceResult)
     PyObject_GenericSetAttr(result, "request", request)
     PyObject_GenericSetAttr(result, "id", ident)

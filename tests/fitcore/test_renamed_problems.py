@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fitcore import _call, api, cache, compiled, kube, model, testing
+from fitcore import _call, api, cache, compiled, kube, model, testing, values
 from tests.fitcore import builders as b
 from tests.fitcore.test_property import EXAMPLES, REALISTIC_EXAMPLES, realistic_case
 
@@ -146,3 +146,17 @@ def test_compiled_states_are_the_reference() -> None:
     compared = sum(states_agree(testing.case(seed)) for seed in range(300))
     compared += sum(states_agree(realistic_case(seed)) for seed in range(40))
     assert compared >= 300, compared
+
+
+def test_compiled_results_are_the_dataclass() -> None:
+    """`_call.device_result` makes what `model.DeviceResult` makes (equal, printed alike),
+    with a map of its own when none is given."""
+    ident = model.DeviceId(b.GPU, "n1", "gpu-0")
+    take = {"memory": values.Quantity.parse("30Gi")}
+    for made, built in (
+            (_call.device_result("g", ident), model.DeviceResult("g", ident)),
+            (_call.device_result("g/s", ident, True, take),
+             model.DeviceResult("g/s", ident, shared=True, consumed_capacity=take))):
+        assert made == built and repr(made) == repr(built)
+    one, two = _call.device_result("g", ident), _call.device_result("g", ident)
+    assert one.consumed_capacity == {} and one.consumed_capacity is not two.consumed_capacity
