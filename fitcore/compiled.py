@@ -1049,7 +1049,7 @@ class Problem:
         return state
 
     def _make_state(self, allocated: model.AllocatedState) -> array.array[int] | None:
-        """The reference of `_call.state` (tests/fitcore/test_call_path.py)."""
+        """The reference of `_call.state` (tests/fitcore/test_renamed_problems.py)."""
         state = array.array("q", self.empty_state)
         dedicated, shared, consumed = allocated.dedicated, allocated.shared, allocated.consumed
         if not (dedicated or shared or consumed):
