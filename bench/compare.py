@@ -1,6 +1,7 @@
 """fitcore against the upstream allocator (kube-scheduler's own code), side by side.
 
     .venv/bin/python -m bench.compare [--repeat N] [--nodes 1000] [--json PATH]
+                                      [--groups typical,adversarial,gang]
 
 Same inputs, three groups:
 - typical per-node questions (GPUs + NICs on PCIe roots, MIG-style counters, consumable
@@ -18,19 +19,21 @@ Same inputs, three groups:
   ignores).
 
 Per-node times are medians of one decision: for fitcore a whole `api.allocate` call on a
-parsed inventory, in four columns (`bench.alloc.fitcore_times`): the same question asked
+parsed inventory, in five columns (`bench.alloc.fitcore_times`): the same question asked
 again; a new pod of a known template on a changed cluster (fresh claim and
 allocated-state objects: the kept compiled problem takes the new state) — the question a
 scheduler asks node after node and pod after pod; and a new template (claims of a content
 never asked on the node, differing in a toleration of a taint no device has: the claims
 are walked anew with slice-level caches warm, and share the problem compiled for the
-first such template, see bench.alloc.fitcore_times); and new content (the requests
-renamed on every call, so a problem is compiled: a template the node has never seen). For
-upstream the
-`Allocate` call alone, timed inside the oracle (the allocator is built outside the timer,
-as the scheduler builds it in PreFilter; it has no state across calls, so every call is a
-new question to it). When upstream hits its filter timeout the time is a lower bound
-(">"). Writes the table as JSON (default bench/results/compare.json).
+first such template, see bench.alloc.fitcore_times); new request names (the requests
+renamed on every call: a template of new names, which shares the arrays compiled for the
+first such template); and a new problem compiled (the same, with the node's problems by
+walk key emptied before each call, outside the timer: a template whose candidacy the node
+has never seen). For upstream the `Allocate` call alone, timed inside the oracle (the
+allocator is built outside the timer, as the scheduler builds it in PreFilter; it has no
+state across calls, so every call is a new question to it). When upstream hits its filter
+timeout the time is a lower bound (">"). Writes the table as JSON (default
+bench/results/compare.json).
 """
 
 from __future__ import annotations
@@ -112,9 +115,12 @@ def median(fn: Callable[[], Any], repeat: int, budget_s: float = 5.0) -> float:
     return statistics.median(times)
 
 
-def per_node_rows(oracle: oracle_client.Oracle, repeat: int) -> list[dict[str, Any]]:
+def per_node_rows(oracle: oracle_client.Oracle, repeat: int,
+                  groups: tuple[str, ...] = ("typical", "adversarial")) -> list[dict[str, Any]]:
     rows = []
     for group, name, layout, claims_json, allocated in CASES:
+        if group not in groups:
+            continue
         slices = layout()
         inventory = kube.inventory(slices, [b.gpu_class(), b.nic_class()], allocated)
         node = kube.node(b.node())
@@ -130,6 +136,7 @@ def per_node_rows(oracle: oracle_client.Oracle, repeat: int) -> list[dict[str, A
                      "fitcore_ms": times["again"] * 1e3, "fitcore_new_ms": times["new_pod"] * 1e3,
                      "fitcore_template_ms": times["new_template"] * 1e3,
                      "fitcore_content_ms": times["new_content"] * 1e3,
+                     "fitcore_compiled_ms": times["compiled"] * 1e3,
                      "upstream_ms": answer["nanos"] / 1e6, "upstream_timed_out": timed_out})
     return rows
 
@@ -203,16 +210,22 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=21)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--json", default=os.path.join("bench", "results", "compare.json"))
+    parser.add_argument("--groups", default="typical,adversarial,gang",
+                        help="which groups of rows to run (comma-separated; the adversarial "
+                             "rows wait out upstream's timeouts, the gang rows load 1,000 "
+                             "nodes)")
     args = parser.parse_args()
+    groups = tuple(args.groups.split(","))
     with oracle_client.Oracle.start() as oracle:
-        rows = per_node_rows(oracle, args.repeat)
-        rows += gang_rows(oracle, args.nodes, max(3, args.repeat // 4))
-        rows += realistic_rows(oracle, args.nodes, max(3, args.repeat // 4))
+        rows = per_node_rows(oracle, args.repeat, groups)
+        if "gang" in groups:
+            rows += gang_rows(oracle, args.nodes, max(3, args.repeat // 4))
+            rows += realistic_rows(oracle, args.nodes, max(3, args.repeat // 4))
     print("fitcore ms, and how many times faster than upstream: asked again / a new pod of "
-          "a known template / a new template / new content, compiled "
+          "a known template / a new template / new request names / a new problem compiled "
           "(see bench.alloc.fitcore_times)")
-    print(f"{'group':12} {'case':42} {'verdict':8} {'fitcore ms':>33} {'upstream ms':>12} "
-          f"{'faster':>38}")
+    print(f"{'group':12} {'case':42} {'verdict':8} {'fitcore ms':>42} {'upstream ms':>12} "
+          f"{'faster':>48}")
     for r in rows:
         lo = ">" if r["upstream_timed_out"] else ""
         up = r["upstream_ms"]
@@ -220,11 +233,11 @@ def main() -> None:
             ours, ratios = f"{r['fitcore_ms']:6.3f}", f"{up / r['fitcore_ms']:.1f}x"
         else:
             columns = ("fitcore_ms", "fitcore_new_ms", "fitcore_template_ms",
-                       "fitcore_content_ms")
+                       "fitcore_content_ms", "fitcore_compiled_ms")
             ours = " / ".join(f"{r[k]:6.3f}" for k in columns)
             ratios = " / ".join(f"{lo}{up / r[k]:.1f}x" for k in columns)
-        print(f"{r['group']:12} {r['case']:42} {r['verdict']:8} {ours:>33} "
-              f"{lo:>1}{up:11.3f} {ratios:>38}")
+        print(f"{r['group']:12} {r['case']:42} {r['verdict']:8} {ours:>42} "
+              f"{lo:>1}{up:11.3f} {ratios:>48}")
     for r in (r for r in rows if r["group"] == "gang"):
         print(f"upstream, {r['case']}: {r['upstream_calls']} Allocate calls, "
               f"{r['upstream_placed']} of {r.get('pods', gang_bench.PODS)} pods placed "

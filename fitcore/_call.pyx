@@ -3,12 +3,17 @@
 # results of a search. The facade (fitcore/compiled.py) calls in; its plain-Python
 # functions of the same names are the reference (tests/fitcore/test_call_path.py).
 
+from cpython cimport array
+from cpython.object cimport PyObject_GenericSetAttr
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+
+import array
 
 from fitcore import model
 
 cdef object _NodeFit = model.NodeFit
+cdef object _DeviceResult = model.DeviceResult
 cdef object _MAX_COUNT = model.MAX_DEVICES_PER_CLAIM + 1
 cdef object _MAX_PER_CLAIM = model.MAX_DEVICES_PER_CLAIM
 cdef tuple _NO_CAPACITY = ()
@@ -50,22 +55,25 @@ def content_key(claims):
 def walk(node_arrays, classes, claims, unsupported, dict same=None):
     """compiled._walk: the claims' candidacy on the node from its kept bitsets, as a
     tuple (key, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start,
-    slot_key, takes), or None when they are not of the common form; or, when `same`
-    (NodeArrays.same) holds a live problem under that key, that problem. Kept results of
-    `node_arrays` are read directly; a miss asks its method (which keeps the result).
-    `unsupported` is the exception class raised for an unroundable capacity request."""
-    cdef Py_ssize_t ci = -1, a
+    slot_key, takes, names, shared), or None when they are not of the common form; or,
+    when `same` (NodeArrays.same) holds a live problem under that key with the same
+    result names, that problem (with other names it is `shared`, else None). Kept
+    results of `node_arrays` are read directly; a miss asks its method (which keeps the
+    result). `unsupported` is the exception class raised for an unroundable capacity
+    request."""
+    cdef Py_ssize_t ci = -1, a, first, i
     cdef list tainted = node_arrays.tainted
     cdef dict selections = node_arrays._selections
     cdef dict capacities = node_arrays._capacities
     cdef dict representable = node_arrays._representable
     shared_bits = node_arrays.shared_bits
-    cdef list found = [], bits = [], alt_claim = [], alt_count = [], names = []
+    cdef list found = [], bits = [], alt_claim = [], alt_count = [], names = [], subs = []
     cdef list req_alt_start = [0], claim_req_start = [0], slot_key = [], constraints = []
     cdef dict takes = {}
     for claim in claims:
         ci += 1
         minimum = 0
+        first = len(found)
         for request in claim.requests:
             least = -1
             exactly = request.exactly
@@ -87,7 +95,9 @@ def walk(node_arrays, classes, claims, unsupported, dict same=None):
                     ok &= ~node_arrays.blocked(exact)
                 requests = exact.capacity_requests
                 # The key NodeArrays.capacity and .representable keep their results by.
-                asked = tuple(sorted(requests.items())) if requests else _NO_CAPACITY
+                asked = tuple(sorted([(name, q.value.numerator, q.value.denominator)
+                                      for name, q in requests.items()])
+                              ) if requests else _NO_CAPACITY  # compiled.capacity_key
                 if requests:
                     fine = representable.get(asked)
                     if fine is None:
@@ -110,6 +120,7 @@ def walk(node_arrays, classes, claims, unsupported, dict same=None):
                     f"{request.name}/{exact.name}"
                 found.append((ci, request, exact, device_class, name))
                 names.append(name)
+                subs.append(None if exactly is not None else exact.name)
                 bits.append(ok)
                 alt_claim.append(ci)
                 count = exact.count
@@ -124,36 +135,116 @@ def walk(node_arrays, classes, claims, unsupported, dict same=None):
             return None
         claim_req_start.append(len(req_alt_start) - 1)
         for k in claim.constraints:
-            constraints.append((ci, k.requests, k.match_attribute, k.distinct_attribute))
-    key = (tuple(bits), tuple(alt_claim), tuple(alt_count), tuple(names),
-           tuple(req_alt_start), tuple(claim_req_start), tuple(slot_key), tuple(constraints))
+            listed = k.requests
+            covered = []
+            for i in range(first, len(found)):
+                # model.Constraint.covers, by position: the key holds no names.
+                rname = (<tuple> found[i])[1].name
+                sub = subs[i]
+                if not listed or rname in listed or (
+                        sub is not None and f"{rname}/{sub}" in listed):
+                    covered.append(i)
+            constraints.append((ci, tuple(covered), k.match_attribute, k.distinct_attribute))
+    key = (tuple(bits), tuple(alt_claim), tuple(alt_count), tuple(req_alt_start),
+           tuple(claim_req_start), tuple(slot_key), tuple(constraints))
+    named = tuple(names)
+    shared = None
     ref = same.get(key) if same is not None else None
     if ref is not None:
-        problem = ref()
-        if problem is not None:
-            return problem
+        shared = ref()
+        if shared is not None and shared.names == named:
+            return shared
     return (key, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start,
-            slot_key, takes)
+            slot_key, takes, named, shared)
 
 
-def picked(list made, list pairs):
-    """The kept results `made[pair]` of a search's pairs as a tuple, or None when one
-    is not made yet (compiled.Problem.results makes it)."""
+def picked(list made, list pairs, make=None):
+    """The kept results `made[pair]` of a search's pairs as a tuple; a result not made
+    yet is made by `make(pair)` (compiled.Problem.result, which keeps it), or, without
+    `make`, the answer is None."""
     cdef Py_ssize_t i, n = len(pairs)
     cdef tuple out = PyTuple_New(n)
     for i in range(n):
         result = made[<Py_ssize_t> pairs[i]]
         if result is None:
-            return None
+            if make is None:
+                return None
+            result = make(pairs[i])
         Py_INCREF(result)
         PyTuple_SET_ITEM(out, i, result)
     return out
 
 
-def fits(list made, list pairs, str node, steps):
-    """The `model.NodeFit` of a fit of one claim (`engine="c"`) from the search's pairs,
-    or None when a result is not made yet (compiled.Problem.results makes it)."""
-    allocations = picked(made, pairs)
+def fits(list made, list pairs, str node, steps, make=None):
+    """The `model.NodeFit` of a fit of one claim (`engine="c"`) from the search's pairs;
+    results not made yet are made by `make` (see `picked`), or, without it, the answer
+    is None."""
+    allocations = picked(made, pairs, make)
     if allocations is None:
         return None
     return tuple.__new__(_NodeFit, ("fits", node, (allocations,), (), steps, "c"))
+
+
+def state(problem, allocated):
+    """compiled.Problem._make_state: the per-call state array of `problem` for the
+    allocated state, or None when the problem cannot take it."""
+    cdef array.array out = array.copy(problem.empty_state)
+    dedicated, shared, consumed = allocated.dedicated, allocated.shared, allocated.consumed
+    if not (dedicated or shared or consumed):
+        return out
+    cdef long long *s = out.data.as_longlongs
+    node = problem.node
+    cdef Py_ssize_t n_dev = problem.n_dev, n_counters = problem.n_counters
+    cdef Py_ssize_t d, cid, slot, cap_base = 2 * n_dev + n_counters + node.n_pools
+    cdef Py_ssize_t ctr_base = 2 * n_dev, pool_base = 2 * n_dev + n_counters
+    cdef bint baked = problem.baked
+    cdef list ids = node.ids, multi = node.multi, cap_slots = problem.cap_slots
+    cdef list ctr_pool
+    all_shared = problem.all_shared
+    for d in range(n_dev):
+        ident = ids[d]
+        if ident in dedicated:
+            s[d] = 1
+        used = consumed.get(ident) if consumed else None
+        if not used:
+            continue
+        if not multi[d]:
+            if baked:
+                continue
+            return None
+        if not baked and d in all_shared:
+            return None
+        s[n_dev + d] = 1
+        for name, slot, scale in cap_slots[d]:
+            quantity = used.get(name)
+            if quantity is None:
+                continue
+            v = quantity.value
+            denominator = v.denominator
+            if scale % denominator:
+                return None
+            s[cap_base + slot] -= v.numerator * (scale // denominator)
+    users = node.counter_users
+    if users:
+        for ident, uses in users:
+            if ident in dedicated or ident in shared or ident in consumed:
+                for cid, scaled in uses:
+                    s[ctr_base + cid] -= <long long> scaled
+        ctr_pool = node.ctr_pool
+        for cid in range(n_counters):
+            if s[ctr_base + cid] < 0:
+                s[pool_base + <Py_ssize_t> ctr_pool[cid]] = 1
+    return out
+
+
+def device_result(str request, ident, bint shared=False, consumed=None):
+    """`model.DeviceResult(request, ident, shared=shared, consumed_capacity=consumed)`
+    (a new empty map when `consumed` is None) without the frozen dataclass's per-field
+    __setattr__ calls (a fit under new request names makes its results anew)."""
+    result = _DeviceResult.__new__(_DeviceResult)
+    PyObject_GenericSetAttr(result, "request", request)
+    PyObject_GenericSetAttr(result, "id", ident)
+    PyObject_GenericSetAttr(result, "admin_access", False)
+    PyObject_GenericSetAttr(result, "shared", shared)
+    PyObject_GenericSetAttr(result, "consumed_capacity", {} if consumed is None else consumed)
+    return result

@@ -70,9 +70,8 @@ def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
     status, steps, results = _alloc.search(problem.native, state, budget)
     if status == 1:
         if len(problem.claims) == 1:  # the common case, answered in the compiled core
-            fit = _call.fits(problem.made, results, node.name, steps)
-            if fit is not None:
-                return fit  # type: ignore[no-any-return]
+            return _call.fits(  # type: ignore[no-any-return]
+                problem.made, results, node.name, steps, problem.result)
         return model.NodeFit("fits", node.name, problem.results(results), steps=steps,
                              engine="c")
     if status < 0:

@@ -24,12 +24,16 @@ The per-call path over the claims runs compiled too (`fitcore._call`; the Python
 `_content_key`, `_walk` and `Problem.results` are its reference,
 tests/fitcore/test_call_path.py): the content key a kept problem is found by, the walk
 that reads a never-seen content's candidacy off the node's bitsets, and the answer of a
-fit. The walk ends in a key of everything the compiled problem is made of (candidacy,
-counts, result names, capacity takes, constraints); a node keeps the problems `common`
-made under that key while they are kept anywhere (`NodeArrays.same`, weak references),
-so a claim content that differs from one asked before only in what the node does not
-read (claim names, tolerations of taints none of its devices has) gets that problem
-(`Problem.common_or_same`) instead of compiling its own.
+fit. The walk ends in a key of everything the compiled arrays are made of (candidacy,
+counts, capacity takes, the alternatives each constraint covers); a node keeps the
+problems `common` made under that key while they are kept anywhere (`NodeArrays.same`,
+weak references), so a claim content that differs from one asked before only in what
+the node does not read (claim names, tolerations of taints none of its devices has) gets
+that problem (`Problem.common_or_same`) instead of compiling its own; one that differs in
+request names too gets a problem of its own over the same arrays and bound core, with
+its own alternatives, result names and results (`Problem.renamed`). The allocated state
+of a call is applied in the compiled core too (`_call.state`; `Problem._make_state` is
+its reference).
 
 What the arrays encode field by field is in `_alloc.pxd`. Counters are scaled integers
 (each counter's quantities share one exact scale); attribute values are interned to
@@ -136,6 +140,28 @@ def _content_key(claims: Sequence[model.Claim]) -> tuple[object, ...]:
                        for k in c.constraints] if c.constraints else ()
         key.append((*requests, tuple(constraints)))
     return tuple(key)
+
+
+def capacity_key(requests: Mapping[str, values.Quantity] | None) -> tuple[object, ...]:
+    """A capacity request by value, in ints: what `NodeArrays.capacity` and
+    `.representable` keep their results by (hashing a fresh Quantity hashes a Fraction,
+    which costs a pow). `_call.walk` makes the same key."""
+    if not requests:
+        return ()
+    return tuple(sorted([(name, q.value.numerator, q.value.denominator)
+                         for name, q in requests.items()]))
+
+
+def _python_device_result(request: str, ident: model.DeviceId, shared: bool = False,
+                          consumed: Mapping[str, values.Quantity] | None = None
+                          ) -> model.DeviceResult:
+    """A result; `_call.device_result` makes the same object faster."""
+    return model.DeviceResult(request, ident, shared=shared,
+                              consumed_capacity={} if consumed is None else consumed)
+
+
+_device_result: Callable[..., model.DeviceResult] = \
+    _call.device_result if _call is not None else _python_device_result
 
 
 #: `_content_key`, in the compiled core when it is built.
@@ -312,7 +338,7 @@ class NodeArrays:
         device holding all of it), what each shared one of them would take, and a
         number naming this outcome on this node (never reused)."""
         requests = exact.capacity_requests
-        key = tuple(sorted(requests.items())) if requests else ()
+        key = capacity_key(requests)
         found = self._capacities.get(key)
         if found is None:
             fits = 0 if requests else self._unsized
@@ -343,7 +369,7 @@ class NodeArrays:
         """Whether `exact`'s capacity request can be rounded on every device of the node
         (see `_representable`), kept per capacity request."""
         requests = exact.capacity_requests
-        key = tuple(sorted(requests.items())) if requests else ()
+        key = capacity_key(requests)
         found = self._representable.get(key)
         if found is None:
             found = _keep(self._representable, key, not any(
@@ -380,7 +406,7 @@ class NodeArrays:
         if found is None:
             if len(self._dedicated_results) >= _RESULTS_PER_NODE:
                 self._dedicated_results.clear()
-            found = self._dedicated_results[key] = model.DeviceResult(request, self.ids[d])
+            found = self._dedicated_results[key] = _device_result(request, self.ids[d])
         return found
 
     def empty_state(self) -> array.array[int]:
@@ -408,7 +434,7 @@ _EMPTY = model.AllocatedState()
 
 
 #: What `walk` gives: (key, found, bits, alt_claim, alt_count, req_alt_start,
-#: claim_req_start, slot_key, takes), see `_walk`.
+#: claim_req_start, slot_key, takes, names, shared), see `_walk`.
 Walked = tuple[Any, ...]
 
 
@@ -422,10 +448,13 @@ def _walk(node_arrays: NodeArrays, classes: Mapping[str, model.DeviceClass],
     name), `bits` its candidate devices (bit d: device d), `alt_claim`, `alt_count`;
     where each request's alternatives and each claim's requests start; `slot_key` (per
     alternative that may take a shared device: the alternative, its capacity outcome,
-    the shared devices it may take) and `takes` (what it takes of each). `key` is
-    everything the compiled problem is made of — arrays, result names, capacity takes —
-    and not the claims' names nor what the node does not read (tolerations of taints
-    no device has).
+    the shared devices it may take) and `takes` (what it takes of each); `names`, the
+    result name of each alternative; `shared` (always None here: `_call.walk` fills it
+    from `NodeArrays.same`). `key` is everything the compiled arrays are made of —
+    candidacy, counts, capacity takes, which alternatives each constraint covers — and
+    not the claims' or requests' names nor what the node does not read (tolerations of
+    taints no device has): claims that differ only there share the arrays
+    (`Problem.renamed`), each with its own result names.
     """
     tainted, shared_bits = node_arrays.tainted, node_arrays.shared_bits
     found: list[tuple[int, model.DeviceRequest, model.ExactRequest, model.DeviceClass,
@@ -479,12 +508,17 @@ def _walk(node_arrays: NodeArrays, classes: Mapping[str, model.DeviceClass],
         if minimum > model.MAX_DEVICES_PER_CLAIM:
             return None
         claim_req_start.append(len(req_alt_start) - 1)
-    constraints = tuple([(ci, k.requests, k.match_attribute, k.distinct_attribute)
+    # Each constraint by the alternatives it covers, not the request names it lists.
+    constraints = tuple([(ci, tuple([a for a, (alt_ci, request, exact, _, _) in
+                                     enumerate(found) if alt_ci == ci and k.covers(
+                                         request.name, None if request.exactly is not None
+                                         else exact.name)]),
+                          k.match_attribute, k.distinct_attribute)
                          for ci, claim in enumerate(claims) for k in claim.constraints])
-    key = (tuple(bits), tuple(alt_claim), tuple(alt_count), tuple(names),
-           tuple(req_alt_start), tuple(claim_req_start), tuple(slot_key), constraints)
+    key = (tuple(bits), tuple(alt_claim), tuple(alt_count), tuple(req_alt_start),
+           tuple(claim_req_start), tuple(slot_key), constraints)
     return (key, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start,
-            slot_key, takes)
+            slot_key, takes, tuple(names), None)
 
 
 class Problem:
@@ -498,6 +532,9 @@ class Problem:
 
     #: Per device: (capacity name, slot, scale) of its capacity slots.
     cap_slots: list[list[tuple[str, int, int]]]
+    #: Every alternative of every request of every claim, in order: (claim index,
+    #: alternative). A renamed view makes them on first read (`__getattr__`).
+    alts: list[tuple[int, reference.Alternative]]
 
     def __init__(self, p: reference.Prepared, *, baked: bool = False) -> None:
         self._prepared: reference.Prepared | None = p
@@ -572,6 +609,8 @@ class Problem:
         self._state: array.array[int] | None = None
         #: Per (alternative, device) pair, its result once made (`results`).
         self.made: list[model.DeviceResult | None] = [None] * (n_alt * n_dev)
+        #: Per alternative, its result name.
+        self.names = tuple(alt.result_name for _, alt in self.alts)
 
     @property
     def prepared(self) -> reference.Prepared:
@@ -617,20 +656,45 @@ class Problem:
                             node_arrays.same)
         if walked is None or isinstance(walked, Problem):  # (the walk looked it up)
             return walked
+        shared: Problem | None = walked[10]
+        if shared is not None:  # the same arrays, other result names
+            return shared.renamed(node, inventory, claims, walked)
         problem = cls._made(node, inventory, claims, nd, walked)
         node_arrays.keep_same(walked[0], problem)
         return problem
 
-    @classmethod
-    def _made(cls, node: model.Node, inventory: model.Inventory,
-              claims: Sequence[model.Claim], nd: cache.NodeDevices, walked: Walked
-              ) -> Problem:
-        assert _alloc is not None  # only fitcore.api calls this, with the core built
-        _, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start, slot_list, \
-            takes = walked
-        node_arrays = NodeArrays.of(nd)
-        n_dev = node_arrays.n_dev
-        self = cls.__new__(cls)
+    def renamed(self, node: model.Node, inventory: model.Inventory,
+                claims: Sequence[model.Claim], walked: Walked) -> Problem:
+        """This problem for `claims`, which walk to the same key under other request
+        names (`_walk`): the arrays, the bound core and the capacity slots are shared,
+        never changed; result names and results are the claims' own, and so are the
+        alternatives, made when first read (a fit reads only the names)."""
+        view = Problem.__new__(Problem)
+        view.__dict__ = attributes = self.__dict__.copy()  # (faster than update)
+        del attributes["alts"], attributes["_unprepared"]
+        attributes["_pending"] = (node, inventory.slices, inventory.classes, walked)
+        attributes["names"] = walked[9]
+        attributes["claims"] = claims
+        attributes["_prepared"] = None
+        attributes["_state_of"] = attributes["_state"] = None
+        attributes["made"] = [None] * (len(walked[9]) * self.n_dev)
+        return view
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only for a missing attribute: the alternatives of a renamed view.
+        pending = self.__dict__.get("_pending")
+        if pending is None or name not in ("alts", "_unprepared"):
+            raise AttributeError(name)
+        self._pending = None
+        node, slices, classes, walked = pending
+        self._named(node, slices, classes, walked)
+        return self.__dict__[name]
+
+    def _named(self, node: model.Node, slices: tuple[model.ResourceSlice, ...],
+               classes: Mapping[str, model.DeviceClass], walked: Walked) -> None:
+        """The alternatives of `self.claims`, from their walk."""
+        claims = self.claims
+        found, alt_claim, req_alt_start = walked[1], walked[3], walked[5]
         alts: list[tuple[int, reference.Alternative]] = []
         alternatives: list[list[list[reference.Alternative]]] = [[] for _ in claims]
         for r in range(len(req_alt_start) - 1):
@@ -644,15 +708,30 @@ class Problem:
                 alts.append((ci, alt))
                 options.append(alt)
             alternatives[alt_claim[req_alt_start[r]]].append(options)
-        self.alts, self.takes = alts, takes
-        n_alt = len(alts)
-        self._prepared = None
+        self.alts = alts
         # Not the inventory: a kept problem must not hold a caller's allocated state.
-        self._unprepared = (node, inventory.slices, inventory.classes, alternatives)
+        self._unprepared = (node, slices, classes, alternatives)
+
+    @classmethod
+    def _made(cls, node: model.Node, inventory: model.Inventory,
+              claims: Sequence[model.Claim], nd: cache.NodeDevices, walked: Walked
+              ) -> Problem:
+        assert _alloc is not None  # only fitcore.api calls this, with the core built
+        _, _, bits, alt_claim, alt_count, req_alt_start, claim_req_start, slot_list, \
+            takes = walked[:9]
+        node_arrays = NodeArrays.of(nd)
+        n_dev = node_arrays.n_dev
+        self = cls.__new__(cls)
+        self.node = node_arrays
         self.claims = claims
+        self._named(node, inventory.slices, inventory.classes, walked)
+        self.names = walked[9]
+        self._prepared = None
+        self.takes = takes
+        n_alt = len(self.alts)
+        self.made = [None] * (n_alt * n_dev)
         self.baked = False
         self.devices = nd.devices
-        self.node = node_arrays
         self.all_shared = set()
         self.n_dev = n_dev
         constraints = [k for claim in claims for k in claim.constraints]
@@ -698,7 +777,6 @@ class Problem:
         self.native = None
         self._state_of = None
         self._state = None
-        self.made = [None] * (n_alt * n_dev)
         return self
 
     def _shared_slots(self, key: tuple[tuple[int, int, int], ...]
@@ -759,7 +837,7 @@ class Problem:
         """Every alternative of every request of every claim, in order (`self.alts`:
         (claim index, alternative)); returns where each request's alternatives and each
         claim's requests start."""
-        self.alts: list[tuple[int, reference.Alternative]] = []
+        self.alts = []
         req_alt_start = [0]
         claim_req_start = [0]
         for ci, per_request in enumerate(p.alternatives):
@@ -965,11 +1043,13 @@ class Problem:
         take that state (compile one with it baked in). The last one is remembered."""
         if allocated is self._state_of:
             return self._state
-        state = self._state = self._make_state(allocated)
+        state = self._state = _call.state(self, allocated) if _call is not None else \
+            self._make_state(allocated)
         self._state_of = allocated
         return state
 
     def _make_state(self, allocated: model.AllocatedState) -> array.array[int] | None:
+        """The reference of `_call.state` (tests/fitcore/test_renamed_problems.py)."""
         state = array.array("q", self.empty_state)
         dedicated, shared, consumed = allocated.dedicated, allocated.shared, allocated.consumed
         if not (dedicated or shared or consumed):
@@ -1012,7 +1092,7 @@ class Problem:
         """The search's (alternative a, device d) pairs, each a * n_dev + d and in claim
         order, as results grouped per claim."""
         made = self.made
-        out = [made[pair] or self._result(pair) for pair in pairs]
+        out = [made[pair] or self.result(pair) for pair in pairs]
         if len(self.claims) == 1:
             return (tuple(out),)
         per_claim: list[list[model.DeviceResult]] = [[] for _ in self.claims]
@@ -1020,15 +1100,15 @@ class Problem:
             per_claim[self.alts[pair // self.n_dev][0]].append(result)
         return tuple(tuple(r) for r in per_claim)
 
-    def _result(self, pair: int) -> model.DeviceResult:
-        # Results are immutable and depend on (alternative, device) alone: made once.
+    def result(self, pair: int) -> model.DeviceResult:
+        """The result of the search's (alternative, device) pair `pair` (a * n_dev + d),
+        made once and kept in `made`: results are immutable and depend on the pair."""
         a, d = divmod(pair, self.n_dev)
-        _, alt = self.alts[a]
+        name = self.names[a]
         _, device, ident = self.devices[d]
         if device.allow_multiple_allocations:
-            result = model.DeviceResult(alt.result_name, ident, shared=True,
-                                        consumed_capacity=self.takes[(a, d)])
+            result = _device_result(name, ident, True, self.takes[(a, d)])
         else:
-            result = self.node.dedicated_result(alt.result_name, d)
+            result = self.node.dedicated_result(name, d)
         self.made[pair] = result
         return result

@@ -126,14 +126,16 @@ def test_a_toleration_that_matters_compiles_its_own_problem() -> None:
 
 
 def test_other_request_names_share_arrays_not_results() -> None:
-    """Result names are part of the key: a template whose request is named otherwise
-    gets its own problem, and its results carry its own name."""
+    """Result names are not part of the walk's key: a template whose request is named
+    otherwise gets its own problem over the same packed arrays, and its results carry
+    its own name."""
     inventory = kube.inventory([b.rslice("s", b.gpus(2))], [b.gpu_class()], [])
     node = kube.node(b.node())
     with cache.use(cache.Store()):
         one = [kube.resource_claim(b.claim("c", b.req("g")))]
         other = [kube.resource_claim(b.claim("c", b.req("h")))]
-        assert kept_problem(node, inventory, one) is not kept_problem(node, inventory, other)
+        first, second = kept_problem(node, inventory, one), kept_problem(node, inventory, other)
+        assert first is not second and first.packed is second.packed  # type: ignore[attr-defined]
         fit = api.allocate(node, inventory, other, engine="c")
         assert [r.request for r in fit.allocations[0]] == ["h"]
 
