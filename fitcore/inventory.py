@@ -172,6 +172,9 @@ class Inventory:
         self._log: collections.deque[tuple[int, frozenset[str]]] = collections.deque(maxlen=256)
         self._index: dict[str, int] = {}  # node name -> position in name order
         self._layout_changed = True
+        # How each whole view a decision used was had (kept, patched, rebuilt and why),
+        # and the nodes patched in: for benchmarks and the tests of kept work.
+        self.views: collections.Counter[str] = collections.Counter()
 
     # ------------------------------------------------------------------ events
 
@@ -532,11 +535,15 @@ class Inventory:
         made anew (and kept)."""
         if state.view is not None:
             if state.view[0] == self._snap_no:
+                self.views["kept"] += 1
                 return state.view[2]
             patched = self._patched(state, snap)
             if patched is not None:
+                self.views["patched"] += 1
                 state.view = (self._snap_no, self._version, patched)
                 return patched
+        else:
+            self.views["rebuilt: new"] += 1
         view = snap.with_entries([self._projected(state, e) for e in snap.entries])
         view.scratch = self._scratch
         state.view = (self._snap_no, self._version, view)
@@ -576,9 +583,12 @@ class Inventory:
         assert state.view is not None
         since = state.view[0]
         if not self._log or self._log[0][0] > since + 1:
+            self.views["rebuilt: layout or log"] += 1
             return None
         changed = set().union(*(names for no, names in self._log if no > since))
         if len(changed) > len(snap.entries) // 8 + 1:
+            self.views["rebuilt: many changed"] += 1
+            self.views["rebuilt: changed nodes"] += len(changed)
             return None
         previous = state.view[2]
         changes = {}
@@ -588,8 +598,10 @@ class Inventory:
             projected = self._project(state.projection, e)
             state.entries[name] = (e, projected)
             if projected.labels != previous.entries[i].labels:
+                self.views["rebuilt: labels"] += 1
                 return None
             changes[i] = projected
+        self.views["patched nodes"] += len(changes)
         view = previous.replaced(changes)
         view.scratch = self._scratch
         view.pods = snap.pods  # bound pods may have come or gone anywhere
