@@ -103,18 +103,35 @@ _EMPTY_STATE = model.AllocatedState()
 
 
 @dataclasses.dataclass(slots=True)
-class _GangState:
-    """What is kept for one gang content."""
+class _View:
+    """What is kept for the gang contents of one projection key (`Projection.key`: they
+    differ at most in pod counts and namespaces, and class every node alike)."""
 
-    first: gang.Gang  # the first gang seen with this content: its pod sets key the memo
-    memo: gang.Memo
     projection: projection.Projection
     entries: dict[str, tuple[gang._NodeEntry, gang._NodeEntry]]  # base -> projected
+    # Fills by namespace (extended-resource claims are made in the gang's namespace);
+    # pod sets are keyed by their content without pod counts (`gang.Memo.keep`).
+    memos: dict[str, gang.Memo] = dataclasses.field(default_factory=dict)
     # (snapshot number, inventory version, the projected snapshot)
     view: tuple[int, int, gang.Snapshot] | None = None
     # The last view without held nodes: (the view it was made from, the positions left
     # out, the view without them).
     held: tuple[gang.Snapshot, tuple[int, ...], gang.Snapshot] | None = None
+
+    def memo(self, namespace: str) -> gang.Memo:
+        """The fills kept for gangs of this namespace (afresh past `FILLS`)."""
+        memo = self.memos.get(namespace)
+        if memo is None or len(memo.fills) + len(memo.derived) > FILLS:
+            memo = self.memos[namespace] = gang.Memo()
+        return memo
+
+
+@dataclasses.dataclass(slots=True)
+class _GangState:
+    """What is kept for one gang content."""
+
+    first: gang.Gang  # the first gang seen with this content: the pod sets decided
+    shared: _View  # shared with the contents that project alike
 
 
 class Inventory:
@@ -162,6 +179,7 @@ class Inventory:
         self._version = 0
         self._snapshot: tuple[int, gang.Snapshot] | None = None
         self._gangs: collections.OrderedDict[str, _GangState] = collections.OrderedDict()
+        self._shared: dict[str, _View] = {}  # by projection key, of the contents kept
         self._scratch: dict[Any, Any] = {}  # hypothetical nodes of shapes, across snapshots
         self._devices = 0
         self._generation = 0  # numbers each version of a node's index entry
@@ -373,6 +391,7 @@ class Inventory:
             classes[name] = dc
         self._classes = classes
         self._gangs.clear()  # what gangs can see of devices, and their fills, change
+        self._shared = {}
         self._parts = {}
         self._all_dirty = True
 
@@ -395,6 +414,7 @@ class Inventory:
             self._parts = {}
             self._entries.clear()
             self._gangs.clear()
+            self._shared = {}
             self._scratch = {}
             self._all_dirty = True
             self._layout_changed = True
@@ -480,15 +500,19 @@ class Inventory:
         state = self._gangs.get(content)
         if state is not None:
             self._gangs.move_to_end(content)
-            if len(state.memo.fills) + len(state.memo.derived) > FILLS:
-                state.memo = gang.Memo()
             return state
         view = projection.device_view(g, self._classes)
         proj = projection.Projection(g, self._classes, self._store.selector, self._keys,
                                      self._device_keys.setdefault(view, {}), self._devices_of)
-        state = self._gangs[content] = _GangState(g, gang.Memo(), proj, {})
-        while len(self._gangs) > GANGS:
-            self._gangs.popitem(last=False)
+        shared = self._shared.get(proj.key)
+        if shared is None:
+            shared = self._shared[proj.key] = _View(proj, {})
+        state = self._gangs[content] = _GangState(g, shared)
+        if len(self._gangs) > GANGS:
+            while len(self._gangs) > GANGS:
+                self._gangs.popitem(last=False)
+            alive = {id(s.shared) for s in self._gangs.values()}
+            self._shared = {k: v for k, v in self._shared.items() if id(v) in alive}
         return state
 
     def _devices_of(self, signature: str) -> projection.NodeDevices:
@@ -502,14 +526,14 @@ class Inventory:
             parts.clear()  # nodes that are gone
         return parts
 
-    def _view(self, state: _GangState, node_filter: Callable[[model.Node], bool] | None,
+    def _view(self, state: _View, node_filter: Callable[[model.Node], bool] | None,
               held: Collection[str]) -> tuple[gang.Snapshot, list[str], list[str]]:
         """The snapshot under the gang's projection, without the nodes `node_filter`
         refuses and the `held` ones (returned by name: refused, held). Without a filter,
         the held nodes are left out of the gang's kept view (`_without_held`)."""
         snap = self._current()
         if self._global:
-            state.memo = gang.Memo()  # fills of nodes that see shared pools are not kept
+            state.memos.clear()  # fills of nodes that see shared pools are not kept
         if node_filter is None:
             view = self._whole_view(state, snap)
             if not held:
@@ -530,7 +554,7 @@ class Inventory:
         view.scratch = self._scratch
         return view, refused, kept_out
 
-    def _whole_view(self, state: _GangState, snap: gang.Snapshot) -> gang.Snapshot:
+    def _whole_view(self, state: _View, snap: gang.Snapshot) -> gang.Snapshot:
         """The gang's view of every node: kept, patched with the nodes changed since, or
         made anew (and kept)."""
         if state.view is not None:
@@ -549,7 +573,7 @@ class Inventory:
         state.view = (self._snap_no, self._version, view)
         return view
 
-    def _projected(self, state: _GangState, e: gang._NodeEntry) -> gang._NodeEntry:
+    def _projected(self, state: _View, e: gang._NodeEntry) -> gang._NodeEntry:
         """The entry under the gang's projection, kept per version of the node."""
         kept = state.entries
         hit = kept.get(e.node.name)
@@ -559,7 +583,7 @@ class Inventory:
             hit = kept[e.node.name] = (e, self._project(state.projection, e))
         return hit[1]
 
-    def _without_held(self, state: _GangState, view: gang.Snapshot, held: Collection[str]
+    def _without_held(self, state: _View, view: gang.Snapshot, held: Collection[str]
                       ) -> tuple[gang.Snapshot, list[str], list[str]]:
         """The gang's whole view without the held nodes (the view's positions are the
         nodes' name order), and their names; the last one is kept for the next decision
@@ -577,19 +601,18 @@ class Inventory:
         state.held = (view, positions, smaller)
         return smaller, [], names
 
-    def _patched(self, state: _GangState, snap: gang.Snapshot) -> gang.Snapshot | None:
-        """The gang's previous view with the nodes recomputed since patched in, or None
-        when it must be rebuilt (nodes came or went, too many changed, labels changed)."""
+    def _patched(self, state: _View, snap: gang.Snapshot) -> gang.Snapshot | None:
+        """The gang's previous view with the nodes recomputed since patched in, however
+        many (each costs its projection, as in a rebuild; the rest is a copy of the
+        entries and class tables, far less than inserting every node again), or None
+        when it must be rebuilt (nodes came or went, labels changed, the log of changes
+        no longer reaches back to the view)."""
         assert state.view is not None
         since = state.view[0]
         if not self._log or self._log[0][0] > since + 1:
             self.views["rebuilt: layout or log"] += 1
             return None
         changed = set().union(*(names for no, names in self._log if no > since))
-        if len(changed) > len(snap.entries) // 8 + 1:
-            self.views["rebuilt: many changed"] += 1
-            self.views["rebuilt: changed nodes"] += len(changed)
-            return None
         previous = state.view[2]
         changes = {}
         for name in changed:
@@ -605,6 +628,10 @@ class Inventory:
         view = previous.replaced(changes)
         view.scratch = self._scratch
         view.pods = snap.pods  # bound pods may have come or gone anywhere
+        # And what the current index holds beside the nodes (classes, pools that are not
+        # node-local, the device count).
+        view.inventory, view.global_slices, view.devices = (
+            snap.inventory, snap.global_slices, snap.devices)
         return view
 
     def _project(self, proj: projection.Projection, e: gang._NodeEntry) -> gang._NodeEntry:
@@ -656,8 +683,9 @@ class Inventory:
                 held: Collection[str]) -> planning.PlanResult:
         with cache.use(self._store), _collector_paused():
             state = self._gang_state(g)
-            view, refused, kept_out = self._view(state, node_filter, held)
-            result = planning.plan(_as(g, state), view, chosen, memo=state.memo)
+            view, refused, kept_out = self._view(state.shared, node_filter, held)
+            result = planning.plan(_as(g, state), view, chosen,
+                                   memo=state.shared.memo(g.namespace))
         return _left_out(result, g, refused, kept_out)
 
     def verify(self, g: gang.Gang, p: planning.Plan, *,
@@ -668,7 +696,7 @@ class Inventory:
         made with; `held` as for `plan`."""
         with cache.use(self._store), _collector_paused():
             state = self._gang_state(g)
-            view, refused, kept_out = self._view(state, node_filter, held)
+            view, refused, kept_out = self._view(state.shared, node_filter, held)
             result = planning.verify(_as(g, state), view, p, list(self._shapes.values()))
         return _left_out(result, g, refused, kept_out)
 
@@ -695,7 +723,9 @@ class Inventory:
             "device classes": len(self._classes), "device taint rules": len(self._rules),
             "shapes": len(self._shapes),
             "gangs kept": len(self._gangs),
-            "fills kept": sum(len(s.memo.fills) for s in self._gangs.values()),
+            "views kept": len(self._shared),
+            "fills kept": sum(len(m.fills) for v in self._shared.values()
+                              for m in v.memos.values()),
             "device parts kept": sum(len(p) for p in self._parts.values()),
             "interned keys": len(self._keys),
             **self._store.stats(),
