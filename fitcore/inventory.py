@@ -30,17 +30,26 @@ What it keeps, and what a change costs:
   search.
 - Per gang content (up to `GANGS` of them; the content is the pod sets and the
   namespace, not the workload's name, so a queue of Workloads that ask alike share it):
-  the gang's projection (`fitcore.projection`: node classes by what its claims can see),
-  each node's projected class (recomputed for dirty nodes), its view of every node (kept
-  and patched with the nodes changed since), and a `gang.Memo` of fills, kept by class
-  and the version of the representative, so they stay valid across changes elsewhere. A
-  second decision on an unchanged inventory calls the allocator no more; after a change
-  only classes that are new call it. Nodes `held` for other workloads are left out of
-  the kept view in one pass over its entries (`Snapshot.without`), not by projecting
-  every node again; a decision with a policy's node filter walks the nodes. The device
-  part of a node's projected class (its pools as the gang's claims see them, the costly
-  part) is kept per projection signature (`Projection.signature`: what the claims can
-  see and take), so gangs that differ only in pod counts or node resources share it.
+  its first gang (the pod sets decided) and the view it shares. A view is kept per
+  projection key (`Projection.key`: what a node's class depends on besides the node;
+  gang contents that differ only in pod counts up to `projection.FREE_CAP`, or in
+  namespace, have one key), so a queue over a few templates keeps a few views however
+  many pod counts it asks for. A view holds the projection (`fitcore.projection`: node
+  classes by what the claims can see), each node's projected class (recomputed for
+  dirty nodes), the projected snapshot of every node (kept, and patched with every node
+  changed since it was last used, however many: each costs its projection, as in a
+  rebuild, and the rest a copy of the class tables; rebuilt only when nodes come or go
+  or a node's labels change), and per namespace a `gang.Memo` of fills, kept by class,
+  the version of the representative and the pod set without its pod counts, so they
+  stay valid across changes elsewhere and serve every pod count. A second decision on
+  an unchanged inventory calls the allocator no more; after a change only classes that
+  are new call it. `views` counts how each decision had its view. Nodes `held` for
+  other workloads are left out of the kept view in one pass over its entries
+  (`Snapshot.without`), not by projecting every node again; a decision with a policy's
+  node filter walks the nodes. The device part of a node's projected class (its pools
+  as the gang's claims see them, the costly part) is kept per projection signature
+  (`Projection.signature`: what the claims can see and take), so gangs that differ only
+  in pod counts or node resources share it.
 - A `cache.Store` of its own: kept entries per node (bounded by twice the nodes plus
   4,096), compiled problems (`kept_problems`, default `cache.KEPT_PROBLEMS`), selector
   results by (expression, device content) (bounded by `semantics.Selector`'s limit).
@@ -88,12 +97,13 @@ Event = Literal["ADDED", "MODIFIED", "DELETED"]
 PoolKey = tuple[str, str]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
-#: Gang contents whose projection and memo are kept, least recently used out.
+#: Gang contents kept (with the views they share), least recently used out.
 GANGS = 64
 #: Interned class keys before the interner and all kept decisions are dropped.
 INTERNED = 2_000_000
-#: Fills (and derived classes) kept per gang before its memo starts afresh. A fill holds
-#: a few pods' device results; multi-pod-set gangs that fail add probes each decision.
+#: Fills (and derived classes) kept per view and namespace before its memo starts
+#: afresh. A fill holds a few pods' device results; multi-pod-set gangs that fail add
+#: probes each decision.
 FILLS = 50_000
 
 #: The kinds `apply` takes.
@@ -755,7 +765,8 @@ def _collector_paused() -> Iterator[None]:
 
 def _as(g: gang.Gang, state: _GangState) -> gang.Gang:
     """The gang as decided: its own name, kind and source with the pod sets of the first
-    gang of its content (the memo keys fills by pod set identity)."""
+    gang of its content (the memo finds a pod set's key by its identity: the same
+    objects every time, looked up once)."""
     if g.pod_sets is state.first.pod_sets:
         return g
     return dataclasses.replace(g, pod_sets=state.first.pod_sets)
