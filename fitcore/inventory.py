@@ -169,9 +169,12 @@ class Inventory:
         self._pool_claims: dict[PoolKey, set[Key]] = {}
         self._allocated: dict[PoolKey, list[tuple[Any, ...]]] = {}
         self._pods: dict[Key, tuple[str, dict[str, values.Quantity]]] = {}
-        # Bound pods as pod (anti-)affinity sees them; the list decisions see is made
-        # again only after a change.
+        # Bound pods as pod (anti-)affinity sees them, also in key order (kept sorted as
+        # pods come and go: sorting tens of thousands of keys per decision cost more than
+        # the rest of a patched view); decisions see a copy made again after a change.
         self._bound: dict[Key, podaffinity.BoundPod] = {}
+        self._bound_keys: list[Key] = []
+        self._bound_sorted: list[podaffinity.BoundPod] = []
         self._bound_list: list[podaffinity.BoundPod] | None = None
         self._used: dict[str, dict[str, values.Quantity]] = {}
         self._shapes: dict[str, node_shapes.NodeShape] = {}
@@ -374,9 +377,14 @@ class Inventory:
     def _pod(self, key: Key, usage: tuple[str, dict[str, values.Quantity]] | None,
              bound: podaffinity.BoundPod | None) -> None:
         if self._bound.pop(key, None) is not None:
+            i = bisect.bisect_left(self._bound_keys, key)
+            del self._bound_keys[i], self._bound_sorted[i]
             self._bound_list = None
         if bound is not None:
             self._bound[key] = bound
+            i = bisect.bisect_left(self._bound_keys, key)
+            self._bound_keys.insert(i, key)
+            self._bound_sorted.insert(i, bound)
             self._bound_list = None
         old = self._pods.pop(key, None)
         if old is not None:
@@ -444,7 +452,7 @@ class Inventory:
         # The owner and allocation tables are shared with the snapshot, not copied: a
         # snapshot is only decided on while it is current.
         if self._bound_list is None:
-            self._bound_list = [self._bound[k] for k in sorted(self._bound)]
+            self._bound_list = list(self._bound_sorted)
         snap = gang.Snapshot.indexed(
             model.Inventory((), self._classes, _EMPTY_STATE), global_slices, self._owner,
             self._allocated, self._keys, self._bound_list, self.kube)

@@ -170,3 +170,20 @@ def test_a_label_change_rebuilds_the_view() -> None:
     inv.apply("MODIFIED", node)
     _same(inv.fit(g), _fresh(objects).fit(g))
     assert inv.views["rebuilt: labels"] == 1
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_bound_pods_stay_in_key_order_as_they_come_and_go(seed: int) -> None:
+    """Decisions see the bound pods in (namespace, name) order, kept sorted as they
+    change rather than sorted again per decision."""
+    objects = {_key(o): o for o in rl.cluster(40, seed=seed)}
+    inv = _fresh(objects)
+    events = _Events(seed, objects)
+    for _ in range(200):
+        inv.apply(*events.one())  # type: ignore[arg-type]
+        if events.rng.random() < 0.2:
+            inv.fit(_gang(2, "h100-one"))
+    inv.fit(_gang(2, "h100-one"))
+    pods = inv._current().pods
+    assert list(pods) == [inv._bound[k] for k in sorted(inv._bound)]
+    assert len(pods) > 40
