@@ -34,7 +34,7 @@ RUN python3 -m venv --without-pip /opt/fitgate \
 # Fail the build if the compiled core is missing from the installed package (no silent
 # pure-Python fallback).
 WORKDIR /
-RUN /opt/fitgate/bin/python -c "import fitcore._alloc, fitcore._call, fitcore._read, fitcore._load" \
+RUN /opt/fitgate/bin/python -c "import fitcore._alloc, fitcore._call, fitcore._read, fitcore._load, fitcore._project" \
     && /opt/fitgate/bin/fitgate --help > /dev/null
 
 FROM ${PYTHON_IMAGE}

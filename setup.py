@@ -22,7 +22,8 @@ directives = {
 macros = [("CYTHON_TRACE_NOGIL", "1")] if DEBUG else []
 compile_args = ["-O0", "-g"] if DEBUG else ["-O3"]
 
-EXTENSIONS = ["fitcore._alloc", "fitcore._call", "fitcore._read", "fitcore._load"]
+EXTENSIONS = ["fitcore._alloc", "fitcore._call", "fitcore._read", "fitcore._load",
+              "fitcore._project"]
 # fitcore._load reads YAML with libyaml's C parser (Debian: libyaml-dev), linked in
 # statically so that the installed package needs no libyaml at run time.
 LINK = {"fitcore._load": ["-Wl,-Bstatic", "-lyaml", "-Wl,-Bdynamic"]}

@@ -79,6 +79,7 @@ from admission.app import logging as flog
 from admission.check import ledger
 from admission.gate import predicates as gating
 from admission.kube import client, fake, kinds
+from bench import loopwatch
 from tests.gang import realistic as rl
 
 SEED = 1
@@ -523,6 +524,10 @@ class Result:
     #: burst: per Workload decided, a figure the machine's other load changes far less
     #: than the rates.
     cpu_s: float = float("nan")
+    #: Over the burst: reconciles per controller and why keys were queued
+    #: (`bench.loopwatch.reconciles`), and the loop's callbacks over 20 ms (`--slow`).
+    counts: dict[str, float] = dataclasses.field(default_factory=dict)
+    slow: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def rss_mib() -> float:
@@ -581,7 +586,8 @@ class _Counter:
 
 async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 600.0,
               rack_size: int = rl.RACK_SIZE, max_pods: int = 64,
-              sampler: Sampler | None = None, progress: float | None = None) -> Result:
+              sampler: Sampler | None = None, progress: float | None = None,
+              watch: loopwatch.SlowCallbacks | None = None) -> Result:
     """One measured run (see the module docstring)."""
     load_start = os.getloadavg()
     rss0 = rss_mib()
@@ -616,6 +622,9 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
         events0, sent0 = counter.count, feeder.sent
         views0 = dict(getattr(svc.inventory._lane.engine, "views", {}))
         t0, cpu0 = time.perf_counter(), time.process_time()
+        counts0 = {**loopwatch.reconciles(), **loopwatch.handoffs()}
+        if watch is not None:
+            watch.reset()
         keys = []
         for i in range(0, len(gangs), 50):
             keys += [arrive(api, g) for g in gangs[i:i + 50]]
@@ -623,6 +632,7 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
         await _until_decided(api, keys, timeout, progress)
         burst_s = time.perf_counter() - t0
         cpu_s = time.process_time() - cpu0
+        counts = loopwatch.delta(counts0, {**loopwatch.reconciles(), **loopwatch.handoffs()})
         events, sent = counter.count - events0, feeder.sent - sent0
         views = getattr(svc.inventory._lane.engine, "views", None)
         if views is not None:  # how decisions had their gang's view (fitcore.inventory)
@@ -638,13 +648,14 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
         await asyncio.wait_for(task, 60)
     return _result(api, gangs, keys, nodes=nodes, burst_s=burst_s, lags=lags,
                    events=events, sent=sent, start_s=start_s, rss_fake=rss_fake,
-                   load_start=load_start, cpu_s=cpu_s)
+                   load_start=load_start, cpu_s=cpu_s, counts=counts,
+                   slow=watch.report() if watch is not None else [])
 
 
 def _result(api: TimedClient, gangs: list[Gang], keys: list[str], *, nodes: int,
             burst_s: float, lags: list[float], events: int, sent: int, start_s: float,
-            rss_fake: float, load_start: tuple[float, float, float], cpu_s: float
-            ) -> Result:
+            rss_fake: float, load_start: tuple[float, float, float], cpu_s: float,
+            counts: dict[str, float], slow: list[dict[str, Any]]) -> Result:
     decided = [k for k in keys if k in api.gate and k in api.check]
     both = [max(api.gate[k].at, api.check[k].at) - api.arrived[k] for k in decided]
     gate_s = [api.gate[k].at - api.arrived[k] for k in keys if k in api.gate]
@@ -668,7 +679,7 @@ def _result(api: TimedClient, gangs: list[Gang], keys: list[str], *, nodes: int,
         events_per_s=events / burst_s, offered_per_s=sent / burst_s, start_s=start_s,
         rss_peak_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         rss_fake_mib=rss_fake, load_start=load_start, load_end=os.getloadavg(),
-        cpu_s=cpu_s)
+        cpu_s=cpu_s, counts=counts, slow=slow)
 
 
 # ----------------------------------------------------------------- the table
@@ -681,8 +692,11 @@ def _one(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
     sampler = Sampler() if args.profile else None
     if sampler is not None:
         threading.Thread(target=sampler.run, daemon=True, name="sampler").start()
+    watch = loopwatch.SlowCallbacks() if args.slow else None
+    if watch is not None:
+        watch.install()
     result = asyncio.run(run(nodes, args.workloads, rate=args.rate, timeout=args.timeout,
-                             sampler=sampler, progress=15.0))
+                             sampler=sampler, progress=15.0, watch=watch))
     if sampler is not None:
         with open(f"{args.profile}.{nodes}.txt", "w") as f:
             f.write(sampler.report(40) + "\n")
@@ -720,6 +734,23 @@ def table(rows: list[dict[str, Any]]) -> str:
                      f"({r['cpu_s'] * 1e3 / max(r['decided'], 1):.0f} ms per Workload decided); "
                      f"feeder {r['offered_per_s']:.0f} events/s; "
                      + ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items())))
+        counts = r.get("counts") or {}
+        if counts:
+            per = ", ".join(f"{k.split()[1]} {v / max(r['workloads'], 1):.2f}"
+                            for k, v in sorted(counts.items()) if k.startswith("reconciles "))
+            lines.append(f"  reconciles per Workload of the burst: {per}")
+            if "handoff delivered" in counts:
+                lines.append(f"  decision results handed to the loop: "
+                             f"{counts['handoff delivered']:.0f} with "
+                             f"{counts.get('handoff wakeups', 0):.0f} wake-ups")
+            lines.append("  queued by (controller cause outcome: count): " + ", ".join(
+                f"{k[5:]}: {v:.0f}" for k, v in sorted(counts.items(), key=lambda x: -x[1])
+                if k.startswith("adds ")))
+        for cb in r.get("slow") or []:
+            lines.append(f"  loop callback over 20 ms: {cb['count']}x, total "
+                         f"{cb['total_s']:.2f} s (CPU {cb.get('cpu_s', float('nan')):.2f} s), "
+                         f"max {cb['max_s'] * 1e3:.0f} ms: "
+                         f"{cb['callback']}")
     return "\n".join(lines)
 
 
@@ -762,6 +793,8 @@ def main() -> None:
                         help="seconds the burst may take before it is cut short")
     parser.add_argument("--profile", metavar="PREFIX",
                         help="sample every thread's stack; write PREFIX.<nodes>.txt")
+    parser.add_argument("--slow", action="store_true",
+                        help="time the event loop's callbacks; list those over 20 ms")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -774,6 +807,8 @@ def main() -> None:
                 "--timeout", str(args.timeout)]
         if args.profile:
             argv += ["--profile", args.profile]
+        if args.slow:
+            argv += ["--slow"]
         done = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True)
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{n} nodes done: {rows[-1]['decided']} decided in "

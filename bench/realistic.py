@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.realistic [--sizes 1000,5000,10000] [--repeat N] [--json PATH]
     .venv/bin/python -m bench.realistic --memory 10000
+    .venv/bin/python -m bench.realistic --breakdown 1000
 
 The clusters come from `tests/gang/realistic.py` (seed 1): racks of 40 nodes, three GPU
 models by rack (H100 16 GPUs, A100 8 GPUs, MIG-partitioned A30), two NIC layouts, unique
@@ -28,7 +29,8 @@ from the smallest to the largest size.
 
 With `--memory N`: load N nodes, decide, and report tracemalloc's traced memory (current
 and peak) and the process's resident set size (a separate run: tracing slows
-everything down).
+everything down). With `--breakdown N`: where one cold decision on N nodes spends its
+CPU (node index, projection, allocator, the rest).
 """
 
 from __future__ import annotations
@@ -239,15 +241,59 @@ def memory(nodes: int) -> None:
     print("kept: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
 
 
+def breakdown(nodes: int) -> None:
+    """Where one cold decision (64 pods, anywhere) spends its process CPU: the node
+    index (`Inventory._current`), the projection of every node (`Inventory._projected`),
+    the allocator calls (`api.allocate`), and the rest (the search over cells, the view's
+    index, the first collection after the decision). Timed by wrapping those functions
+    for this run only."""
+    from fitcore import api
+
+    inv = fresh(nodes)
+    g = gang_for(64, "fit")
+    spent: dict[str, float] = {}
+    saved = []
+
+    def timing(owner: Any, name: str, label: str) -> None:
+        inner = getattr(owner, name)
+        saved.append((owner, name, inner))
+
+        def timed_call(*args: Any, **kwargs: Any) -> Any:
+            started = time.process_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.process_time() - started
+        setattr(owner, name, timed_call)
+
+    timing(inventory.Inventory, "_current", "node index (_current)")
+    timing(inventory.Inventory, "_projected", "projection of every node")
+    timing(api, "allocate", "allocator calls")
+    try:
+        _, cpu, result = timed_cpu(lambda: decide(inv, g, "fit"))
+    finally:
+        for owner, name, inner in saved:
+            setattr(owner, name, inner)
+    print(f"{nodes} nodes, one cold decision: {cpu * 1e3:.1f} ms CPU, "
+          f"{result.stats.allocations} allocator calls, {result.stats.classes} classes")
+    for label, seconds in spent.items():
+        print(f"  {label:28s}{seconds * 1e3:8.1f}")
+    print(f"  {'the rest':28s}{(cpu - sum(spent.values())) * 1e3:8.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--sizes", default="1000,5000,10000")
     parser.add_argument("--memory", type=int, metavar="NODES")
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--breakdown", type=int, metavar="NODES")
     args = parser.parse_args()
     if args.memory:
         memory(args.memory)
+        return
+    if args.breakdown:
+        breakdown(args.breakdown)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     rows: list[dict[str, Any]] = []

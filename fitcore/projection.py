@@ -57,7 +57,7 @@ from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from fitcore import extended, gang, model, reads, semantics, values
+from fitcore import extended, gang, model, reads, semantics, snapshot, values
 
 PoolKey = tuple[str, str]
 #: Device keys by device identity: the device (kept alive, so that ids stay unique), its
@@ -428,7 +428,18 @@ class Projection:
                  allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]
                  ) -> tuple[int, tuple[tuple[PoolKey, tuple[str, ...]], ...]]:
         """The node's class under this projection and its devices in canonical order,
-        pool by pool (pool, device names)."""
+        pool by pool (pool, device names). Compiled (`fitcore/_project.pyx`) unless
+        FITCORE_NO_EXTENSIONS=1; `_node_key` is its reference."""
+        if snapshot.compiled is not None:
+            found: tuple[int, tuple[tuple[PoolKey, tuple[str, ...]], ...]] = \
+                snapshot.compiled.node_key(self, e, allocated, _STATES, _state)
+            return found
+        return self._node_key(e, allocated)
+
+    def _node_key(self, e: gang._NodeEntry,
+                  allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]
+                  ) -> tuple[int, tuple[tuple[PoolKey, tuple[str, ...]], ...]]:
+        """`node_key` in Python (the reference of the compiled one)."""
         # Kept while the node's slices (the same tuple while they do not change) and what
         # is allocated in its pools (a new list after each change) are the same objects:
         # a pod bound or gone changes the node's entry, not its devices.
@@ -537,6 +548,15 @@ class Projection:
         ordered = self.view.ordered or bool(counters) or any(map(_CONSUMES, devices))
         if not ordered:
             return (False, info, *self._unordered(driver, devices, state))
+        return self._ordered_pool(driver, devices, state, info, counters)
+
+    def _ordered_pool(self, driver: str, devices: Sequence[model.Device],
+                      state: Mapping[str, Any], info: tuple[Any, ...],
+                      counters: tuple[Any, ...]
+                      ) -> tuple[bool, tuple[Any, ...], list[_Item], int, bool]:
+        """`_pool` of a pool kept in allocator order (shared counters, devices that
+        consume counters, or a view that keeps every pool in order)."""
+        ordered = True
         observed = [self._observed(d) for d in devices]
         if not self.view.ordered and self._attributes_only and not any(
                 self._maybe_selectable(driver, d, o[0])

@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import functools
 import operator
+import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -26,6 +27,24 @@ from fitcore import (
     values,
     versions,
 )
+
+
+def _load_compiled() -> Any:
+    if os.environ.get("FITCORE_NO_EXTENSIONS", "") not in ("", "0"):
+        return None
+    try:
+        from fitcore import _project
+    except ImportError as exc:  # pragma: no cover - exercised by a packaging test
+        raise ImportError(
+            "fitcore's compiled per-node indexing (fitcore._project) is not built. Build it "
+            "with `pip install -e .` (or `make setup`) from the repository root, or set "
+            "FITCORE_NO_EXTENSIONS=1 to use the slower pure-Python indexing.") from exc
+    return _project
+
+
+#: The compiled per-node work (`fitcore._project`: `Snapshot.entry`'s and
+#: `Projection.node_key`'s), None with FITCORE_NO_EXTENSIONS=1.
+compiled: Any = _load_compiled()
 
 _ZERO = Fraction(0)
 _SHARED = operator.attrgetter("allow_multiple_allocations")
@@ -53,6 +72,37 @@ def slice_shape(s: model.ResourceSlice) -> tuple[Any, ...]:
     return (s.driver, s.generation, s.resource_slice_count,
             tuple(_device_key(d) for d in s.devices),
             tuple((c.name, tuple(sorted(c.counters.items()))) for c in s.shared_counters))
+
+
+NodeParts = tuple[tuple[tuple[str, str], ...],
+                  list[tuple[PoolKey, list[model.ResourceSlice]]],
+                  tuple[model.ResourceSlice, ...], int, dict[str, Fraction], bool]
+
+
+def _node_parts(n: model.Node, used: Mapping[str, values.Quantity],
+                local: list[tuple[PoolKey, list[model.ResourceSlice]]],
+                allocated_by_pool: Mapping[PoolKey, Sequence[tuple[Any, ...]]],
+                hostname: str) -> NodeParts:
+    """What `Snapshot.entry` reads of a node and its node-local pools: (labels but the
+    hostname, the pools sorted with their slices sorted by name, the slices in that
+    order, local devices not allocated exclusively (unbounded with a device that allows
+    multiple allocations), free resources, nothing allocated locally). The reference of
+    the compiled `_project.node_parts`."""
+    labels = tuple(sorted((k, v) for k, v in n.labels.items() if k != hostname))
+    groups = [(pk, sorted(group, key=lambda s: s.name))
+              for pk, group in sorted(local, key=lambda x: x[0])]
+    local_slices = tuple(s for _, group in groups for s in group)
+    devices = 0
+    for pk, group in groups:
+        devices += sum(len(s.devices) for s in group)
+        devices -= sum(1 for t in allocated_by_pool.get(pk, ()) if t[0] == "d")
+    if any(any(map(_SHARED, s.devices)) for s in local_slices):
+        devices = _UNBOUNDED  # shared devices: counting cannot bound the pods
+    free: dict[str, Fraction] = {k: q.value for k, q in n.allocatable.items()}
+    for k, q in used.items():
+        free[k] = _minus(free.get(k, _ZERO), q.value)
+    pristine = not any(allocated_by_pool.get(pk) for pk, _ in groups)
+    return labels, groups, local_slices, devices, free, pristine
 
 
 @dataclasses.dataclass(slots=True)
@@ -195,27 +245,15 @@ class Snapshot:
         `own_class`: the node is a class of its own, told apart by this number (a caller
         that classes nodes itself, `fitcore.inventory`, numbers each version of a node),
         and the shapes of its pools are not computed."""
-        labels = tuple(sorted((k, v) for k, v in n.labels.items() if k != gangtypes.HOSTNAME_LABEL))
-        local = sorted(local, key=lambda x: x[0])
-        local_slices: list[model.ResourceSlice] = []
+        parts = (compiled.node_parts if compiled is not None else _node_parts)(
+            n, used, local, self._allocated_by_pool, gangtypes.HOSTNAME_LABEL)
+        labels, groups, local_slices, devices, free, pristine = parts
         pool_shapes: list[Any] = []  # per pool: its shape id, then what is allocated
-        devices = 0
-        for pk, group_slices in local:
-            group_slices = sorted(group_slices, key=lambda s: s.name)
-            local_slices.extend(group_slices)
-            if own_class is None:
+        if own_class is None:
+            for pk, group_slices in groups:
                 pool_shapes.append(self._pool_shape(group_slices, shapes))
-            taken = self._allocated_by_pool.get(pk, ())
-            devices += sum(len(s.devices) for s in group_slices)
-            devices -= sum(1 for t in taken if t[0] == "d")
-            if own_class is None:
-                pool_shapes.append(tuple(sorted(taken)))
-        if any(any(map(_SHARED, s.devices)) for s in local_slices):
-            devices = _UNBOUNDED  # shared devices: counting cannot bound the pods
+                pool_shapes.append(tuple(sorted(self._allocated_by_pool.get(pk, ()))))
         sees_global = any(pools.slice_relevant(n, s) for s in self.global_slices)
-        free: dict[str, Fraction] = {k: q.value for k, q in n.allocatable.items()}
-        for k, q in used.items():
-            free[k] = _minus(free.get(k, _ZERO), q.value)
         key: tuple[Any, ...]
         if own_class is not None:
             key = ("own", n.name, own_class)
@@ -228,8 +266,7 @@ class Snapshot:
                    tuple(sorted(free.items())), advertised)
             if sees_global:
                 key = (*key, ("node", n.name))
-        pristine = not any(self._allocated_by_pool.get(pk) for pk, _ in local)
-        return _NodeEntry(n, labels, tuple(pk for pk, _ in local), tuple(local_slices),
+        return _NodeEntry(n, labels, tuple(pk for pk, _ in groups), local_slices,
                           sees_global, self.intern(key), free, devices, pristine, fingerprint)
 
     def insert(self, e: _NodeEntry) -> None:

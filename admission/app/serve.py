@@ -47,7 +47,7 @@ from admission.app import components, kubeversion
 from admission.app import logging as flog
 from admission.engine import inventory
 from admission.kube import cache, client, lease
-from admission.runtime import metrics, workqueue
+from admission.runtime import collector, metrics, workqueue
 
 log = structlog.get_logger("fitgate.serve")
 
@@ -133,6 +133,7 @@ class Service:
         self.health_port: int | None = None  # bound port, once started
         self.serving = False  # every server started (readiness)
         self._tasks: list[asyncio.Task[None]] = []
+        self._survivors: collector.Survivors | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set, then shut down gracefully."""
@@ -172,6 +173,8 @@ class Service:
                     await s.stop()
             await self.informers.stop()
             self.inventory.close()
+            if self._survivors is not None:
+                self._survivors.remove()
             await runner.cleanup()
             log.info("serve.stopped")
 
@@ -195,6 +198,8 @@ class Service:
         # cold decision on 1,000 realistic nodes measured 158 ms with it in sight, 85 ms
         # without). Reference counting still frees what is replaced.
         gc.freeze()
+        # ... and what survives each later full collection too (`runtime.collector`).
+        self._survivors = collector.freeze_survivors()
 
     async def _lead(self) -> None:
         """Run the leader-only controllers while this replica leads."""

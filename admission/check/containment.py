@@ -30,6 +30,8 @@ see `admission.inventory`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -40,7 +42,7 @@ from admission import constants as c
 from admission.check import predicates
 from admission.check.predicates import Verdict
 from admission.kube import client, errors
-from admission.runtime import events
+from admission.runtime import events, handoff
 
 log = structlog.get_logger(__name__)
 
@@ -109,6 +111,11 @@ class Bounded:
         self.timeout = timeout
         self._lock = asyncio.Lock()
         self._running: asyncio.Future[Any] | None = None
+        # One question runs at a time; one that overran keeps the thread until it ends
+        # (later questions get None meanwhile, see `ask`).
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="fitgate-idle-question")
+        weakref.finalize(self, self._executor.shutdown, wait=False)
 
     async def ask(self, fn: Callable[..., T], *args: Any) -> T | None:
         if self._running is not None and not self._running.done():
@@ -116,7 +123,7 @@ class Bounded:
                         "not asking")
             return None
         async with self._lock:
-            running: asyncio.Future[T] = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+            running, _ = handoff.submit(self._executor, fn, *args)
             self._running = running
             try:
                 return await asyncio.wait_for(asyncio.shield(running), self.timeout)

@@ -54,6 +54,7 @@ import prometheus_client
 
 import fitcore
 from admission.kube import client, kinds, store
+from admission.runtime import handoff
 
 NodeFilter = Callable[[fitcore.Node], bool]
 StoreOf = Callable[[kinds.Kind], store.Store]
@@ -148,7 +149,7 @@ class ClusterInventory:
         self._kube_version = kube_version
         self._lane = _Lane(self._new_engine())
         self._executor = self._new_executor()
-        self._abandoned: list[concurrent.futures.Future[Any]] = []  # overran, still running
+        self._abandoned: list[concurrent.futures.Future[None]] = []  # overran, still running
         self._queue_lock = threading.Lock()
         self._drain_scheduled = False
         self._problems: dict[str, str] = {}
@@ -314,9 +315,11 @@ class ClusterInventory:
         return result
 
     async def _off_loop(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        future = self._executor.submit(lambda: fn(*args, **kw))
+        # The result comes back through the loop's mailbox (`handoff`: results that
+        # finish together share one wake-up of the loop).
+        result, future = handoff.submit(self._executor, lambda: fn(*args, **kw))
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout)
+            return await asyncio.wait_for(result, self.timeout)
         except TimeoutError:
             # Not started (queued behind another decision): cancelled. Started: it
             # overran and holds the engine; leave it and go on with a fresh one.
@@ -324,7 +327,7 @@ class ClusterInventory:
                 self._abandon(future)
             raise
 
-    def _abandon(self, running: concurrent.futures.Future[Any]) -> None:
+    def _abandon(self, running: concurrent.futures.Future[None]) -> None:
         """Leave the decision `running` (past its deadline) to finish on the current
         engine and thread, and decide from now on with a fresh engine and thread, fed
         every object the stores hold (module docstring)."""

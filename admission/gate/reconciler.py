@@ -24,10 +24,12 @@ configured? Busy nodes are the check's to plan for, once Kueue has reserved quot
 
 It is a controller of the reconcile runtime (`admission.runtime.workqueue`): leader-only, keys
 `namespace/name` of Workloads. Re-evaluation: a Workload event yields that Workload when
-it is gated by us; a change of Nodes, ResourceSlices, DeviceClasses, NodeShapes,
-FitPolicies, Namespaces or ResourceClaimTemplates yields every Workload the gate holds. A
-gang held for capacity (every pod fits somewhere, but not all within the shapes' limits)
-is also re-checked after `capacity_recheck` seconds, since running work may finish.
+it is gated by us and changed what the gate reads of it; a change of Nodes,
+ResourceSlices, DeviceClasses, NodeShapes, FitPolicies, Namespaces or
+ResourceClaimTemplates yields every Workload the gate holds (events that cannot change a
+decision, a status write or a Node's heartbeat, are left out: `triggers`). A gang held
+for capacity (every pod fits somewhere, but not all within the shapes' limits) is also
+re-checked after `capacity_recheck` seconds, since running work may finish.
 `reconcile(key)` returns seconds after which to look again, or None.
 """
 
@@ -47,9 +49,10 @@ import fitcore
 from admission import clock as clock_
 from admission.engine import fitting
 from admission.gate import predicates as gating
+from admission.gate import triggers
 from admission.kube import client, errors, kinds, store
 from admission.policy import fitpolicy as policy
-from admission.runtime import events, metrics, workqueue
+from admission.runtime import events, handoff, metrics, workqueue
 
 log = structlog.get_logger("fitgate.gate")
 _MAX_REASONS = 20
@@ -139,10 +142,11 @@ class GateController:
             key = workqueue.key_of(event.object)
             if event.type == "DELETED":
                 self.held.discard(key)
-            elif gating.gated_by_us(event.object, self.config.gate):
+            elif gating.gated_by_us(event.object, self.config.gate) and \
+                    triggers.workload_changed(event, before):  # not a status write
                 yield key
             return
-        if fitting.relevant(kind, event, before):  # not a Node's heartbeat
+        if triggers.inventory_changed(kind, event, before):  # not a heartbeat (triggers)
             yield from sorted(self.held)
 
     # ----------------------------------------------------------------- reconcile
@@ -174,10 +178,9 @@ class GateController:
             return await self.sync_ungate(key, job_kind, job_name, wl,
                                           f"fitgate cannot read the gang: {exc}")
         scope = self._scope(wl, namespace)
-        loop = asyncio.get_running_loop()
         try:
             verdict = await asyncio.wait_for(
-                loop.run_in_executor(self._executor, self._decide, gang_, scope),
+                handoff.run(self._executor, self._decide, gang_, scope),
                 self.config.decision_timeout)
         except Exception as exc:  # contained to this Workload: the AdmissionCheck decides
             why = (f"took longer than {self.config.decision_timeout:g} s"

@@ -55,6 +55,13 @@ RECONCILES = prometheus_client.Counter(
     ["controller", "result"])
 RECONCILE_SECONDS = prometheus_client.Histogram(
     "fitgate_reconcile_seconds", "Time spent in one reconcile", ["controller"])
+# Why keys were queued: by the kind of the store event that named them (or "requeue",
+# "retry", "again": the reconcile's own return, a failure's backoff, an event during the
+# reconcile), and what the add did: "queued" (a new entry), "merged" (the key was already
+# waiting: nothing added), "again" (the key was being reconciled: it runs once more after).
+ADDS = prometheus_client.Counter(
+    "fitgate_workqueue_adds_total", "Keys offered to a controller's queue, by cause and "
+    "outcome", ["controller", "cause", "outcome"])
 QUEUE_DEPTH = prometheus_client.Gauge(
     "fitgate_workqueue_depth", "Keys waiting in a controller's queue", ["controller"])
 # From the moment a key is due (queued by an event, or its requeue-after or retry delay
@@ -133,17 +140,21 @@ class Queue:
     def running(self) -> bool:
         return self._running
 
-    def add(self, key: str, after: float = 0.0) -> None:
-        """Queue a key (ignored while the queue is stopped)."""
+    def add(self, key: str, after: float = 0.0, cause: str = "other") -> None:
+        """Queue a key (ignored while the queue is stopped). `cause`: what asks for it
+        (counted in `fitgate_workqueue_adds_total`)."""
         if not self._running:
             return
         due = self.clock.monotonic() + max(0.0, after)
         if key in self._active:
             self._again[key] = min(due, self._again.get(key, due))
+            ADDS.labels(self.ctrl.name, cause, "again").inc()
             return
         have = self._due.get(key)
         if have is not None and have <= due:
+            ADDS.labels(self.ctrl.name, cause, "merged").inc()
             return
+        ADDS.labels(self.ctrl.name, cause, "merged" if have is not None else "queued").inc()
         self._due[key] = due
         heapq.heappush(self._heap, (due, next(self._seq), key))
         QUEUE_DEPTH.labels(self.ctrl.name).set(len(self._due))
@@ -231,9 +242,9 @@ class Queue:
             slots.release()
         again = self._again.pop(key, None)
         if again is not None:
-            self.add(key, max(0.0, again - self.clock.monotonic()))
+            self.add(key, max(0.0, again - self.clock.monotonic()), "again")
         if after is not None:
-            self.add(key, after)
+            self.add(key, after, "retry" if key in self.failures else "requeue")
 
 
 class Runtime:
@@ -267,7 +278,7 @@ class Runtime:
                             kind=kind.kind, object=key_of(event.object), error=str(exc))
                 return
             for k in keys:
-                q.add(k)
+                q.add(k, cause=kind.kind)
         return on_event
 
     def start(self, *, leader_only: bool) -> None:

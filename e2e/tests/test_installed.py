@@ -169,9 +169,11 @@ def test_the_wheel_holds_every_file_the_code_opens(installed: Installed) -> None
 
 
 def test_the_installed_commands_run_outside_the_source_tree(installed: Installed) -> None:
+    compiled = sorted(f"fitcore.{p.stem}" for p in (REPO / "fitcore").glob("*.pyx"))
+    assert "fitcore._project" in compiled
     where = installed.run("python", "-c",
                           "import fitcore, admission;"
-                          "import fitcore._alloc, fitcore._call, fitcore._read, fitcore._load;"
+                          f"import {', '.join(compiled)};"
                           "print(fitcore.__file__); print(admission.__file__)")
     assert where.returncode == 0, where.stderr
     for line in where.stdout.split():

@@ -58,3 +58,27 @@ def test_python_readers_when_asked() -> None:
     result = run_reader(READ_SLICE, FITCORE_NO_EXTENSIONS="1")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "True", "1"]
+
+
+# The same for the compiled per-node indexing, which fitcore.snapshot loads.
+HIDE_PROJECT = "import sys; sys.modules['fitcore._project'] = None; "
+
+
+def test_missing_project_fails_with_build_instructions() -> None:
+    environ = {k: v for k, v in os.environ.items() if k != "FITCORE_NO_EXTENSIONS"}
+    result = subprocess.run([sys.executable, "-c", HIDE_PROJECT + "import fitcore.snapshot"],
+                            capture_output=True, text=True, env=environ, timeout=60,
+                            check=False)
+    assert result.returncode != 0
+    assert "compiled per-node indexing (fitcore._project) is not built" in result.stderr
+    assert "pip install -e ." in result.stderr and "FITCORE_NO_EXTENSIONS=1" in result.stderr
+
+
+def test_python_indexing_when_asked() -> None:
+    code = (HIDE_PROJECT + "from fitcore import projection, snapshot; "
+            "print(snapshot.compiled is None)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "FITCORE_NO_EXTENSIONS": "1"}, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"

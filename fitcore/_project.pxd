@@ -1,0 +1,34 @@
+# The per-node work of a cold gang decision (fitcore/_project.pyx): no structs; internal
+# routines over Python objects, each the compiled form of a reference method of
+# fitcore/projection.py (named after it).
+
+# Projection._observed: (observable attributes as (name, type, value), renamed names).
+cdef tuple _observed(dict layouts, object proj, object a)
+# projection._STATES.get(st) or projection._state(st).
+cdef object _state_text(dict states, object state_of, object st)
+# Whether a dict has exactly these keys, in this order.
+cdef bint _same_names(object a, tuple names)
+# Projection._unordered: (items, candidates, unbounded) of a pool without counters.
+# With `names`: the device names are added to it, None when a device consumes counters.
+cdef tuple _unordered(object proj, str driver, object devices, dict state, dict states,
+                      object state_of, set names)
+# Projection._pool: (ordered, shape, items, candidates, unbounded).
+cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
+                 dict states, object state_of)
+# Projection._ranks: renamed attribute values by rank of their group's content.
+cdef dict _ranks(list pools)
+# Projection._devices: (per-pool key parts, canonical order, candidates, unbounded).
+cdef tuple _devices(object proj, object e, object allocated, dict states, object state_of)
+# Projection._free: free resources as far as the gang's requests tell them apart.
+cdef tuple _free(tuple free_view, dict node_free, object most)
+# Projection._device_key of a device not keyed yet ((key, label); the reference on a miss).
+cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple relabeled,
+                       dict device_keys, dict rests, dict intern, dict labels)
+# Projection._label: the device's values of the renamed attribute, as text.
+cdef object _label(object a, tuple relabeled, dict labels)
+# Whether no device of a counter pool passes the selectors (Projection._ordered_pool).
+cdef bint _none_selectable(object proj, str driver, object devices)
+# The tuple, untracked by the cyclic collector when it holds only atomic values.
+cdef tuple _atomic(tuple t)
+# A kept device key entry (device, (key, label)), untracked by the collector.
+cdef tuple _keyed(object d, tuple kl)

@@ -1,0 +1,628 @@
+# cython: language_level=3
+"""The per-node work of a cold gang decision, compiled: a node's index entry
+(reference: `fitcore.snapshot._node_parts`) and its class under a gang's projection
+(reference: `fitcore.projection.Projection.node_key` and the methods it calls).
+
+Both run once per node (and the projection once per device) in the first decision of a
+gang after the inventory is loaded. They work on Python objects (model dataclasses,
+dicts, tuples), so nothing here runs without the GIL; what the compiled form saves is
+the interpreter's dispatch and the intermediate lists, tuples and generators of the
+reference. Kept answers (device keys, layouts, selector outcomes, candidacy, device
+parts) live in the Projection and are shared with the reference: a miss calls the
+reference's own method, so both see the same interned ids.
+"""
+
+import operator
+from fractions import Fraction
+
+from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
+from cpython.object cimport PyObject
+
+from fitcore import values
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void* op)
+    int PyObject_GC_IsTracked(object op)
+
+
+cdef inline tuple _atomic(tuple t):
+    # The tuple, no longer tracked by the cyclic collector when it holds only ints,
+    # strings, booleans, None and untracked tuples (it cannot be part of a cycle): what
+    # the collector
+    # itself does to such a tuple the first time it meets it, done here for the tuples
+    # a cold decision keeps by the ten thousand, so that the first collection after the
+    # decision does not walk them (`fitcore.inventory` pauses the collector meanwhile).
+    cdef object x
+    for x in t:
+        if not (type(x) is int or type(x) is str or x is None or type(x) is bool or (
+                type(x) is tuple and not PyObject_GC_IsTracked(x))):
+            return t
+    PyObject_GC_UnTrack(<void*>t)
+    return t
+
+
+cdef inline tuple _keyed(object d, tuple kl):
+    # A device's entry in the kept device keys, (device, (key, label)), untracked by the
+    # collector: it is referred to by that dict only, and nothing a device refers to
+    # refers back to the projection's maps, so it cannot be part of a cycle (the device
+    # itself stays tracked, and reachable through this entry while it is kept).
+    cdef tuple entry = (d, kl)
+    PyObject_GC_UnTrack(<void*>entry)
+    return entry
+
+
+cdef object _ZERO = Fraction(0)
+cdef object _UNBOUNDED = 1 << 40
+cdef object _QUANTITY = values.Quantity
+cdef object _FRACTION = Fraction
+cdef object _OBJECT_NEW = object.__new__
+# Where a device goes in a pool whose order is not observable (projection._canonical).
+cdef object _CANONICAL = operator.itemgetter(0, 1, 2, 3)
+
+# Fractions are read through their slots and whole ones made from them, not through
+# Fraction's properties and constructor (Python code: most of the cost of the free
+# resources of a node). Checked here against the documented API; when the slots are not
+# there (another Python), the public API is used.
+cdef bint _SLOTS = False
+try:
+    _f = object.__new__(Fraction)
+    _f._numerator = 6
+    _f._denominator = 1
+    _SLOTS = (_f == Fraction(6) and hash(_f) == hash(Fraction(6)) and _f.numerator == 6
+              and Fraction(3, 4)._numerator == 3 and Fraction(3, 4)._denominator == 4)
+except AttributeError:
+    _SLOTS = False
+
+
+cdef inline object _num(object f):
+    return f._numerator if _SLOTS else f.numerator
+
+
+cdef inline object _den(object f):
+    return f._denominator if _SLOTS else f.denominator
+
+
+cdef object _whole(object n):
+    # Fraction(n) for an int n. Its slots hold two ints: it cannot be part of a cycle,
+    # so the collector need not track it (node entries keep one per resource in use).
+    if not _SLOTS:
+        return Fraction(n)
+    f = _OBJECT_NEW(_FRACTION)
+    f._numerator = n
+    f._denominator = 1
+    PyObject_GC_UnTrack(<void*>f)
+    return f
+
+
+cdef inline object _value(object q):
+    # q.value of a Quantity (its slot: the property is Python code).
+    return q._value if type(q) is _QUANTITY else q.value
+
+
+# ------------------------------------------------------------------ the node's entry
+
+cdef object _minus(object a, object b):
+    # a - b, on the integers when both are whole (snapshot._minus).
+    if type(a) is _FRACTION and type(b) is _FRACTION and _den(a) == 1 and _den(b) == 1:
+        return _whole(_num(a) - _num(b))
+    return a - b
+
+
+cdef object _first(tuple pair):
+    return pair[0]
+
+
+cdef object _slice_name(object s):
+    return s.name
+
+
+def node_parts(object n, object used, list local, dict allocated_by_pool, str hostname):
+    """What `Snapshot.entry` reads of a node and its node-local pools: (labels but the
+    hostname, the pools sorted with their slices sorted by name, the slices in that
+    order, local devices not allocated exclusively (or unbounded with a shared device),
+    free resources, nothing allocated locally). Reference: `snapshot._node_parts`."""
+    cdef list labels = []
+    cdef object k, v, q, taken, t, d, s, pk, group
+    cdef list groups = []
+    cdef list local_slices = []
+    cdef Py_ssize_t devices = 0
+    cdef bint shared = False, pristine = True
+    cdef dict free
+    for k, v in n.labels.items():
+        if k != hostname:
+            labels.append(_atomic((k, v)))
+    labels.sort()
+    for pk, group in sorted(local, key=_first):
+        group = sorted(group, key=_slice_name)
+        groups.append((pk, group))
+        local_slices.extend(group)
+        for s in group:
+            devices += len(s.devices)
+        taken = allocated_by_pool.get(pk)
+        if taken:
+            pristine = False
+            for t in taken:
+                if t[0] == "d":
+                    devices -= 1
+    for s in local_slices:
+        for d in s.devices:
+            if d.allow_multiple_allocations:
+                shared = True
+                break
+        if shared:
+            break
+    free = {}
+    for k, q in n.allocatable.items():
+        free[k] = _value(q)
+    for k, q in used.items():
+        v = free.get(k)
+        free[k] = _minus(_ZERO if v is None else v, _value(q))
+    return (_atomic(tuple(labels)), groups, tuple(local_slices),
+            _UNBOUNDED if shared else devices, free, pristine)
+
+
+# --------------------------------------------------------- the node under a projection
+
+cdef tuple _observed(dict layouts, object proj, object a):
+    # (kept, renamed) names of the device's attributes (Projection._layout), and the
+    # kept ones as (name, type, value).
+    cdef tuple names = tuple(a)
+    cdef object layout
+    cdef PyObject* hit = PyDict_GetItem(layouts, names)
+    if hit is NULL:
+        layout = proj._layout(names)
+    else:
+        layout = <object>hit
+    cdef tuple kept = layout[0]
+    cdef Py_ssize_t i, m = len(kept)
+    cdef object v, name
+    if m == 0:
+        return (), layout[1]
+    if m == 1:
+        name = kept[0]
+        v = a[name]
+        return ((name, type(v), v),), layout[1]
+    cdef list out = []
+    for i in range(m):
+        name = kept[i]
+        v = a[name]
+        out.append((name, type(v), v))
+    return tuple(out), layout[1]
+
+
+cdef object _state_text(dict states, object state_of, object st):
+    cdef PyObject* hit = PyDict_GetItem(states, st)
+    if hit is not NULL:
+        found = <object>hit
+        if found:
+            return found
+    return state_of(st)
+
+
+cdef bint _same_names(object a, tuple names):
+    # Whether the dict `a` has exactly these keys, in this order (no tuple made).
+    cdef Py_ssize_t pos = 0, i = 0, m = len(names)
+    cdef PyObject* key
+    cdef PyObject* value
+    if type(a) is not dict or PyDict_Size(a) != m:
+        return False
+    while PyDict_Next(a, &pos, &key, &value):
+        if key is not <PyObject*>names[i] and <object>key != names[i]:
+            return False
+        i += 1
+    return True
+
+
+cdef tuple _unordered(object proj, str driver, object devices, dict state, dict states,
+                      object state_of, set names):
+    # Projection._unordered: the candidates of a pool without counters. Devices of a pool
+    # mostly look alike but for their names and unique attributes: what the previous
+    # device's attribute names, observable values and other content gave is reused when
+    # they are the same (the same answers the kept maps would give).
+    cdef list out = []
+    cdef Py_ssize_t candidates = 0
+    cdef bint unbounded = False
+    cdef bint skip = proj._attributes_only
+    cdef dict relevant = proj._relevant
+    cdef dict layouts = proj._layouts
+    cdef dict selectable = proj._selectable
+    cdef dict device_keys = proj._device_keys
+    cdef dict rests = proj._rests
+    cdef dict intern = proj._intern
+    cdef dict labels = proj._labels
+    cdef object d, a, ok, k, label, w, st, allow
+    cdef tuple observed, relabeled, got, kl, kept
+    cdef PyObject* hit
+    # The previous device's: attribute names and layout, observable values and whether a
+    # selector may take it, content besides attributes, key, candidacy.
+    cdef tuple prev_names = None, prev_layout = None, prev_observed = None
+    cdef object prev_ok = None, prev_k = None, prev_w = None
+    cdef object prev_capacity = None, prev_consumed = None, prev_taints = None
+    cdef object prev_allow = None, prev_binding = None, prev_binds = None
+    cdef object capacity, consumed, taints, binding, binds
+    # The key of the last device keyed here, with its observable values (prev_capacity..
+    # prev_binds are its content).
+    cdef object same_k = None
+    cdef tuple same_observed = None
+    cdef object v, name
+    cdef object empty_text = _state_text(states, state_of, ())
+    cdef object device_name
+    for d in devices:
+        device_name = d.name
+        if names is not None:
+            if d.consumes_counters:
+                return None
+            names.add(device_name)
+        a = d.attributes
+        if prev_names is None or not _same_names(a, prev_names):
+            prev_names = tuple(a)
+            hit = PyDict_GetItem(layouts, prev_names)
+            prev_layout = proj._layout(prev_names) if hit is NULL else <tuple>hit
+        kept = prev_layout[0]
+        relabeled = prev_layout[1]
+        if len(kept) == 0:
+            observed = ()
+        elif len(kept) == 1:
+            name = kept[0]
+            v = a[name]
+            if prev_observed is not None and len(prev_observed) == 1 and \
+                    (<tuple>prev_observed[0])[0] is name and \
+                    (<tuple>prev_observed[0])[1] is type(v) and \
+                    (<tuple>prev_observed[0])[2] == v:
+                observed = prev_observed
+            else:
+                observed = ((name, type(v), v),)
+        else:
+            observed = _observed(layouts, proj, a)[0]
+            if prev_observed is not None and observed == prev_observed:
+                observed = prev_observed
+        if skip:
+            if observed is not prev_observed or prev_ok is None:
+                hit = PyDict_GetItem(selectable, (driver, observed))
+                if hit is NULL:
+                    ok = proj._maybe_selectable(driver, d, observed)
+                else:
+                    ok = <object>hit
+            else:
+                ok = prev_ok
+            prev_ok = ok
+            if not ok:
+                prev_observed = observed
+                continue
+        hit = PyDict_GetItem(device_keys, id(d))
+        if hit is not NULL and (<tuple>hit)[0] is d:
+            kl = (<tuple>hit)[1]
+        else:
+            capacity = d.capacity
+            consumed = d.consumes_counters
+            taints = d.taints
+            allow = d.allow_multiple_allocations
+            binding = d.binding_conditions
+            binds = d.binds_to_node
+            if same_k is not None and observed is same_observed and \
+                    capacity is prev_capacity and consumed is prev_consumed and \
+                    (taints is prev_taints or taints == prev_taints) and \
+                    allow == prev_allow and \
+                    (binding is prev_binding or binding == prev_binding) and \
+                    binds == prev_binds:
+                # The same key as the previous device's: only its label is its own.
+                label = _label(a, relabeled, labels) if relabeled else None
+                kl = _atomic((same_k, label))
+                device_keys[id(d)] = _keyed(d, kl)
+            else:
+                kl = _device_key(proj, driver, d, observed, relabeled, device_keys, rests,
+                                 intern, labels)
+                prev_capacity, prev_consumed, prev_taints = capacity, consumed, taints
+                prev_allow, prev_binding, prev_binds = allow, binding, binds
+                same_k, same_observed = kl[0], observed
+        prev_observed = observed
+        k = kl[0]
+        label = kl[1]
+        if k is prev_k and prev_w is not None:
+            w = prev_w
+        else:
+            hit = PyDict_GetItem(relevant, k)
+            if hit is NULL:
+                w = proj._candidate(k, driver, d)
+            else:
+                w = <object>hit
+        prev_k, prev_w = k, w
+        if not w:
+            continue
+        if d.allow_multiple_allocations:
+            unbounded = True
+        else:
+            candidates += 1
+        if state:
+            hit = PyDict_GetItem(state, device_name)
+        else:
+            hit = NULL
+        if hit is NULL:
+            out.append((k, empty_text, label, device_name, ()))
+        else:
+            st = <object>hit
+            out.append((k, _state_text(states, state_of, st), label, device_name, st))
+    return out, candidates, unbounded
+
+
+cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple relabeled,
+                       dict device_keys, dict rests, dict intern, dict labels):
+    # Projection._device_key on a device not keyed yet: its interned key and its value
+    # of the renamed attribute. A device whose capacity and counter maps (with the rest)
+    # were not interned yet goes to the reference, which interns them.
+    capacity = d.capacity
+    consumed = d.consumes_counters
+    cdef tuple shared = (id(capacity), id(consumed), d.taints, d.allow_multiple_allocations,
+                         d.binding_conditions, d.binds_to_node)
+    cdef PyObject* hit = PyDict_GetItem(rests, shared)
+    if hit is NULL or (<tuple>hit)[0] is not capacity or (<tuple>hit)[1] is not consumed:
+        return proj._device_key(driver, d, observed, relabeled)
+    rest = (<tuple>hit)[2]
+    key = ("dev", driver, observed, rest)
+    hit = PyDict_GetItem(intern, key)
+    if hit is NULL:
+        k = intern.setdefault(key, len(intern))
+    else:
+        k = <object>hit
+    cdef object label = None
+    if relabeled:
+        label = _label(d.attributes, relabeled, labels)
+    cdef tuple kl = _atomic((k, label))
+    device_keys[id(d)] = _keyed(d, kl)
+    return kl
+
+
+cdef object _label(object a, tuple relabeled, dict labels):
+    # Projection._label: the device's values of the renamed attribute, as text.
+    cdef list parts = []
+    cdef object name, v, key, found
+    cdef PyObject* hit
+    for name in relabeled:
+        v = a[name]
+        key = (name, type(v), v)
+        hit = PyDict_GetItem(labels, key)
+        if hit is NULL:
+            found = labels[key] = f"{name}={v!r}"
+        else:
+            found = <object>hit
+        parts.append(found)
+    if len(parts) == 1:
+        return parts[0]
+    return "\n".join(parts)
+
+
+cdef bint _none_selectable(object proj, str driver, object devices):
+    # Whether no device of a counter pool passes the selectors, as far as the driver and
+    # its observable attributes tell (the early answer of Projection._ordered_pool).
+    cdef dict layouts = proj._layouts
+    cdef dict selectable = proj._selectable
+    cdef tuple observed
+    cdef PyObject* hit
+    cdef object ok
+    for d in devices:
+        observed = _observed(layouts, proj, d.attributes)[0]
+        hit = PyDict_GetItem(selectable, (driver, observed))
+        if hit is NULL:
+            ok = proj._maybe_selectable(driver, d, observed)
+        else:
+            ok = <object>hit
+        if ok:
+            return False
+    return True
+
+
+cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
+                 dict states, object state_of):
+    # Projection._pool: (ordered, shape, items, candidates, unbounded).
+    cdef str driver = pk[0]
+    cdef dict state = {}
+    cdef object t, s, d, c, prev
+    cdef list devices_list
+    cdef object devices
+    cdef list counters = []
+    cdef set names = set()
+    cdef Py_ssize_t count = 0
+    cdef bint has_consumes = False
+    for t in taken:
+        prev = state.get(t[1], ())
+        state[t[1]] = _atomic((*prev, t[0], *t[2:]))
+    if len(slices) == 1:
+        devices = (<object>slices[0]).devices
+    else:
+        devices_list = []
+        for s in slices:
+            devices_list.extend(s.devices)
+        devices = devices_list
+    for s in slices:
+        for c in s.shared_counters:
+            counters.append((c.name, tuple(sorted(c.counters.items()))))
+    counters.sort()
+    cdef tuple counters_t = tuple(counters)
+    cdef list gens = []
+    for s in slices:
+        gens.append(_atomic((s.generation, s.resource_slice_count, len(s.devices))))
+    cdef bint view_ordered = view.ordered
+    cdef tuple got
+    if not view_ordered and not counters_t:
+        # Most pools: their device names are gathered in the same pass (None: a device
+        # consumes counters, the pool is kept in order after all).
+        got = _unordered(proj, driver, devices, state, states, state_of, names)
+        if got is not None:
+            return (False, _atomic((driver, _atomic(tuple(gens)), counters_t,
+                                    len(names) == len(devices))),
+                    *got)
+        names.clear()
+    for d in devices:
+        names.add(d.name)
+        count += 1
+        if not has_consumes and d.consumes_counters:
+            has_consumes = True
+    cdef bint unique = len(names) == count
+    cdef tuple info = _atomic((driver, _atomic(tuple(gens)), counters_t, unique))
+    cdef bint ordered = view_ordered or bool(counters_t) or has_consumes
+    if not ordered:
+        return (False, info, *_unordered(proj, driver, devices, state, states, state_of, None))
+    # Pools with counters (or every pool of an ordered view): the reference's own
+    # method, which these are few enough not to matter.
+    if not view_ordered and proj._attributes_only and _none_selectable(proj, driver, devices):
+        # No device of this counter pool can be taken: none is observable.
+        return ordered, (info[0], info[1], (), info[3]), [], 0, False
+    return proj._ordered_pool(driver, devices, state, info, counters_t)
+
+
+cdef dict _ranks(list pools):
+    # Projection._ranks.
+    cdef dict groups = {}
+    cdef Py_ssize_t pi = 0
+    cdef tuple p, it
+    cdef object label, members
+    for p in pools:
+        for it in p[3]:
+            label = it[2]
+            if label is not None:
+                members = groups.get(label)
+                if members is None:
+                    members = groups[label] = []
+                members.append((pi, it[0], it[1]))
+        pi += 1
+    cdef list ranked = []
+    for label, members in groups.items():
+        ranked.append((tuple(sorted(members)), label))
+    ranked.sort()
+    cdef dict rank = {None: -1}
+    cdef Py_ssize_t i = 0
+    for p in ranked:
+        rank[p[1]] = i
+        i += 1
+    return rank
+
+
+cdef tuple _devices(object proj, object e, object allocated, dict states, object state_of):
+    # Projection._devices: per pool its shape and observable devices, the devices in
+    # canonical order, candidates, unbounded.
+    cdef dict by_pool = {}
+    cdef object s, pk, key, lst
+    for s in e.local_slices:
+        key = (s.driver, s.pool)
+        lst = by_pool.get(key)
+        if lst is None:
+            lst = by_pool[key] = []
+        lst.append(s)
+    cdef list pools = []
+    cdef Py_ssize_t candidates = 0
+    cdef bint unbounded = False
+    cdef object view = proj.view
+    cdef tuple got
+    for pk in e.local_pools:
+        got = _pool(proj, view, pk, by_pool[pk], allocated.get(pk, ()), states, state_of)
+        pools.append((pk, got[0], got[1], got[2]))
+        candidates += got[3]
+        unbounded = unbounded or got[4]
+    cdef dict rank = _ranks(pools) if view.relabel is not None else None
+    cdef list key_parts = [], order = [], items, parts, names
+    cdef tuple p, it
+    for p in pools:
+        items = p[3]
+        if rank is not None:
+            items = [(it[0], it[1], rank[it[2]], it[3], it[4]) for it in items]
+        if not p[1]:
+            if p[2][3]:
+                # Unique device names: no two items tie on the canonical key, so the
+                # items sort alike by themselves (no key tuples made).
+                items.sort()
+            else:
+                items.sort(key=_CANONICAL)
+        parts = []
+        names = []
+        for it in items:
+            parts.append(_atomic((it[0], it[4], it[2])))
+            names.append(it[3])
+        key_parts.append(_atomic((p[2], _atomic(tuple(parts)))))
+        order.append(_atomic((p[0], _atomic(tuple(names)))))
+    return _atomic(tuple(key_parts)), _atomic(tuple(order)), candidates, unbounded
+
+
+cdef tuple _free(tuple free_view, dict node_free, object most):
+    # Projection._free.
+    cdef list out = []
+    cdef tuple f
+    cdef object name, amount, have, n
+    cdef PyObject* hit
+    for f in free_view:
+        name = f[0]
+        amount = f[1]
+        hit = PyDict_GetItem(node_free, name)
+        if hit is NULL:
+            out.append((name, None))
+            continue
+        have = <object>hit
+        if f[3]:
+            if _num(have) * _den(amount) <= _num(amount) * _den(have):
+                out.append((name, have))
+            else:
+                out.append((name, amount))
+        else:
+            if _num(have) > 0:
+                n = min((_num(have) * _den(amount)) // (_den(have) * _num(amount)), f[2])
+            else:
+                n = 0
+            out.append(_atomic((name, n if most is None else min(n, most))))
+    return _atomic(tuple(out))
+
+
+def node_key(object proj, object e, object allocated, dict states, object state_of):
+    """`Projection.node_key`: the node's class under the projection and its devices in
+    canonical order. `states`, `state_of`: the kept state texts and the function that
+    makes one (`projection._STATES`, `projection._state`)."""
+    cdef list taken = []
+    cdef object pk, a, b
+    for pk in e.local_pools:
+        taken.append(allocated.get(pk, ()))
+    cdef tuple taken_t = tuple(taken)
+    cdef dict parts = proj._parts
+    cdef str name = e.node.name
+    cdef object hit = parts.get(name)
+    cdef bint stale = hit is None
+    cdef tuple kept
+    cdef Py_ssize_t i
+    if not stale:
+        if (<tuple>hit)[0] is not e.local_slices:
+            stale = True
+        else:
+            kept = (<tuple>hit)[1]
+            if len(kept) != len(taken_t):
+                stale = True
+            else:
+                for i in range(len(kept)):
+                    if kept[i] is not taken_t[i]:
+                        stale = True
+                        break
+    if stale:
+        hit = (e.local_slices, taken_t, _devices(proj, e, allocated, states, state_of))
+        parts[name] = hit
+    cdef tuple part = (<tuple>hit)[2]
+    cdef Py_ssize_t candidates = part[2]
+    cdef bint unbounded = part[3]
+    cdef Py_ssize_t per_pod = proj._per_pod
+    cdef object most = None
+    if not unbounded and per_pod:
+        most = max(candidates // per_pod, 1)
+    node = e.node
+    cdef tuple extended = proj._extended
+    cdef object advertised = ()
+    cdef list adv
+    cdef object allocatable
+    if extended:
+        allocatable = node.allocatable
+        adv = []
+        for a in extended:
+            b = allocatable.get(a)
+            adv.append(bool(_value(b)) if b is not None else False)
+        advertised = tuple(adv)
+    key = _atomic(("node", part[0], node.taints, node.unschedulable, e.pristine,
+                   _free(proj.free, e.free, most), advertised))
+    cdef dict intern = proj._intern
+    cdef object found = intern.get(key)
+    if found is None:
+        found = intern.setdefault(key, len(intern))
+    return found, part[1]
