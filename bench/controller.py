@@ -620,6 +620,7 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
         gangs = burst(count, max_pods=max_pods)
         lags.clear()
         events0, sent0 = counter.count, feeder.sent
+        views0 = dict(getattr(svc.inventory._lane.engine, "views", {}))
         t0, cpu0 = time.perf_counter(), time.process_time()
         counts0 = {**loopwatch.reconciles(), **loopwatch.handoffs()}
         if watch is not None:
@@ -633,6 +634,10 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
         cpu_s = time.process_time() - cpu0
         counts = loopwatch.delta(counts0, {**loopwatch.reconciles(), **loopwatch.handoffs()})
         events, sent = counter.count - events0, feeder.sent - sent0
+        views = getattr(svc.inventory._lane.engine, "views", None)
+        if views is not None:  # how decisions had their gang's view (fitcore.inventory)
+            burst_views = {k: n - views0.get(k, 0) for k, n in sorted(views.items())}
+            print(f"# {nodes} nodes, views over the burst: {burst_views}", file=sys.stderr)
         if sampler is not None:
             sampler.stop()
     finally:

@@ -59,9 +59,17 @@ class Memo:
     """Cache of fills by (class key, pod variant), shared by searches over one gang."""
 
     def keep(self, pod_set: gangtypes.PodSet) -> int:
-        """The identity of a pod set in memo keys (kept alive with the memo)."""
-        self._pod_sets.setdefault(id(pod_set), pod_set)
-        return id(pod_set)
+        """The identity of a pod set in memo keys: its content without its pod counts (a
+        fill is pod by pod, and a search reads no more of it than the pods it wants), so
+        that gangs differing only in pod counts share fills. Found once per pod set
+        object (kept alive with the memo, so that its id stays unique)."""
+        hit = self._pod_sets.get(id(pod_set))
+        if hit is not None:
+            return hit[1]
+        content = repr(dataclasses.replace(pod_set, count=0, min_count=None))
+        found = self._pod_sets[id(pod_set)] = (
+            pod_set, self._contents.setdefault(content, len(self._contents)))
+        return found[1]
 
     def intern(self, key: tuple[Any, ...]) -> int:
         have = self.derived.get(key)
@@ -74,9 +82,11 @@ class Memo:
         # Derived classes ("class c after k pods of pod set p") get negative ids here,
         # not in the long-lived snapshot.
         self.derived: dict[tuple[Any, ...], int] = {}
-        # Pod sets are keyed by identity; the memo keeps them alive so that no other
-        # object can take the id of one while the memo lives.
-        self._pod_sets: dict[int, gangtypes.PodSet] = {}
+        # Pod sets by identity, with the number of their content without pod counts; the
+        # memo keeps them alive so that no other object can take the id of one while
+        # the memo lives.
+        self._pod_sets: dict[int, tuple[gangtypes.PodSet, int]] = {}
+        self._contents: dict[str, int] = {}
         self.allocations = 0
         self.steps = 0
 
@@ -520,8 +530,8 @@ def _place_pods(search: _Search, pod_set: gangtypes.PodSet, placements: list[gan
                 f = search.fill(cls, pod_set, *search.adapt(cls, pod_set, variant, requests),
                                 want)
                 fills[cid] = f
-                n = len(f.allocations)
-                search.undecided = search.undecided or f.undecided
+                n = min(len(f.allocations), want)  # a shared fill may hold more
+                search.undecided = search.undecided or (f.undecided and n < want)
             counts[cid] = n
         if n < 0:
             skipped["taint"] += count

@@ -30,17 +30,26 @@ What it keeps, and what a change costs:
   search.
 - Per gang content (up to `GANGS` of them; the content is the pod sets and the
   namespace, not the workload's name, so a queue of Workloads that ask alike share it):
-  the gang's projection (`fitcore.projection`: node classes by what its claims can see),
-  each node's projected class (recomputed for dirty nodes), its view of every node (kept
-  and patched with the nodes changed since), and a `gang.Memo` of fills, kept by class
-  and the version of the representative, so they stay valid across changes elsewhere. A
-  second decision on an unchanged inventory calls the allocator no more; after a change
-  only classes that are new call it. Nodes `held` for other workloads are left out of
-  the kept view in one pass over its entries (`Snapshot.without`), not by projecting
-  every node again; a decision with a policy's node filter walks the nodes. The device
-  part of a node's projected class (its pools as the gang's claims see them, the costly
-  part) is kept per projection signature (`Projection.signature`: what the claims can
-  see and take), so gangs that differ only in pod counts or node resources share it.
+  its first gang (the pod sets decided) and the view it shares. A view is kept per
+  projection key (`Projection.key`: what a node's class depends on besides the node;
+  gang contents that differ only in pod counts up to `projection.FREE_CAP`, or in
+  namespace, have one key), so a queue over a few templates keeps a few views however
+  many pod counts it asks for. A view holds the projection (`fitcore.projection`: node
+  classes by what the claims can see), each node's projected class (recomputed for
+  dirty nodes), the projected snapshot of every node (kept, and patched with every node
+  changed since it was last used, however many: each costs its projection, as in a
+  rebuild, and the rest a copy of the class tables; rebuilt only when nodes come or go
+  or a node's labels change), and per namespace a `gang.Memo` of fills, kept by class,
+  the version of the representative and the pod set without its pod counts, so they
+  stay valid across changes elsewhere and serve every pod count. A second decision on
+  an unchanged inventory calls the allocator no more; after a change only classes that
+  are new call it. `views` counts how each decision had its view. Nodes `held` for
+  other workloads are left out of the kept view in one pass over its entries
+  (`Snapshot.without`), not by projecting every node again; a decision with a policy's
+  node filter walks the nodes. The device part of a node's projected class (its pools
+  as the gang's claims see them, the costly part) is kept per projection signature
+  (`Projection.signature`: what the claims can see and take), so gangs that differ only
+  in pod counts or node resources share it.
 - A `cache.Store` of its own: kept entries per node (bounded by twice the nodes plus
   4,096), compiled problems (`kept_problems`, default `cache.KEPT_PROBLEMS`), selector
   results by (expression, device content) (bounded by `semantics.Selector`'s limit).
@@ -88,12 +97,13 @@ Event = Literal["ADDED", "MODIFIED", "DELETED"]
 PoolKey = tuple[str, str]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
-#: Gang contents whose projection and memo are kept, least recently used out.
+#: Gang contents kept (with the views they share), least recently used out.
 GANGS = 64
 #: Interned class keys before the interner and all kept decisions are dropped.
 INTERNED = 2_000_000
-#: Fills (and derived classes) kept per gang before its memo starts afresh. A fill holds
-#: a few pods' device results; multi-pod-set gangs that fail add probes each decision.
+#: Fills (and derived classes) kept per view and namespace before its memo starts
+#: afresh. A fill holds a few pods' device results; multi-pod-set gangs that fail add
+#: probes each decision.
 FILLS = 50_000
 
 #: The kinds `apply` takes.
@@ -103,18 +113,35 @@ _EMPTY_STATE = model.AllocatedState()
 
 
 @dataclasses.dataclass(slots=True)
-class _GangState:
-    """What is kept for one gang content."""
+class _View:
+    """What is kept for the gang contents of one projection key (`Projection.key`: they
+    differ at most in pod counts and namespaces, and class every node alike)."""
 
-    first: gang.Gang  # the first gang seen with this content: its pod sets key the memo
-    memo: gang.Memo
     projection: projection.Projection
     entries: dict[str, tuple[gang._NodeEntry, gang._NodeEntry]]  # base -> projected
+    # Fills by namespace (extended-resource claims are made in the gang's namespace);
+    # pod sets are keyed by their content without pod counts (`gang.Memo.keep`).
+    memos: dict[str, gang.Memo] = dataclasses.field(default_factory=dict)
     # (snapshot number, inventory version, the projected snapshot)
     view: tuple[int, int, gang.Snapshot] | None = None
     # The last view without held nodes: (the view it was made from, the positions left
     # out, the view without them).
     held: tuple[gang.Snapshot, tuple[int, ...], gang.Snapshot] | None = None
+
+    def memo(self, namespace: str) -> gang.Memo:
+        """The fills kept for gangs of this namespace (afresh past `FILLS`)."""
+        memo = self.memos.get(namespace)
+        if memo is None or len(memo.fills) + len(memo.derived) > FILLS:
+            memo = self.memos[namespace] = gang.Memo()
+        return memo
+
+
+@dataclasses.dataclass(slots=True)
+class _GangState:
+    """What is kept for one gang content."""
+
+    first: gang.Gang  # the first gang seen with this content: the pod sets decided
+    shared: _View  # shared with the contents that project alike
 
 
 class Inventory:
@@ -142,9 +169,12 @@ class Inventory:
         self._pool_claims: dict[PoolKey, set[Key]] = {}
         self._allocated: dict[PoolKey, list[tuple[Any, ...]]] = {}
         self._pods: dict[Key, tuple[str, dict[str, values.Quantity]]] = {}
-        # Bound pods as pod (anti-)affinity sees them; the list decisions see is made
-        # again only after a change.
+        # Bound pods as pod (anti-)affinity sees them, also in key order (kept sorted as
+        # pods come and go: sorting tens of thousands of keys per decision cost more than
+        # the rest of a patched view); decisions see a copy made again after a change.
         self._bound: dict[Key, podaffinity.BoundPod] = {}
+        self._bound_keys: list[Key] = []
+        self._bound_sorted: list[podaffinity.BoundPod] = []
         self._bound_list: list[podaffinity.BoundPod] | None = None
         self._used: dict[str, dict[str, values.Quantity]] = {}
         self._shapes: dict[str, node_shapes.NodeShape] = {}
@@ -162,6 +192,7 @@ class Inventory:
         self._version = 0
         self._snapshot: tuple[int, gang.Snapshot] | None = None
         self._gangs: collections.OrderedDict[str, _GangState] = collections.OrderedDict()
+        self._shared: dict[str, _View] = {}  # by projection key, of the contents kept
         self._scratch: dict[Any, Any] = {}  # hypothetical nodes of shapes, across snapshots
         self._devices = 0
         self._generation = 0  # numbers each version of a node's index entry
@@ -172,6 +203,9 @@ class Inventory:
         self._log: collections.deque[tuple[int, frozenset[str]]] = collections.deque(maxlen=256)
         self._index: dict[str, int] = {}  # node name -> position in name order
         self._layout_changed = True
+        # How each whole view a decision used was had (kept, patched, rebuilt and why),
+        # and the nodes patched in: for benchmarks and the tests of kept work.
+        self.views: collections.Counter[str] = collections.Counter()
 
     # ------------------------------------------------------------------ events
 
@@ -343,9 +377,14 @@ class Inventory:
     def _pod(self, key: Key, usage: tuple[str, dict[str, values.Quantity]] | None,
              bound: podaffinity.BoundPod | None) -> None:
         if self._bound.pop(key, None) is not None:
+            i = bisect.bisect_left(self._bound_keys, key)
+            del self._bound_keys[i], self._bound_sorted[i]
             self._bound_list = None
         if bound is not None:
             self._bound[key] = bound
+            i = bisect.bisect_left(self._bound_keys, key)
+            self._bound_keys.insert(i, key)
+            self._bound_sorted.insert(i, bound)
             self._bound_list = None
         old = self._pods.pop(key, None)
         if old is not None:
@@ -370,6 +409,7 @@ class Inventory:
             classes[name] = dc
         self._classes = classes
         self._gangs.clear()  # what gangs can see of devices, and their fills, change
+        self._shared = {}
         self._parts = {}
         self._all_dirty = True
 
@@ -392,6 +432,7 @@ class Inventory:
             self._parts = {}
             self._entries.clear()
             self._gangs.clear()
+            self._shared = {}
             self._scratch = {}
             self._all_dirty = True
             self._layout_changed = True
@@ -411,7 +452,7 @@ class Inventory:
         # The owner and allocation tables are shared with the snapshot, not copied: a
         # snapshot is only decided on while it is current.
         if self._bound_list is None:
-            self._bound_list = [self._bound[k] for k in sorted(self._bound)]
+            self._bound_list = list(self._bound_sorted)
         snap = gang.Snapshot.indexed(
             model.Inventory((), self._classes, _EMPTY_STATE), global_slices, self._owner,
             self._allocated, self._keys, self._bound_list, self.kube)
@@ -477,15 +518,19 @@ class Inventory:
         state = self._gangs.get(content)
         if state is not None:
             self._gangs.move_to_end(content)
-            if len(state.memo.fills) + len(state.memo.derived) > FILLS:
-                state.memo = gang.Memo()
             return state
         view = projection.device_view(g, self._classes)
         proj = projection.Projection(g, self._classes, self._store.selector, self._keys,
                                      self._device_keys.setdefault(view, {}), self._devices_of)
-        state = self._gangs[content] = _GangState(g, gang.Memo(), proj, {})
-        while len(self._gangs) > GANGS:
-            self._gangs.popitem(last=False)
+        shared = self._shared.get(proj.key)
+        if shared is None:
+            shared = self._shared[proj.key] = _View(proj, {})
+        state = self._gangs[content] = _GangState(g, shared)
+        if len(self._gangs) > GANGS:
+            while len(self._gangs) > GANGS:
+                self._gangs.popitem(last=False)
+            alive = {id(s.shared) for s in self._gangs.values()}
+            self._shared = {k: v for k, v in self._shared.items() if id(v) in alive}
         return state
 
     def _devices_of(self, signature: str) -> projection.NodeDevices:
@@ -499,14 +544,14 @@ class Inventory:
             parts.clear()  # nodes that are gone
         return parts
 
-    def _view(self, state: _GangState, node_filter: Callable[[model.Node], bool] | None,
+    def _view(self, state: _View, node_filter: Callable[[model.Node], bool] | None,
               held: Collection[str]) -> tuple[gang.Snapshot, list[str], list[str]]:
         """The snapshot under the gang's projection, without the nodes `node_filter`
         refuses and the `held` ones (returned by name: refused, held). Without a filter,
         the held nodes are left out of the gang's kept view (`_without_held`)."""
         snap = self._current()
         if self._global:
-            state.memo = gang.Memo()  # fills of nodes that see shared pools are not kept
+            state.memos.clear()  # fills of nodes that see shared pools are not kept
         if node_filter is None:
             view = self._whole_view(state, snap)
             if not held:
@@ -527,22 +572,26 @@ class Inventory:
         view.scratch = self._scratch
         return view, refused, kept_out
 
-    def _whole_view(self, state: _GangState, snap: gang.Snapshot) -> gang.Snapshot:
+    def _whole_view(self, state: _View, snap: gang.Snapshot) -> gang.Snapshot:
         """The gang's view of every node: kept, patched with the nodes changed since, or
         made anew (and kept)."""
         if state.view is not None:
             if state.view[0] == self._snap_no:
+                self.views["kept"] += 1
                 return state.view[2]
             patched = self._patched(state, snap)
             if patched is not None:
+                self.views["patched"] += 1
                 state.view = (self._snap_no, self._version, patched)
                 return patched
+        else:
+            self.views["rebuilt: new"] += 1
         view = snap.with_entries([self._projected(state, e) for e in snap.entries])
         view.scratch = self._scratch
         state.view = (self._snap_no, self._version, view)
         return view
 
-    def _projected(self, state: _GangState, e: gang._NodeEntry) -> gang._NodeEntry:
+    def _projected(self, state: _View, e: gang._NodeEntry) -> gang._NodeEntry:
         """The entry under the gang's projection, kept per version of the node."""
         kept = state.entries
         hit = kept.get(e.node.name)
@@ -552,7 +601,7 @@ class Inventory:
             hit = kept[e.node.name] = (e, self._project(state.projection, e))
         return hit[1]
 
-    def _without_held(self, state: _GangState, view: gang.Snapshot, held: Collection[str]
+    def _without_held(self, state: _View, view: gang.Snapshot, held: Collection[str]
                       ) -> tuple[gang.Snapshot, list[str], list[str]]:
         """The gang's whole view without the held nodes (the view's positions are the
         nodes' name order), and their names; the last one is kept for the next decision
@@ -570,16 +619,18 @@ class Inventory:
         state.held = (view, positions, smaller)
         return smaller, [], names
 
-    def _patched(self, state: _GangState, snap: gang.Snapshot) -> gang.Snapshot | None:
-        """The gang's previous view with the nodes recomputed since patched in, or None
-        when it must be rebuilt (nodes came or went, too many changed, labels changed)."""
+    def _patched(self, state: _View, snap: gang.Snapshot) -> gang.Snapshot | None:
+        """The gang's previous view with the nodes recomputed since patched in, however
+        many (each costs its projection, as in a rebuild; the rest is a copy of the
+        entries and class tables, far less than inserting every node again), or None
+        when it must be rebuilt (nodes came or went, labels changed, the log of changes
+        no longer reaches back to the view)."""
         assert state.view is not None
         since = state.view[0]
         if not self._log or self._log[0][0] > since + 1:
+            self.views["rebuilt: layout or log"] += 1
             return None
         changed = set().union(*(names for no, names in self._log if no > since))
-        if len(changed) > len(snap.entries) // 8 + 1:
-            return None
         previous = state.view[2]
         changes = {}
         for name in changed:
@@ -588,11 +639,17 @@ class Inventory:
             projected = self._project(state.projection, e)
             state.entries[name] = (e, projected)
             if projected.labels != previous.entries[i].labels:
+                self.views["rebuilt: labels"] += 1
                 return None
             changes[i] = projected
+        self.views["patched nodes"] += len(changes)
         view = previous.replaced(changes)
         view.scratch = self._scratch
         view.pods = snap.pods  # bound pods may have come or gone anywhere
+        # And what the current index holds beside the nodes (classes, pools that are not
+        # node-local, the device count).
+        view.inventory, view.global_slices, view.devices = (
+            snap.inventory, snap.global_slices, snap.devices)
         return view
 
     def _project(self, proj: projection.Projection, e: gang._NodeEntry) -> gang._NodeEntry:
@@ -644,8 +701,9 @@ class Inventory:
                 held: Collection[str]) -> planning.PlanResult:
         with cache.use(self._store), _collector_paused():
             state = self._gang_state(g)
-            view, refused, kept_out = self._view(state, node_filter, held)
-            result = planning.plan(_as(g, state), view, chosen, memo=state.memo)
+            view, refused, kept_out = self._view(state.shared, node_filter, held)
+            result = planning.plan(_as(g, state), view, chosen,
+                                   memo=state.shared.memo(g.namespace))
         return _left_out(result, g, refused, kept_out)
 
     def verify(self, g: gang.Gang, p: planning.Plan, *,
@@ -656,7 +714,7 @@ class Inventory:
         made with; `held` as for `plan`."""
         with cache.use(self._store), _collector_paused():
             state = self._gang_state(g)
-            view, refused, kept_out = self._view(state, node_filter, held)
+            view, refused, kept_out = self._view(state.shared, node_filter, held)
             result = planning.verify(_as(g, state), view, p, list(self._shapes.values()))
         return _left_out(result, g, refused, kept_out)
 
@@ -683,7 +741,9 @@ class Inventory:
             "device classes": len(self._classes), "device taint rules": len(self._rules),
             "shapes": len(self._shapes),
             "gangs kept": len(self._gangs),
-            "fills kept": sum(len(s.memo.fills) for s in self._gangs.values()),
+            "views kept": len(self._shared),
+            "fills kept": sum(len(m.fills) for v in self._shared.values()
+                              for m in v.memos.values()),
             "device parts kept": sum(len(p) for p in self._parts.values()),
             "interned keys": len(self._keys),
             **self._store.stats(),
@@ -713,7 +773,8 @@ def _collector_paused() -> Iterator[None]:
 
 def _as(g: gang.Gang, state: _GangState) -> gang.Gang:
     """The gang as decided: its own name, kind and source with the pod sets of the first
-    gang of its content (the memo keys fills by pod set identity)."""
+    gang of its content (the memo finds a pod set's key by its identity: the same
+    objects every time, looked up once)."""
     if g.pod_sets is state.first.pod_sets:
         return g
     return dataclasses.replace(g, pod_sets=state.first.pod_sets)

@@ -204,16 +204,29 @@ def device_view(g: gang.Gang, classes: Mapping[str, model.DeviceClass]) -> Devic
     return DeviceView(frozenset(read) if read is not None else None, relabel, ordered)
 
 
+#: Pods of a pod set up to which free resources tell nodes apart, at least: the cap does
+#: not depend on the pod count below it, so gangs that differ only in pod counts class
+#: nodes alike and share their view (`fitcore.inventory`). Any cap at or above the count
+#: is exact.
+FREE_CAP = 64
+
+
+def _cap(count: int) -> int:
+    """The cap of a pod set of `count` pods: FREE_CAP, or the power of two at or above."""
+    return max(FREE_CAP, 1 << max(count - 1, 0).bit_length())
+
+
 def free_view(g: gang.Gang) -> tuple[tuple[str, Fraction, int, bool], ...]:
     """Per requested resource: (name, per-pod request or the gang's total, cap, exact?).
-    A resource one pod set asks for is kept as pods it holds; others exactly, capped."""
+    A resource one pod set asks for is kept as pods it holds; others exactly, capped
+    (pod counts taken as their `_cap`)."""
     per: dict[str, list[tuple[Fraction, int]]] = {}
     for ps in g.pod_sets:
         reqs = {k: q.value for k, q in ps.requests.items()}
         reqs["pods"] = reqs.get("pods", Fraction(0)) + 1
         for k, v in reqs.items():
             if v > 0:
-                per.setdefault(k, []).append((v, ps.count))
+                per.setdefault(k, []).append((v, _cap(ps.count)))
     out = []
     for k, asks in sorted(per.items()):
         if len(asks) == 1:
@@ -284,6 +297,9 @@ class Projection:
                               not a.admin_access else 0 for a in r.alternatives]
                     per_pod += min(counts, default=0)
             self._per_pod = per_pod
+        # Everything a node's class key depends on besides the node: gangs of one `key`
+        # (those that differ only in pod counts, see `free_view`) class every node alike.
+        self.key = repr((self.signature, self.free, self._extended, self._per_pod))
 
     def _maybe_selectable(self, driver: str, d: model.Device,
                           observed: tuple[Any, ...]) -> bool:

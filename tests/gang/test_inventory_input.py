@@ -377,7 +377,7 @@ def _both(objects: list[dict[str, Any]], job: dict[str, Any], kube: str = "1.36"
 def _classes(inv: inventory.Inventory, g: gang.Gang) -> dict[str, int]:
     """Each node's projected class under the gang (after a decision)."""
     state = inv._gang_state(g)
-    return {name: projected.key for name, (_, projected) in state.entries.items()}
+    return {name: projected.key for name, (_, projected) in state.shared.entries.items()}
 
 
 def test_projection_merges_nodes_yet_anti_affinity_sees_each_node() -> None:
