@@ -61,7 +61,11 @@ Defined next to what they measure:
 - `admission.runtime.workqueue`: `fitgate_reconcile_total{controller, result}` (ok, requeue,
   error), `fitgate_reconcile_seconds{controller}`, `fitgate_workqueue_depth{controller}`,
   `fitgate_workqueue_wait_seconds{controller}` (from a key's due time to its reconcile's
-  start: the wait for a worker).
+  start: the wait for a worker), `fitgate_workqueue_adds_total{controller, cause, outcome}`
+  (keys offered to a queue: the kind of the event that named them or requeue/retry/again,
+  and whether the add queued, merged with a waiting key, or ran the key again after).
+- `admission.runtime.collector`: `fitgate_gc_freezes_total` (full collections whose
+  survivors were frozen), `fitgate_gc_full_collection_seconds` (each full collection).
 - `admission.kube.cache`: `fitgate_informer_synced{kind}` (1 once the kind's cache has
   listed), `fitgate_informer_lists_total{kind}`, `fitgate_informer_reconnects_total{kind}`,
   `fitgate_informer_events_total{kind}`.
