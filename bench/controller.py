@@ -454,11 +454,15 @@ class Sampler:
         self.interval = interval
         self.own: dict[str, int] = {}
         self.cumulative: dict[str, int] = {}
+        #: Whole stacks, outermost frame first, with the thread's name: what
+        #: `bench.cpusplit` sorts into parts.
+        self.stacks: dict[tuple[str, ...], int] = {}
         self.samples = 0
         self._stop = False
 
     def run(self) -> None:
         me = threading.get_ident()
+        names = {}
         while not self._stop:
             for ident, frame in sys._current_frames().items():
                 if ident == me:
@@ -468,9 +472,11 @@ class Sampler:
                     continue
                 top = True
                 seen = set()
+                stack = []
                 while f is not None:
                     code = f.f_code
                     where = f"{code.co_filename.rsplit('/', 2)[-1]}:{code.co_name}"
+                    stack.append(where)
                     if top:
                         self.own[where] = self.own.get(where, 0) + 1
                         top = False
@@ -478,6 +484,11 @@ class Sampler:
                         seen.add(where)
                         self.cumulative[where] = self.cumulative.get(where, 0) + 1
                     f = f.f_back
+                if ident not in names:
+                    names = {t.ident: t.name for t in threading.enumerate()}
+                stack.append(f"thread:{names.get(ident, '?')}")
+                key = tuple(reversed(stack))
+                self.stacks[key] = self.stacks.get(key, 0) + 1
                 self.samples += 1
             time.sleep(self.interval)
 
@@ -528,6 +539,36 @@ class Result:
     #: (`bench.loopwatch.reconciles`), and the loop's callbacks over 20 ms (`--slow`).
     counts: dict[str, float] = dataclasses.field(default_factory=dict)
     slow: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: CPU seconds over the burst by thread (`cpu_by_thread`): the event loop, the
+    #: engine's decision thread, the gate's, the idle questions', the profiler's.
+    threads: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def thread_cpu() -> dict[int, float]:
+    """CPU seconds (user + system) of each of this process's threads, by native id."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def cpu_by_thread(before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+    """CPU seconds between two `thread_cpu` readings, by thread name (a pool's threads
+    together: `fitgate-decide_0` and `_1` are `fitgate-decide`); threads that ended
+    meanwhile are left out."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for tid, cpu in after.items():
+        name = names.get(tid, "other")
+        name = "event loop" if name == "MainThread" else name.rsplit("_", 1)[0]
+        out[name] = out.get(name, 0.0) + cpu - before.get(tid, 0.0)
+    return out
 
 
 def rss_mib() -> float:
@@ -621,7 +662,7 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
         lags.clear()
         events0, sent0 = counter.count, feeder.sent
         views0 = dict(getattr(svc.inventory._lane.engine, "views", {}))
-        t0, cpu0 = time.perf_counter(), time.process_time()
+        t0, cpu0, threads0 = time.perf_counter(), time.process_time(), thread_cpu()
         counts0 = {**loopwatch.reconciles(), **loopwatch.handoffs()}
         if watch is not None:
             watch.reset()
@@ -632,6 +673,7 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
         await _until_decided(api, keys, timeout, progress)
         burst_s = time.perf_counter() - t0
         cpu_s = time.process_time() - cpu0
+        threads = cpu_by_thread(threads0, thread_cpu())
         counts = loopwatch.delta(counts0, {**loopwatch.reconciles(), **loopwatch.handoffs()})
         events, sent = counter.count - events0, feeder.sent - sent0
         views = getattr(svc.inventory._lane.engine, "views", None)
@@ -649,13 +691,14 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
     return _result(api, gangs, keys, nodes=nodes, burst_s=burst_s, lags=lags,
                    events=events, sent=sent, start_s=start_s, rss_fake=rss_fake,
                    load_start=load_start, cpu_s=cpu_s, counts=counts,
-                   slow=watch.report() if watch is not None else [])
+                   slow=watch.report() if watch is not None else [], threads=threads)
 
 
 def _result(api: TimedClient, gangs: list[Gang], keys: list[str], *, nodes: int,
             burst_s: float, lags: list[float], events: int, sent: int, start_s: float,
             rss_fake: float, load_start: tuple[float, float, float], cpu_s: float,
-            counts: dict[str, float], slow: list[dict[str, Any]]) -> Result:
+            counts: dict[str, float], slow: list[dict[str, Any]],
+            threads: dict[str, float] | None = None) -> Result:
     decided = [k for k in keys if k in api.gate and k in api.check]
     both = [max(api.gate[k].at, api.check[k].at) - api.arrived[k] for k in decided]
     gate_s = [api.gate[k].at - api.arrived[k] for k in keys if k in api.gate]
@@ -679,7 +722,7 @@ def _result(api: TimedClient, gangs: list[Gang], keys: list[str], *, nodes: int,
         events_per_s=events / burst_s, offered_per_s=sent / burst_s, start_s=start_s,
         rss_peak_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         rss_fake_mib=rss_fake, load_start=load_start, load_end=os.getloadavg(),
-        cpu_s=cpu_s, counts=counts, slow=slow)
+        cpu_s=cpu_s, counts=counts, slow=slow, threads=threads or {})
 
 
 # ----------------------------------------------------------------- the table
@@ -700,6 +743,9 @@ def _one(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
     if sampler is not None:
         with open(f"{args.profile}.{nodes}.txt", "w") as f:
             f.write(sampler.report(40) + "\n")
+        with open(f"{args.profile}.{nodes}.stacks", "w") as f:
+            for stack, n in sorted(sampler.stacks.items(), key=lambda x: -x[1]):
+                f.write(f"{';'.join(stack)} {n}\n")
     out = dataclasses.asdict(result)
     for k in ("expected", "gate", "check"):
         del out[k]
@@ -734,6 +780,11 @@ def table(rows: list[dict[str, Any]]) -> str:
                      f"({r['cpu_s'] * 1e3 / max(r['decided'], 1):.0f} ms per Workload decided); "
                      f"feeder {r['offered_per_s']:.0f} events/s; "
                      + ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items())))
+        threads = r.get("threads") or {}
+        if threads:
+            lines.append("  CPU per Workload decided, by thread: " + ", ".join(
+                f"{name} {cpu * 1e3 / max(r['decided'], 1):.1f} ms"
+                for name, cpu in sorted(threads.items(), key=lambda x: -x[1]) if cpu > 0))
         counts = r.get("counts") or {}
         if counts:
             per = ", ".join(f"{k.split()[1]} {v / max(r['workloads'], 1):.2f}"
