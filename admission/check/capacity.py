@@ -345,8 +345,8 @@ def requests_of(rec: Rec, wl: client.Obj, check: str | None = None) -> list[clie
     meta = _meta(wl)
     uid = str(meta.get("uid", ""))
     unreadable: list[client.Obj] = []
-    mine = [r.obj for r in rec.ledger.trusted_requests(str(meta.get("namespace") or ""),
-                                                       unreadable)
+    mine = [r.obj for r in rec.ledger.requests_of(str(meta.get("namespace") or ""), uid,
+                                                  unreadable)
             if r.workload_uid == uid and (check is None or r.check == check)]
     return mine + [r for r in unreadable
                    if (_meta(r).get("labels") or {}).get(c.WORKLOAD_UID_LABEL) == uid
