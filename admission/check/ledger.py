@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import itertools
 from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import fitcore
@@ -165,12 +166,18 @@ class NodeLedger:
         return self._nodes.before(_time(_meta(request).get("creationTimestamp")))
 
 
-    def node_labels(self, names: Collection[str] | None = None) -> dict[str, dict[str, str]]:
-        """Every node's labels (or those of the nodes named that exist), by name."""
-        if names is not None:  # from the node index: converted once per node change
+    def node_labels(self, names: Collection[str] | None = None
+                    ) -> Mapping[str, Mapping[str, str]]:
+        """Every node's labels (or those of the nodes named that exist), by name, from
+        the node index: converted once per change of a node (do not modify)."""
+        if names is not None:
             return {name: have for name in names
                     if (have := self._nodes.labels(name)) is not None}
-        return {str(_meta(n).get("name")): labels(n) for n in self.stores.nodes.list()}
+        return self._nodes.all_labels()
+
+    def nodes_matching(self, wanted: Mapping[str, str]) -> AbstractSet[str]:
+        """The nodes whose labels include all of `wanted` (`NodesByCreation.matching`)."""
+        return self._nodes.matching(wanted)
 
 
 def labels(obj: Mapping[str, Any] | None) -> dict[str, str]:

@@ -43,6 +43,8 @@ UNKNOWN = datetime.datetime.min.replace(tzinfo=datetime.UTC)
 Node = tuple[datetime.datetime, str, Mapping[str, Any]]
 
 _TIME = operator.itemgetter(0)
+#: Label sets whose matching nodes are kept at most (NodeShapes' labels: few).
+_MATCHING_MAX = 256
 
 
 class NodesByCreation:
@@ -52,6 +54,10 @@ class NodesByCreation:
         self._order: list[tuple[datetime.datetime, str]] = []  # sorted
         self._nodes: dict[str, Node] = {}  # name -> its entry
         self._labels: dict[str, dict[str, str]] = {}  # name -> its labels as strings
+        # The nodes whose labels include some labels (a NodeShape's), kept until a node
+        # comes, goes or changes its labels: requests for new nodes avoid the existing
+        # nodes of their shapes, which a pass over every node found per request.
+        self._matching: dict[frozenset[tuple[str, str]], frozenset[str]] = {}
         for obj in nodes.list():
             self._put(obj)
         nodes.subscribe(self._on_event)
@@ -79,6 +85,19 @@ class NodesByCreation:
         """Every node's labels as `labels` gives them, by name (do not modify)."""
         return self._labels
 
+    def matching(self, wanted: Mapping[str, str]) -> frozenset[str]:
+        """The names of the nodes whose labels (as `labels` gives them) include every
+        one of `wanted`."""
+        key = frozenset((str(k), str(v)) for k, v in wanted.items())
+        hit = self._matching.get(key)
+        if hit is None:
+            hit = frozenset(name for name, have in self._labels.items()
+                            if all(have.get(k) == v for k, v in key))
+            if len(self._matching) >= _MATCHING_MAX:
+                self._matching.clear()
+            self._matching[key] = hit
+        return hit
+
     def labels(self, name: str) -> dict[str, str] | None:
         """The node's labels, keys and values as strings (None: no such node); made once
         per change of the node's labels, not per read (do not modify)."""
@@ -104,6 +123,7 @@ class NodesByCreation:
             return  # a heartbeat or a status change: nothing the ledger reads
         if old is not None:
             self._drop(name)
+        self._matching.clear()
         self._nodes[name] = (created, name, labels)
         self._labels[name] = {str(k): str(v) for k, v in labels.items()}
         bisect.insort(self._order, (created, name))
@@ -113,6 +133,7 @@ class NodesByCreation:
         if old is None:
             return
         del self._labels[name]
+        self._matching.clear()
         i = bisect.bisect_left(self._order, (old[0], name))
         del self._order[i]
 

@@ -112,8 +112,16 @@ def test_nodes_by_creation_equals_a_recomputation_after_any_events(seed: int) ->
         for t in TIMES:
             assert index.since(t) == recomputed_since(s, t), t
             assert index.before(t) == recomputed_before(s, t), t
+        for wanted in WANTED:  # asked twice: the second answer is the kept one
+            want = {o["metadata"]["name"] for o in s.list()
+                    if wanted.items() <= ledger.labels(o).items()}
+            assert index.matching(wanted) == want == index.matching(wanted), wanted
     check()
     churn(s, node, NODES, rng, 150, check)
+
+
+WANTED = [{}, {"shape": "b200"}, {"shape": "h100"}, {"shape": "b200", "zone": "a"},
+          {"zone": "b"}]
 
 
 def recounted(s: store.Store) -> dict[tuple[str, str], dict[str, int]]:
