@@ -79,7 +79,7 @@ from admission.app import logging as flog
 from admission.check import ledger
 from admission.gate import predicates as gating
 from admission.kube import client, fake, kinds
-from bench import loopwatch
+from bench import cpusplit, loopwatch
 from tests.gang import realistic as rl
 
 SEED = 1
@@ -454,8 +454,8 @@ class Sampler:
         self.interval = interval
         self.own: dict[str, int] = {}
         self.cumulative: dict[str, int] = {}
-        #: Whole stacks, outermost frame first, with the thread's name: what
-        #: `bench.cpusplit` sorts into parts.
+        #: Whole stacks, outermost frame first, after the thread's name (frames named
+        #: by package directory and file: `check/workload.py:sync_plan`).
         self.stacks: dict[tuple[str, ...], int] = {}
         self.samples = 0
         self._stop = False
@@ -476,7 +476,8 @@ class Sampler:
                 while f is not None:
                     code = f.f_code
                     where = f"{code.co_filename.rsplit('/', 2)[-1]}:{code.co_name}"
-                    stack.append(where)
+                    stack.append(f"{'/'.join(code.co_filename.rsplit('/', 2)[-2:])}:"
+                                 f"{code.co_name}")
                     if top:
                         self.own[where] = self.own.get(where, 0) + 1
                         top = False
@@ -491,6 +492,10 @@ class Sampler:
                 self.stacks[key] = self.stacks.get(key, 0) + 1
                 self.samples += 1
             time.sleep(self.interval)
+
+    def reset(self) -> None:
+        """Forget what was sampled so far (the start and the warm-up, before a burst)."""
+        self.own, self.cumulative, self.stacks, self.samples = {}, {}, {}, 0
 
     def stop(self) -> None:
         self._stop = True
@@ -666,6 +671,8 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
         counts0 = {**loopwatch.reconciles(), **loopwatch.handoffs()}
         if watch is not None:
             watch.reset()
+        if sampler is not None:
+            sampler.reset()
         keys = []
         for i in range(0, len(gangs), 50):
             keys += [arrive(api, g) for g in gangs[i:i + 50]]
@@ -749,6 +756,9 @@ def _one(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
     out = dataclasses.asdict(result)
     for k in ("expected", "gate", "check"):
         del out[k]
+    if sampler is not None:  # the burst's CPU by part (`bench.cpusplit`)
+        out["split"] = cpusplit.split(sampler.stacks, result.threads)
+        out["waiting"] = cpusplit.waiting(sampler.stacks)
     return out
 
 
@@ -785,6 +795,12 @@ def table(rows: list[dict[str, Any]]) -> str:
             lines.append("  CPU per Workload decided, by thread: " + ", ".join(
                 f"{name} {cpu * 1e3 / max(r['decided'], 1):.1f} ms"
                 for name, cpu in sorted(threads.items(), key=lambda x: -x[1]) if cpu > 0))
+        split = r.get("split") or {}
+        if split:
+            lines.append("  CPU per Workload decided, by part (--profile): " + ", ".join(
+                f"{name} {cpu * 1e3 / max(r['decided'], 1):.1f} ms"
+                for name, cpu in split.items())
+                + f"; samples waiting for the GIL after a wake-up: {r.get('waiting', 0):.0%}")
         counts = r.get("counts") or {}
         if counts:
             per = ", ".join(f"{k.split()[1]} {v / max(r['workloads'], 1):.2f}"
