@@ -60,6 +60,7 @@ import asyncio
 import copy
 import dataclasses
 import datetime
+import gc
 import json
 import os
 import random
@@ -97,6 +98,9 @@ DECISIONS_TARGET = 200.0  # per second, at 5,000 nodes
 P99_TARGET_S = 1.0  # arrival to decision, at 5,000 nodes
 LAG_P99_TARGET_MS = 20.0  # at 5,000 nodes
 RSS_TARGET_MIB = 1024.0  # all processes, at 10,000 nodes
+
+#: The GIL switch interval in seconds (None: serve's configured one; `--switch-interval`).
+SWITCH_INTERVAL: float | None = None
 
 #: Gang sizes, most small (as real queues are), a few up to 64 pods.
 POD_COUNTS = (1, 1, 1, 2, 2, 4, 4, 8, 8, 16, 32, 64)
@@ -599,8 +603,8 @@ def service(api: fake.FakeClient) -> serve.Service:
                                      "leader_election": False, "log_level": "warning",
                                      "kube_version": KUBE_VERSION})
     # As `serve.serve` does before it starts the Service: how long the event loop waits
-    # for the GIL held by a decision thread, per wait.
-    sys.setswitchinterval(cfg.switch_interval)
+    # for the GIL held by a decision thread, per wait (`--switch-interval` overrides).
+    sys.setswitchinterval(SWITCH_INTERVAL or cfg.switch_interval)
     return serve.Service(cfg, api, factories=components.factories())
 
 
@@ -633,7 +637,7 @@ class _Counter:
 async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 600.0,
               rack_size: int = rl.RACK_SIZE, max_pods: int = 64,
               sampler: Sampler | None = None, progress: float | None = None,
-              watch: loopwatch.SlowCallbacks | None = None) -> Result:
+              watch: loopwatch.SlowCallbacks | None = None, cycles: bool = False) -> Result:
     """One measured run (see the module docstring)."""
     load_start = os.getloadavg()
     rss0 = rss_mib()
@@ -689,6 +693,12 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
             print(f"# {nodes} nodes, views over the burst: {burst_views}", file=sys.stderr)
         if sampler is not None:
             sampler.stop()
+        if cycles:
+            # What the collector had not freed: every object back in its sight, one full
+            # collection; the unreachable objects it finds are cyclic garbage that the
+            # freezes (serve's, `runtime.collector`'s) had hidden from it.
+            gc.unfreeze()
+            counts["cyclic garbage found after the burst"] = float(gc.collect())
     finally:
         for t in background:
             t.cancel()
@@ -746,7 +756,8 @@ def _one(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
     if watch is not None:
         watch.install()
     result = asyncio.run(run(nodes, args.workloads, rate=args.rate, timeout=args.timeout,
-                             sampler=sampler, progress=15.0, watch=watch))
+                             sampler=sampler, progress=15.0, watch=watch,
+                             cycles=args.cycles))
     if sampler is not None:
         with open(f"{args.profile}.{nodes}.txt", "w") as f:
             f.write(sampler.report(40) + "\n")
@@ -806,6 +817,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             per = ", ".join(f"{k.split()[1]} {v / max(r['workloads'], 1):.2f}"
                             for k, v in sorted(counts.items()) if k.startswith("reconciles "))
             lines.append(f"  reconciles per Workload of the burst: {per}")
+            if "cyclic garbage found after the burst" in counts:
+                lines.append(f"  cyclic garbage found after the burst (--cycles): "
+                             f"{counts['cyclic garbage found after the burst']:.0f} objects")
             if "handoff delivered" in counts:
                 lines.append(f"  decision results handed to the loop: "
                              f"{counts['handoff delivered']:.0f} with "
@@ -862,9 +876,16 @@ def main() -> None:
                         help="sample every thread's stack; write PREFIX.<nodes>.txt")
     parser.add_argument("--slow", action="store_true",
                         help="time the event loop's callbacks; list those over 20 ms")
+    parser.add_argument("--cycles", action="store_true",
+                        help="after the burst, count the cyclic garbage the collector's "
+                             "freezes hid (one full collection of everything)")
+    parser.add_argument("--switch-interval", type=float,
+                        help="the GIL switch interval in seconds (default: serve's)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
+        global SWITCH_INTERVAL
+        SWITCH_INTERVAL = args.switch_interval
         print(json.dumps(_one(args.one, args)))
         return
     rows = []
@@ -876,6 +897,10 @@ def main() -> None:
             argv += ["--profile", args.profile]
         if args.slow:
             argv += ["--slow"]
+        if args.cycles:
+            argv += ["--cycles"]
+        if args.switch_interval:
+            argv += ["--switch-interval", str(args.switch_interval)]
         done = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True)
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{n} nodes done: {rows[-1]['decided']} decided in "
