@@ -9,8 +9,7 @@ import random
 
 import pytest
 
-from admission.kube import store
-from admission.kube import kinds
+from admission.kube import kinds, store
 from admission.release import podindex
 from admission.release import reconciler as release
 from tests.admission.check.test_ledgerindex import churn, pod
