@@ -1,7 +1,8 @@
 """Decision throughput of the running service: the gate and the check under a burst.
 
     .venv/bin/python -m bench.controller [--nodes 1000,5000] [--workloads 1000]
-                                          [--rate 200] [--profile PATH]
+                                          [--rate 200] [--profile PATH] [--slow]
+                                          [--cycles] [--switch-interval SECONDS]
 
 What runs is `fitgate serve`'s own wiring (`admission.app.serve.Service`) with the
 components `admission/app/components.py` lists: the informers over every kind of
@@ -49,8 +50,12 @@ machine, a figure its other load changes far less than the rates) and the machin
 load average at start and end. A burst not decided within
 `--timeout` seconds is cut there: the table says how many were decided, and the rates
 and percentiles are of those. Then each target of issue 23
-item 2, met or missed. Figures, not assertions; `tests/bench/test_controller.py` runs
-the same machinery small and checks every decision.
+item 2, met or missed. The CPU over the burst is also given per thread (the event loop,
+each decision thread); with `--profile`, per part as well (`bench.cpusplit`: engine
+decisions, each reconciler's own Python, event application, the fake API server and
+this bench, the loop, garbage collection). Figures, not assertions;
+`tests/bench/test_controller.py` runs the same machinery small and checks every
+decision.
 """
 
 from __future__ import annotations
