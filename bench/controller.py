@@ -1,7 +1,8 @@
 """Decision throughput of the running service: the gate and the check under a burst.
 
     .venv/bin/python -m bench.controller [--nodes 1000,5000] [--workloads 1000]
-                                          [--rate 200] [--profile PATH]
+                                          [--rate 200] [--profile PATH] [--slow]
+                                          [--cycles] [--switch-interval SECONDS]
 
 What runs is `fitgate serve`'s own wiring (`admission.app.serve.Service`) with the
 components `admission/app/components.py` lists: the informers over every kind of
@@ -49,8 +50,12 @@ machine, a figure its other load changes far less than the rates) and the machin
 load average at start and end. A burst not decided within
 `--timeout` seconds is cut there: the table says how many were decided, and the rates
 and percentiles are of those. Then each target of issue 23
-item 2, met or missed. Figures, not assertions; `tests/bench/test_controller.py` runs
-the same machinery small and checks every decision.
+item 2, met or missed. The CPU over the burst is also given per thread (the event loop,
+each decision thread); with `--profile`, per part as well (`bench.cpusplit`: engine
+decisions, each reconciler's own Python, event application, the fake API server and
+this bench, the loop, garbage collection). Figures, not assertions;
+`tests/bench/test_controller.py` runs the same machinery small and checks every
+decision.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ import asyncio
 import copy
 import dataclasses
 import datetime
+import gc
 import json
 import os
 import random
@@ -79,7 +85,7 @@ from admission.app import logging as flog
 from admission.check import ledger
 from admission.gate import predicates as gating
 from admission.kube import client, fake, kinds
-from bench import loopwatch
+from bench import cpusplit, loopwatch
 from tests.gang import realistic as rl
 
 SEED = 1
@@ -97,6 +103,9 @@ DECISIONS_TARGET = 200.0  # per second, at 5,000 nodes
 P99_TARGET_S = 1.0  # arrival to decision, at 5,000 nodes
 LAG_P99_TARGET_MS = 20.0  # at 5,000 nodes
 RSS_TARGET_MIB = 1024.0  # all processes, at 10,000 nodes
+
+#: The GIL switch interval in seconds (None: serve's configured one; `--switch-interval`).
+SWITCH_INTERVAL: float | None = None
 
 #: Gang sizes, most small (as real queues are), a few up to 64 pods.
 POD_COUNTS = (1, 1, 1, 2, 2, 4, 4, 8, 8, 16, 32, 64)
@@ -454,11 +463,15 @@ class Sampler:
         self.interval = interval
         self.own: dict[str, int] = {}
         self.cumulative: dict[str, int] = {}
+        #: Whole stacks, outermost frame first, after the thread's name (frames named
+        #: by package directory and file: `check/workload.py:sync_plan`).
+        self.stacks: dict[tuple[str, ...], int] = {}
         self.samples = 0
         self._stop = False
 
     def run(self) -> None:
         me = threading.get_ident()
+        names = {}
         while not self._stop:
             for ident, frame in sys._current_frames().items():
                 if ident == me:
@@ -468,9 +481,12 @@ class Sampler:
                     continue
                 top = True
                 seen = set()
+                stack = []
                 while f is not None:
                     code = f.f_code
                     where = f"{code.co_filename.rsplit('/', 2)[-1]}:{code.co_name}"
+                    stack.append(f"{'/'.join(code.co_filename.rsplit('/', 2)[-2:])}:"
+                                 f"{code.co_name}")
                     if top:
                         self.own[where] = self.own.get(where, 0) + 1
                         top = False
@@ -478,8 +494,17 @@ class Sampler:
                         seen.add(where)
                         self.cumulative[where] = self.cumulative.get(where, 0) + 1
                     f = f.f_back
+                if ident not in names:
+                    names = {t.ident: t.name for t in threading.enumerate()}
+                stack.append(f"thread:{names.get(ident, '?')}")
+                key = tuple(reversed(stack))
+                self.stacks[key] = self.stacks.get(key, 0) + 1
                 self.samples += 1
             time.sleep(self.interval)
+
+    def reset(self) -> None:
+        """Forget what was sampled so far (the start and the warm-up, before a burst)."""
+        self.own, self.cumulative, self.stacks, self.samples = {}, {}, {}, 0
 
     def stop(self) -> None:
         self._stop = True
@@ -528,6 +553,36 @@ class Result:
     #: (`bench.loopwatch.reconciles`), and the loop's callbacks over 20 ms (`--slow`).
     counts: dict[str, float] = dataclasses.field(default_factory=dict)
     slow: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: CPU seconds over the burst by thread (`cpu_by_thread`): the event loop, the
+    #: engine's decision thread, the gate's, the idle questions', the profiler's.
+    threads: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def thread_cpu() -> dict[int, float]:
+    """CPU seconds (user + system) of each of this process's threads, by native id."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def cpu_by_thread(before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+    """CPU seconds between two `thread_cpu` readings, by thread name (a pool's threads
+    together: `fitgate-decide_0` and `_1` are `fitgate-decide`); threads that ended
+    meanwhile are left out."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for tid, cpu in after.items():
+        name = names.get(tid, "other")
+        name = "event loop" if name == "MainThread" else name.rsplit("_", 1)[0]
+        out[name] = out.get(name, 0.0) + cpu - before.get(tid, 0.0)
+    return out
 
 
 def rss_mib() -> float:
@@ -553,8 +608,8 @@ def service(api: fake.FakeClient) -> serve.Service:
                                      "leader_election": False, "log_level": "warning",
                                      "kube_version": KUBE_VERSION})
     # As `serve.serve` does before it starts the Service: how long the event loop waits
-    # for the GIL held by a decision thread, per wait.
-    sys.setswitchinterval(cfg.switch_interval)
+    # for the GIL held by a decision thread, per wait (`--switch-interval` overrides).
+    sys.setswitchinterval(SWITCH_INTERVAL or cfg.switch_interval)
     return serve.Service(cfg, api, factories=components.factories())
 
 
@@ -587,7 +642,7 @@ class _Counter:
 async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 600.0,
               rack_size: int = rl.RACK_SIZE, max_pods: int = 64,
               sampler: Sampler | None = None, progress: float | None = None,
-              watch: loopwatch.SlowCallbacks | None = None) -> Result:
+              watch: loopwatch.SlowCallbacks | None = None, cycles: bool = False) -> Result:
     """One measured run (see the module docstring)."""
     load_start = os.getloadavg()
     rss0 = rss_mib()
@@ -621,10 +676,12 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
         lags.clear()
         events0, sent0 = counter.count, feeder.sent
         views0 = dict(getattr(svc.inventory._lane.engine, "views", {}))
-        t0, cpu0 = time.perf_counter(), time.process_time()
+        t0, cpu0, threads0 = time.perf_counter(), time.process_time(), thread_cpu()
         counts0 = {**loopwatch.reconciles(), **loopwatch.handoffs()}
         if watch is not None:
             watch.reset()
+        if sampler is not None:
+            sampler.reset()
         keys = []
         for i in range(0, len(gangs), 50):
             keys += [arrive(api, g) for g in gangs[i:i + 50]]
@@ -632,6 +689,7 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
         await _until_decided(api, keys, timeout, progress)
         burst_s = time.perf_counter() - t0
         cpu_s = time.process_time() - cpu0
+        threads = cpu_by_thread(threads0, thread_cpu())
         counts = loopwatch.delta(counts0, {**loopwatch.reconciles(), **loopwatch.handoffs()})
         events, sent = counter.count - events0, feeder.sent - sent0
         views = getattr(svc.inventory._lane.engine, "views", None)
@@ -640,6 +698,12 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
             print(f"# {nodes} nodes, views over the burst: {burst_views}", file=sys.stderr)
         if sampler is not None:
             sampler.stop()
+        if cycles:
+            # What the collector had not freed: every object back in its sight, one full
+            # collection; the unreachable objects it finds are cyclic garbage that the
+            # freezes (serve's, `runtime.collector`'s) had hidden from it.
+            gc.unfreeze()
+            counts["cyclic garbage found after the burst"] = float(gc.collect())
     finally:
         for t in background:
             t.cancel()
@@ -649,13 +713,14 @@ async def run(nodes: int, count: int, *, rate: float = 200.0, timeout: float = 6
     return _result(api, gangs, keys, nodes=nodes, burst_s=burst_s, lags=lags,
                    events=events, sent=sent, start_s=start_s, rss_fake=rss_fake,
                    load_start=load_start, cpu_s=cpu_s, counts=counts,
-                   slow=watch.report() if watch is not None else [])
+                   slow=watch.report() if watch is not None else [], threads=threads)
 
 
 def _result(api: TimedClient, gangs: list[Gang], keys: list[str], *, nodes: int,
             burst_s: float, lags: list[float], events: int, sent: int, start_s: float,
             rss_fake: float, load_start: tuple[float, float, float], cpu_s: float,
-            counts: dict[str, float], slow: list[dict[str, Any]]) -> Result:
+            counts: dict[str, float], slow: list[dict[str, Any]],
+            threads: dict[str, float] | None = None) -> Result:
     decided = [k for k in keys if k in api.gate and k in api.check]
     both = [max(api.gate[k].at, api.check[k].at) - api.arrived[k] for k in decided]
     gate_s = [api.gate[k].at - api.arrived[k] for k in keys if k in api.gate]
@@ -679,7 +744,7 @@ def _result(api: TimedClient, gangs: list[Gang], keys: list[str], *, nodes: int,
         events_per_s=events / burst_s, offered_per_s=sent / burst_s, start_s=start_s,
         rss_peak_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         rss_fake_mib=rss_fake, load_start=load_start, load_end=os.getloadavg(),
-        cpu_s=cpu_s, counts=counts, slow=slow)
+        cpu_s=cpu_s, counts=counts, slow=slow, threads=threads or {})
 
 
 # ----------------------------------------------------------------- the table
@@ -696,13 +761,20 @@ def _one(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
     if watch is not None:
         watch.install()
     result = asyncio.run(run(nodes, args.workloads, rate=args.rate, timeout=args.timeout,
-                             sampler=sampler, progress=15.0, watch=watch))
+                             sampler=sampler, progress=15.0, watch=watch,
+                             cycles=args.cycles))
     if sampler is not None:
         with open(f"{args.profile}.{nodes}.txt", "w") as f:
             f.write(sampler.report(40) + "\n")
+        with open(f"{args.profile}.{nodes}.stacks", "w") as f:
+            for stack, n in sorted(sampler.stacks.items(), key=lambda x: -x[1]):
+                f.write(f"{';'.join(stack)} {n}\n")
     out = dataclasses.asdict(result)
     for k in ("expected", "gate", "check"):
         del out[k]
+    if sampler is not None:  # the burst's CPU by part (`bench.cpusplit`)
+        out["split"] = cpusplit.split(sampler.stacks, result.threads)
+        out["waiting"] = cpusplit.waiting(sampler.stacks)
     return out
 
 
@@ -734,11 +806,25 @@ def table(rows: list[dict[str, Any]]) -> str:
                      f"({r['cpu_s'] * 1e3 / max(r['decided'], 1):.0f} ms per Workload decided); "
                      f"feeder {r['offered_per_s']:.0f} events/s; "
                      + ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items())))
+        threads = r.get("threads") or {}
+        if threads:
+            lines.append("  CPU per Workload decided, by thread: " + ", ".join(
+                f"{name} {cpu * 1e3 / max(r['decided'], 1):.1f} ms"
+                for name, cpu in sorted(threads.items(), key=lambda x: -x[1]) if cpu > 0))
+        split = r.get("split") or {}
+        if split:
+            lines.append("  CPU per Workload decided, by part (--profile): " + ", ".join(
+                f"{name} {cpu * 1e3 / max(r['decided'], 1):.1f} ms"
+                for name, cpu in split.items())
+                + f"; samples waiting for the GIL after a wake-up: {r.get('waiting', 0):.0%}")
         counts = r.get("counts") or {}
         if counts:
             per = ", ".join(f"{k.split()[1]} {v / max(r['workloads'], 1):.2f}"
                             for k, v in sorted(counts.items()) if k.startswith("reconciles "))
             lines.append(f"  reconciles per Workload of the burst: {per}")
+            if "cyclic garbage found after the burst" in counts:
+                lines.append(f"  cyclic garbage found after the burst (--cycles): "
+                             f"{counts['cyclic garbage found after the burst']:.0f} objects")
             if "handoff delivered" in counts:
                 lines.append(f"  decision results handed to the loop: "
                              f"{counts['handoff delivered']:.0f} with "
@@ -795,9 +881,16 @@ def main() -> None:
                         help="sample every thread's stack; write PREFIX.<nodes>.txt")
     parser.add_argument("--slow", action="store_true",
                         help="time the event loop's callbacks; list those over 20 ms")
+    parser.add_argument("--cycles", action="store_true",
+                        help="after the burst, count the cyclic garbage the collector's "
+                             "freezes hid (one full collection of everything)")
+    parser.add_argument("--switch-interval", type=float,
+                        help="the GIL switch interval in seconds (default: serve's)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
+        global SWITCH_INTERVAL
+        SWITCH_INTERVAL = args.switch_interval
         print(json.dumps(_one(args.one, args)))
         return
     rows = []
@@ -809,6 +902,10 @@ def main() -> None:
             argv += ["--profile", args.profile]
         if args.slow:
             argv += ["--slow"]
+        if args.cycles:
+            argv += ["--cycles"]
+        if args.switch_interval:
+            argv += ["--switch-interval", str(args.switch_interval)]
         done = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True)
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{n} nodes done: {rows[-1]['decided']} decided in "

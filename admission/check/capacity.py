@@ -60,9 +60,12 @@ async def sync_new_request(rec: Rec, wl: client.Obj, entry: Mapping[str, Any],
                                          alternatives, why, previous)
     while True:
         try:
+            # Every node's labels and the nodes matching a shape's, from the ledger's
+            # node index (kept from the node store's events), not a pass over the
+            # plan's existing nodes (every node of the cluster, for a plan of new ones).
             request, templates = provisioning.build(
                 wl, wg.gang, check, attempt, index, chosen, alternatives, node_shapes,
-                rec.ledger.node_labels(chosen.existing_nodes))  # what `build` reads
+                rec.ledger.node_labels(), rec.ledger.nodes_matching)
             break
         except provisioning.ShapeProblem as exc:
             if not alternatives:
@@ -345,8 +348,8 @@ def requests_of(rec: Rec, wl: client.Obj, check: str | None = None) -> list[clie
     meta = _meta(wl)
     uid = str(meta.get("uid", ""))
     unreadable: list[client.Obj] = []
-    mine = [r.obj for r in rec.ledger.trusted_requests(str(meta.get("namespace") or ""),
-                                                       unreadable)
+    mine = [r.obj for r in rec.ledger.requests_of(str(meta.get("namespace") or ""), uid,
+                                                  unreadable)
             if r.workload_uid == uid and (check is None or r.check == check)]
     return mine + [r for r in unreadable
                    if (_meta(r).get("labels") or {}).get(c.WORKLOAD_UID_LABEL) == uid

@@ -9,6 +9,7 @@ reads the same parse) and node ownership scanned once (`ledger.NodeLedger.node_o
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -104,14 +105,37 @@ class Pass:
 
 
 def read_pass(stores: Stores) -> Pass:
-    """Parse the NodeShapes (once for the pass)."""
+    """Parse the NodeShapes (once for the pass; each object once while the store holds
+    it: `_parsed`)."""
     out: dict[str, fitcore.NodeShape] = {}
     problems: list[str] = []
+    kept = _PARSED.get(stores.node_shapes, {})
+    seen: dict[store.Key, tuple[Any, fitcore.NodeShape | str]] = {}
     for obj in stores.node_shapes.list():
-        try:
-            s = fitcore.node_shape(obj)
-        except fitcore.InputError as exc:
-            problems.append(str(exc))
-            continue
-        out[s.name] = s
+        key = store.key_of(obj)
+        have = kept.get(key)
+        if have is None or have[0] is not obj:
+            have = (obj, _parsed(obj))
+        seen[key] = have
+        if isinstance(have[1], str):
+            problems.append(have[1])
+        else:
+            out[have[1].name] = have[1]
+    _PARSED[stores.node_shapes] = seen  # only what the store holds now
     return Pass(out, problems)
+
+
+#: Per NodeShape store, each object's parse (or its problem) while the store holds that
+#: object: every reconcile of every Workload reads every NodeShape, and a store replaces
+#: an object when it changes, so the same object parses the same. The kept reference
+#: holds the object's identity.
+_PARSED: weakref.WeakKeyDictionary[
+    store.Store, dict[store.Key, tuple[Any, fitcore.NodeShape | str]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _parsed(obj: Any) -> fitcore.NodeShape | str:
+    try:
+        return fitcore.node_shape(obj)
+    except fitcore.InputError as exc:
+        return str(exc)

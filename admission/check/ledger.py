@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import itertools
 from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import fitcore
@@ -44,6 +45,7 @@ class NodeLedger:
         self._nodes = ledgerindex.NodesByCreation(stores.nodes)
         self._bound = ledgerindex.BoundPods(stores.pods)
         self.provisioned = ProvisionedRequests(stores.provisioning_requests)
+        self._requests = ledgerindex.Requests(stores.provisioning_requests)
 
     def promise(self, wl: client.Obj, placements: Sequence[fitcore.Placement]) -> None:
         """Hold the nodes of an admitted gang's placements until its pods bind there."""
@@ -96,9 +98,18 @@ class NodeLedger:
         gang's node stays out of a plan until that gang is admitted (then
         `promised_nodes` holds it until its pods bind), and a request waits for a node
         of its own instead of verifying on another's."""
-        requests = sorted(self.trusted_requests(),  # only what fitgate wrote (trusted.py)
-                          key=lambda r: (str(_meta(r.obj).get("creationTimestamp") or ""),
-                                         _int(_meta(r.obj).get("resourceVersion"))))
+        # A request owns only nodes created since it: those created after the newest
+        # node own none, and are not read at all (`ledgerindex.Requests` keeps them in
+        # creation order). While no node came since the requests were made, as is
+        # nearly always so, this is a bisection, not a pass over every request.
+        newest = self._nodes.newest()
+        if newest is None:
+            return {}
+        requests = sorted(trusted.trusted_of(  # only what fitgate wrote (trusted.py)
+            self._requests.created_until(newest), self.stores.workloads,
+            kueue.ours(self.stores.admission_checks.list())),
+            key=lambda r: (str(_meta(r.obj).get("creationTimestamp") or ""),
+                           _int(_meta(r.obj).get("resourceVersion"))))
         if not requests:
             return {}
         # Oldest first; each request looks only at the nodes created since it, a slice of
@@ -128,12 +139,14 @@ class NodeLedger:
         return out
 
 
-    def trusted_requests(self, namespace: str | None = None,
-                         unreadable: list[client.Obj] | None = None) -> list[trusted.Request]:
-        """The ProvisioningRequests fitgate wrote for Workloads it knows (`trusted`)."""
-        return trusted.trusted_requests(self.stores.provisioning_requests, self.stores.workloads,
-                                        kueue.ours(self.stores.admission_checks.list()),
-                                        namespace, unreadable)
+    def requests_of(self, namespace: str, uid: str,
+                    unreadable: list[client.Obj] | None = None) -> list[trusted.Request]:
+        """`trusted_requests` of `namespace` labelled for the Workload `uid` (a request
+        fitgate wrote for it carries its uid: `trusted.read`), from the index, not every
+        request of the namespace."""
+        return trusted.trusted_of(self._requests.of_owner(namespace, uid),
+                                  self.stores.workloads,
+                                  kueue.ours(self.stores.admission_checks.list()), unreadable)
 
     def requested_nodes(self, except_uid: str, owners: inputs.Owners) -> set[str]:
         """New nodes other gangs' requests brought, those gangs not admitted yet."""
@@ -153,12 +166,18 @@ class NodeLedger:
         return self._nodes.before(_time(_meta(request).get("creationTimestamp")))
 
 
-    def node_labels(self, names: Collection[str] | None = None) -> dict[str, dict[str, str]]:
-        """Every node's labels (or those of the nodes named that exist), by name."""
-        if names is not None:  # from the node index: converted once per node change
+    def node_labels(self, names: Collection[str] | None = None
+                    ) -> Mapping[str, Mapping[str, str]]:
+        """Every node's labels (or those of the nodes named that exist), by name, from
+        the node index: converted once per change of a node (do not modify)."""
+        if names is not None:
             return {name: have for name in names
                     if (have := self._nodes.labels(name)) is not None}
-        return {str(_meta(n).get("name")): labels(n) for n in self.stores.nodes.list()}
+        return self._nodes.all_labels()
+
+    def nodes_matching(self, wanted: Mapping[str, str]) -> AbstractSet[str]:
+        """The nodes whose labels include all of `wanted` (`NodesByCreation.matching`)."""
+        return self._nodes.matching(wanted)
 
 
 def labels(obj: Mapping[str, Any] | None) -> dict[str, str]:

@@ -43,6 +43,8 @@ UNKNOWN = datetime.datetime.min.replace(tzinfo=datetime.UTC)
 Node = tuple[datetime.datetime, str, Mapping[str, Any]]
 
 _TIME = operator.itemgetter(0)
+#: Label sets whose matching nodes are kept at most (NodeShapes' labels: few).
+_MATCHING_MAX = 256
 
 
 class NodesByCreation:
@@ -52,6 +54,10 @@ class NodesByCreation:
         self._order: list[tuple[datetime.datetime, str]] = []  # sorted
         self._nodes: dict[str, Node] = {}  # name -> its entry
         self._labels: dict[str, dict[str, str]] = {}  # name -> its labels as strings
+        # The nodes whose labels include some labels (a NodeShape's), kept until a node
+        # comes, goes or changes its labels: requests for new nodes avoid the existing
+        # nodes of their shapes, which a pass over every node found per request.
+        self._matching: dict[frozenset[tuple[str, str]], frozenset[str]] = {}
         for obj in nodes.list():
             self._put(obj)
         nodes.subscribe(self._on_event)
@@ -70,6 +76,27 @@ class NodesByCreation:
         first = bisect.bisect_right(self._order, UNKNOWN, key=_TIME)
         end = bisect.bisect_left(self._order, time, key=_TIME)
         return {name for _, name in self._order[first:end]}
+
+    def newest(self) -> datetime.datetime | None:
+        """The creation time of the newest node (None: no node)."""
+        return self._order[-1][0] if self._order else None
+
+    def all_labels(self) -> Mapping[str, Mapping[str, str]]:
+        """Every node's labels as `labels` gives them, by name (do not modify)."""
+        return self._labels
+
+    def matching(self, wanted: Mapping[str, str]) -> frozenset[str]:
+        """The names of the nodes whose labels (as `labels` gives them) include every
+        one of `wanted`."""
+        key = frozenset((str(k), str(v)) for k, v in wanted.items())
+        hit = self._matching.get(key)
+        if hit is None:
+            hit = frozenset(name for name, have in self._labels.items()
+                            if all(have.get(k) == v for k, v in key))
+            if len(self._matching) >= _MATCHING_MAX:
+                self._matching.clear()
+            self._matching[key] = hit
+        return hit
 
     def labels(self, name: str) -> dict[str, str] | None:
         """The node's labels, keys and values as strings (None: no such node); made once
@@ -96,6 +123,7 @@ class NodesByCreation:
             return  # a heartbeat or a status change: nothing the ledger reads
         if old is not None:
             self._drop(name)
+        self._matching.clear()
         self._nodes[name] = (created, name, labels)
         self._labels[name] = {str(k): str(v) for k, v in labels.items()}
         bisect.insort(self._order, (created, name))
@@ -105,6 +133,7 @@ class NodesByCreation:
         if old is None:
             return
         del self._labels[name]
+        self._matching.clear()
         i = bisect.bisect_left(self._order, (old[0], name))
         del self._order[i]
 
@@ -172,3 +201,63 @@ def counted(pod: client.Obj) -> list[tuple[tuple[str, str], str]]:
 
 
 _EMPTY: Mapping[str, int] = {}
+
+
+class Requests:
+    """The ProvisioningRequests of a store by creation time, and by the (namespace,
+    workload uid) their `WORKLOAD_UID_LABEL` names. Nothing is read back here
+    (`trusted` decides which are fitgate's): these only narrow what is read."""
+
+    def __init__(self, requests: store.Store) -> None:
+        self._order: list[tuple[datetime.datetime, store.Key]] = []  # sorted
+        self._objects: dict[store.Key, tuple[datetime.datetime, client.Obj]] = {}
+        self._by_owner: dict[tuple[str, str], dict[store.Key, client.Obj]] = {}
+        for obj in requests.list():
+            self._put(obj)
+        requests.subscribe(self._on_event)
+
+    def created_until(self, time: datetime.datetime) -> list[client.Obj]:
+        """The requests created at or before `time` (those whose creation time cannot be
+        read first), oldest first."""
+        end = bisect.bisect_right(self._order, time, key=_TIME)
+        return [self._objects[key][1] for _, key in self._order[:end]]
+
+    def of_owner(self, namespace: str, uid: str) -> list[client.Obj]:
+        """The requests of `namespace` labelled for the Workload `uid`."""
+        return list(self._by_owner.get((namespace, uid), {}).values())
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def _on_event(self, event: client.WatchEvent, before: client.Obj | None) -> None:
+        self._drop(store.key_of(before if before is not None else event.object))
+        if event.type != "DELETED":
+            self._put(event.object)
+
+    def _put(self, obj: client.Obj) -> None:
+        key = store.key_of(obj)
+        meta = obj.get("metadata") or {}
+        created = created_at(meta.get("creationTimestamp"))
+        self._objects[key] = (created, obj)
+        bisect.insort(self._order, (created, key))
+        owner = _owner(obj)
+        if owner is not None:
+            self._by_owner.setdefault(owner, {})[key] = obj
+
+    def _drop(self, key: store.Key) -> None:
+        old = self._objects.pop(key, None)
+        if old is None:
+            return
+        del self._order[bisect.bisect_left(self._order, (old[0], key))]
+        owner = _owner(old[1])
+        if owner is not None:
+            same = self._by_owner[owner]
+            del same[key]
+            if not same:
+                del self._by_owner[owner]
+
+
+def _owner(obj: client.Obj) -> tuple[str, str] | None:
+    meta = obj.get("metadata") or {}
+    uid = (meta.get("labels") or {}).get(c.WORKLOAD_UID_LABEL)
+    return (str(meta.get("namespace") or ""), str(uid)) if uid else None

@@ -38,7 +38,8 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, Literal
 
 import fitcore
@@ -226,11 +227,22 @@ def pod_template(*, name: str, namespace: str, request: str, shape: fitcore.Node
                          "spec": spec}}
 
 
+#: The names of the nodes whose labels include all of the given ones (an index's answer:
+#: `ledgerindex.NodesByCreation.matching`).
+Matching = Callable[[Mapping[str, str]], AbstractSet[str]]
+
+
 def _avoid(chosen: fitcore.Plan, shape: fitcore.NodeShape,
-           node_labels: Mapping[str, Mapping[str, str]] | None) -> list[str]:
-    """The existing nodes a placeholder of `shape` could be booked on."""
+           node_labels: Mapping[str, Mapping[str, str]] | None,
+           matching: Matching | None = None) -> list[str]:
+    """The existing nodes a placeholder of `shape` could be booked on: those whose
+    labels include the shape's, and those whose labels are not known."""
     if node_labels is None:
         return sorted(chosen.existing_nodes)
+    if matching is not None:  # set operations, not a pass over every existing node
+        existing = chosen.existing_nodes
+        return sorted((existing & matching(shape.node_labels))
+                      | existing.difference(node_labels.keys()))
     wanted = shape.node_labels.items()
     return sorted(n for n in chosen.existing_nodes
                   if (have := node_labels.get(n)) is None or wanted <= have.items())
@@ -243,13 +255,15 @@ class ShapeProblem(ValueError):
 def build(workload: client.Obj, g: fitcore.Gang, check: str, attempt: int, index: int,
           chosen: fitcore.Plan, alternatives: Sequence[fitcore.Plan],
           node_shapes: Mapping[str, fitcore.NodeShape],
-          node_labels: Mapping[str, Mapping[str, str]] | None = None
-          ) -> tuple[client.Obj, list[client.Obj]]:
+          node_labels: Mapping[str, Mapping[str, str]] | None = None,
+          matching: Matching | None = None) -> tuple[client.Obj, list[client.Obj]]:
     """The ProvisioningRequest for `chosen` (plan `index` of this attempt) and its
     PodTemplates (create the templates first: the autoscaler fails a request whose
     templates are missing). `node_labels`: the labels of the nodes by name, to keep each
     template's avoid list to the existing nodes its nodeSelector matches (None: all
-    existing nodes; a node without labels here is listed). Raises ShapeProblem for an
+    existing nodes; a node without labels here is listed); `matching`, when given, the
+    nodes among them whose labels include a shape's (the same answer, from an index).
+    Raises ShapeProblem for an
     unknown shape, more shapes than a request holds, or shapes with different
     provisioning classes."""
     meta = workload["metadata"]
@@ -280,7 +294,8 @@ def build(workload: client.Obj, g: fitcore.Gang, check: str, attempt: int, index
         tname = template_name(name, shape_name)
         templates.append(pod_template(name=tname, namespace=namespace, request=name,
                                       shape=shape, share=shares.get(shape_name, {}),
-                                      labels=labels, avoid=_avoid(chosen, shape, node_labels)))
+                                      labels=labels, avoid=_avoid(chosen, shape, node_labels,
+                                                                 matching)))
         pod_sets.append({"podTemplateRef": {"name": tname}, "count": count})
     spec: dict[str, Any] = {"provisioningClassName": classes.pop(), "podSets": pod_sets}
     if parameters:

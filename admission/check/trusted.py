@@ -286,9 +286,16 @@ def trusted_requests(requests: store.Store, workloads: store.Store, checks: Iter
     """Every request fitgate wrote for a Workload it knows (in `namespace`, None: all);
     the others are logged (`report`) and left out, those `Unreadable` also appended to
     `unreadable` when given."""
+    return trusted_of(requests.list(namespace), workloads, checks, unreadable)
+
+
+def trusted_of(objs: Iterable[client.Obj], workloads: store.Store, checks: Iterable[str],
+               unreadable: list[client.Obj] | None = None) -> list[Request]:
+    """`trusted_requests` of the requests `objs` (those of a store, narrowed by an
+    index: `ledgerindex.Requests`), in their order."""
     names = frozenset(checks)
     out = []
-    for r in requests.list(namespace):
+    for r in objs:
         got = _read_kept(r, workloads, names)
         if isinstance(got, Untrusted):
             report(r, got)

@@ -106,6 +106,12 @@ class Backoff:
 
 #: A watch that ends sooner than this, having delivered nothing, counts as a failure.
 QUICK_CLOSE_SECONDS = 1.0
+#: Longest an informer applies events without yielding to the event loop. A watch hands
+#: over every event it has buffered without suspending, and each event runs the store's
+#: subscribers (indexes, the engine's queue, the controllers' keys): a burst of events
+#: (a relist's differences, a gang's pods, a batch of Workloads) was one loop step of up
+#: to hundreds of milliseconds, the loop's lag for everything else.
+STEP_SECONDS = 0.005
 
 _Store = store.Store  # (the name `store` is a method of Informers)
 
@@ -188,6 +194,7 @@ class Informer:
         failures = 0
         while True:
             started, seen = time.monotonic(), False
+            step = time.perf_counter()
             try:
                 async for ev in self.api.watch(self.spec.kind, self._rv,
                                                label_selector=self.spec.label_selector):
@@ -200,6 +207,9 @@ class Informer:
                         self._rv = rv
                     failures, seen = 0, True
                     self.problem = None
+                    if time.perf_counter() - step > STEP_SECONDS:
+                        await asyncio.sleep(0)  # let the loop run others (STEP_SECONDS)
+                        step = time.perf_counter()
                 if not seen and time.monotonic() - started < QUICK_CLOSE_SECONDS:
                     # Closed at once with nothing in it (a proxy cutting watches, say):
                     # back off rather than spin.

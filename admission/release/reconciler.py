@@ -36,6 +36,7 @@ import structlog
 
 from admission import constants as c
 from admission.kube import client, errors, kinds, store
+from admission.release import podindex
 
 log = structlog.get_logger(__name__)
 
@@ -254,6 +255,9 @@ class ReleaseController:
                  nodes: store.Store | None = None) -> None:
         self.api = api
         self.pods = pods
+        # Each gang's pods, kept from the store's events (`podindex`): a reconcile reads
+        # its gang's pods, not every pod of the namespace.
+        self.gangs = podindex.PodsByWorkload(pods, workload_uid)
         self.nodes = nodes  # for the nodes' hostname labels (None: pin by node name)
         # The pods as our own patches returned them, per key, until the store catches up:
         # the store lags the API, and deciding on a pod that does not show the slot we just
@@ -301,8 +305,7 @@ class ReleaseController:
 
     async def reconcile(self, key: str) -> float | None:
         namespace, _, uid = key.rpartition("/")
-        pods = self._current(key, [p for p in self.pods.list(namespace)
-                                   if workload_uid(p) == uid])
+        pods = self._current(key, self.gangs.of(namespace, uid))
         if not any(_gate_index(p) is not None for p in pods):
             return None
         slots = await self.placements(namespace, uid)

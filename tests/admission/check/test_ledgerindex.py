@@ -112,8 +112,16 @@ def test_nodes_by_creation_equals_a_recomputation_after_any_events(seed: int) ->
         for t in TIMES:
             assert index.since(t) == recomputed_since(s, t), t
             assert index.before(t) == recomputed_before(s, t), t
+        for wanted in WANTED:  # asked twice: the second answer is the kept one
+            want = {o["metadata"]["name"] for o in s.list()
+                    if wanted.items() <= ledger.labels(o).items()}
+            assert index.matching(wanted) == want == index.matching(wanted), wanted
     check()
     churn(s, node, NODES, rng, 150, check)
+
+
+WANTED = [{}, {"shape": "b200"}, {"shape": "h100"}, {"shape": "b200", "zone": "a"},
+          {"zone": "b"}]
 
 
 def recounted(s: store.Store) -> dict[tuple[str, str], dict[str, int]]:
@@ -187,3 +195,59 @@ def test_provisioned_requests_equal_a_recomputation_after_any_events(seed: int) 
         assert sorted(ledger.waiting_for_nodes(workloads, index)) == sorted(want)
     check()
     churn(requests, request, names, rng, 150, check)
+
+
+def owned_request(name: str, rng: random.Random, rv: int) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": rng.choice(["ns1", "ns2"]),
+                            "resourceVersion": str(rv),
+                            "labels": rng.choice([{}, {c.WORKLOAD_UID_LABEL: "uid-a"},
+                                                  {c.WORKLOAD_UID_LABEL: "uid-b"}])}
+    if (stamp := rng.choice(STAMPS)) is not None:
+        meta["creationTimestamp"] = stamp
+    return {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+            "metadata": meta}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_requests_by_creation_and_owner_equal_a_recomputation_after_any_events(
+        seed: int) -> None:
+    rng = random.Random(seed)
+    s = store.Store(kinds.PROVISIONING_REQUEST)
+    names = [f"r{i}" for i in range(10)]
+    s.seed(*(owned_request(n, rng, 1) for n in names[:4]))
+    index = ledgerindex.Requests(s)
+
+    def key(o: dict[str, Any]) -> tuple[str, str]:
+        return (o["metadata"].get("namespace") or "", o["metadata"]["name"])
+
+    def check() -> None:
+        assert len(index) == len(s)
+        for t in [ledgerindex.UNKNOWN, *TIMES[1:]]:
+            want = sorted((o for o in s.list() if ledgerindex.created_at(
+                o["metadata"].get("creationTimestamp")) <= t),
+                key=lambda o: (ledgerindex.created_at(o["metadata"].get("creationTimestamp")),
+                               key(o)))
+            got = index.created_until(t)
+            assert [key(o) for o in got] == [key(o) for o in want], t
+            assert all(a is b for a, b in zip(got, want, strict=True))
+        for ns in ("ns1", "ns2"):
+            for uid in ("uid-a", "uid-b", "uid-c"):
+                want_owned = {key(o) for o in s.list(ns)
+                              if o["metadata"].get("labels", {}).get(c.WORKLOAD_UID_LABEL)
+                              == uid}
+                assert {key(o) for o in index.of_owner(ns, uid)} == want_owned, (ns, uid)
+    check()
+    churn(s, owned_request, names, rng, 150, check)
+
+
+def test_nodes_newest_and_all_labels_follow_the_store() -> None:
+    s = store.Store(kinds.NODE)
+    index = ledgerindex.NodesByCreation(s)
+    assert index.newest() is None and dict(index.all_labels()) == {}
+    s.seed({"metadata": {"name": "a", "creationTimestamp": STAMPS[3], "labels": {"x": "1"}}},
+           {"metadata": {"name": "b", "creationTimestamp": STAMPS[0]}})
+    assert index.newest() == ledgerindex.created_at(STAMPS[3])
+    assert dict(index.all_labels()) == {"a": {"x": "1"}, "b": {}}
+    s.apply(client.WatchEvent("DELETED", s.get("a") or {}))
+    assert index.newest() == ledgerindex.created_at(STAMPS[0])
+    assert dict(index.all_labels()) == {"b": {}}

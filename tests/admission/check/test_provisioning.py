@@ -142,3 +142,17 @@ def test_placeholders_avoid_the_existing_nodes_of_their_group_only() -> None:
     # "gone" has no labels known: listed, to be safe; "cpu" cannot match the selector.
     assert provisioning._avoid(p, rail, labels) == ["gone", "r1", "r2"]
     assert provisioning._avoid(p, rail, None) == ["cpu", "gone", "r1", "r2"]
+
+
+def test_placeholders_avoid_the_same_nodes_with_an_index_of_matching_nodes() -> None:
+    rail = shapes.NodeShape("rail", node_labels={"pool": "rail"})
+    p = plan.Plan((plan.ShapeCount("rail", 1),), Fraction(1), (),
+                  frozenset({"r1", "r2", "cpu", "gone"}), {})
+    # Every node's labels, more nodes than the plan's existing ones among them.
+    labels = {"r1": {"pool": "rail", "zone": "a"}, "r2": {"pool": "rail"},
+              "cpu": {"pool": "cpu"}, "r9": {"pool": "rail"}}
+
+    def matching(wanted: dict[str, str]) -> frozenset[str]:
+        return frozenset(n for n, have in labels.items() if wanted.items() <= have.items())
+    assert provisioning._avoid(p, rail, labels, matching) == ["gone", "r1", "r2"] \
+        == provisioning._avoid(p, rail, labels)

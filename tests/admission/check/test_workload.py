@@ -445,7 +445,8 @@ async def test_a_verify_pass_parses_each_nodeshape_once_and_scans_owners_once(
     monkeypatch.setattr(ledger.NodeLedger, "node_owners", counting_scan)
     assert await world.reconcile() is None
     assert world.entry()["state"] == "Ready", world.entry()["message"]
-    assert parsed == ["h100"]
+    # At most once (none: the same object was parsed by an earlier pass, `inputs._PARSED`).
+    assert parsed in ([], ["h100"])
     assert len(scans) == 1
 
 

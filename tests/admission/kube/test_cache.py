@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import pytest
 import structlog.testing
 
 from admission.kube import cache, client, compact, errors, fake, kinds, store
@@ -261,3 +262,25 @@ async def test_watches_that_close_at_once_back_off_instead_of_spinning() -> None
     await _stop(task)
     assert slept[:6] == [0.5, 1, 2, 4, 8, 8]
     assert c.watches <= len(slept) + 1
+
+
+async def test_a_burst_of_events_is_applied_in_steps_that_let_others_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events a watch has buffered are applied without suspending; past `STEP_SECONDS`
+    the informer yields, so other tasks run between the events of a burst, and every
+    event is still applied once, in order."""
+    monkeypatch.setattr(cache, "STEP_SECONDS", 0.0)  # yield after every event
+    c = fake.FakeClient()
+    _, rec, task = await _running(c, cache.Spec(kinds.NODE))
+    seen_between: list[int] = []
+
+    async def other() -> None:
+        while len(rec.events) < 50:
+            seen_between.append(len(rec.events))
+            await asyncio.sleep(0)
+    for i in range(50):  # buffered at once, before the informer runs again
+        c.seed(kinds.NODE, _node(f"n{i:02d}"))
+    await asyncio.wait_for(other(), 2)
+    assert rec.events == [("ADDED", f"n{i:02d}") for i in range(50)]
+    assert any(0 < n < 50 for n in seen_between)  # ran in the middle of the burst
+    await _stop(task)
