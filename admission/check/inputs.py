@@ -49,7 +49,8 @@ class Settings:
     #: How long nodes promised to an admitted gang stay out of other gangs' decisions
     #: at most, while its pods have not all bound there (see `promised_nodes`).
     promise_seconds: int = 600
-    #: Re-decide after this while a gang waits only for promised nodes' pods to bind.
+    #: Re-decide after this at the latest while a gang waits only for promised nodes'
+    #: pods to bind (a pod event that ends the promise wakes it sooner: `ledger.woken`).
     promise_poll_seconds: int = 2
     #: A question to the idle engine unanswered after this is not waited for (Retry).
     decision_timeout_seconds: float = 30.0

@@ -41,6 +41,9 @@ class NodeLedger:
         # uid -> (namespace, pods placed per node, when): nodes promised to a gang this
         # reconciler admitted, until its pods have bound there (see promised_nodes).
         self._promised: dict[str, tuple[str, dict[str, int], float]] = {}
+        # Workload key -> the promised nodes its last pass would have used: woken when
+        # one of them is no longer held (`wait`, `woken`), not only at the next poll.
+        self._waiting: dict[str, frozenset[str]] = {}
         # Kept from the stores' events: nodes in creation order, pods bound per owner.
         self._nodes = ledgerindex.NodesByCreation(stores.nodes)
         self._bound = ledgerindex.BoundPods(stores.pods)
@@ -86,6 +89,27 @@ class NodeLedger:
             out |= waiting
         return out
 
+
+    def wait(self, key: str, nodes: Collection[str]) -> None:
+        """The Workload `key` waits for promised `nodes` to bind (all promised nodes
+        when it names none): `woken` returns it as soon as one of them is free."""
+        held = self.promised_nodes("")
+        self._waiting[key] = frozenset(set(nodes) & held or held)
+
+    def woken(self, pod: Mapping[str, Any]) -> list[str]:
+        """The waiting Workloads whose wait a Pod's event may have ended: a pod bound to
+        one of their nodes, and that node no longer promised (its gang's pods there
+        have all bound). Each is returned once; the poll after `promise_poll_seconds`
+        stays the fallback."""
+        node = (pod.get("spec") or {}).get("nodeName") if isinstance(pod, Mapping) else None
+        if not self._waiting or not node or not any(
+                node in nodes for nodes in self._waiting.values()):
+            return []
+        held = self.promised_nodes("")
+        out = [key for key, nodes in self._waiting.items() if not nodes <= held]
+        for key in out:
+            del self._waiting[key]
+        return out
 
     def node_owners(self, node_shapes: Mapping[str, fitcore.NodeShape]) -> inputs.Owners:
         """New nodes fitgate's ProvisioningRequests brought: node -> (request, workload

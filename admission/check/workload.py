@@ -117,8 +117,8 @@ class WorkloadReconciler:
         self.requests = requests.ProvisioningRequestBackend(self)
         self.karpenter = karpenter.KarpenterBackend(self)
         self.backends: tuple[backends.Backend, ...] = (self.requests, self.karpenter)
-        if stores.node_claims is not None:
-            self.watches = (*type(self).watches, kinds.NODE_CLAIM)
+        self.watches = (*type(self).watches, *[k for k, s in (
+            (kinds.NODE_CLAIM, stores.node_claims), (kinds.POD, stores.pods)) if s is not None])
 
     # ------------------------------------------------------------------ pipeline
 
@@ -146,6 +146,8 @@ class WorkloadReconciler:
             return [workqueue.key_of(wl) for wl in self.stores.workloads.list()
                     if any(e.get("name") == check
                            for e in (wl.get("status") or {}).get("admissionChecks") or [])]
+        if kind == kinds.POD:  # a bound pod may end a promise others wait for
+            return self.ledger.woken(obj)
         if kind in (kinds.PROVISIONING_REQUEST, kinds.POD_TEMPLATE, kinds.NODE_CLAIM):
             key = ledger.workload_of_request(obj)
             return [f"{key[0]}/{key[1]}"] if key else []
@@ -156,11 +158,10 @@ class WorkloadReconciler:
 
     async def reconcile(self, key: str) -> float | None:
         """Bring one Workload's fitgate checks up to date; returns seconds until the key
-        should be looked at again (None: when something changes).
-
-        fetch (the store) → skip what is not ours to decide (`sync_not_ours`) → per
-        check, on one pass's view of the NodeShapes and node owners, the entry it should
-        have, written only if it changed (`sync_check`, ending in `sync_status`)."""
+        should be looked at again (None: when something changes). fetch (the store) →
+        skip what is not ours to decide (`sync_not_ours`) → per check, on one pass's view
+        of the NodeShapes and node owners, the entry it should have, written only if it
+        changed (`sync_check`, ending in `sync_status`)."""
         ns, name = workqueue.split(key)
         namespace = ns or ""
         wl = self.stores.workloads.get(name, namespace)
@@ -247,10 +248,9 @@ class WorkloadReconciler:
     async def around_promises(self, wl: client.Obj,
                               decide: Callable[[Collection[str]], Awaitable[_Decided]]
                               ) -> _Decided | None:
-        """`decide(held)` with the nodes held for other gangs left out; None when it did
-        not fit but would have gone otherwise without the nodes promised to gangs still
-        binding: then the gang waits for them to bind (moments) rather than have nodes
-        bought for it, be rejected, or be retried."""
+        """`decide(held)` with the nodes held for other gangs left out; None when it would
+        have gone otherwise without the nodes promised to gangs still binding: the gang
+        waits for them (woken when one binds: `ledger.woken`), not for bought nodes."""
         result = await decide(self.held_for_others(wl))
         if result.verdict == "fits" or not self.ledger.promised_nodes(str(_meta(wl).get("uid"))):
             return result
@@ -258,8 +258,8 @@ class WorkloadReconciler:
         if free.verdict == result.verdict:
             return result
         metrics.PROMISE_WAITS.inc()
-        log.debug("waiting for promised nodes to bind",
-                  workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
+        self.ledger.wait(key := workqueue.key_of(wl), {p.node for p in free.placements})
+        log.debug("waiting for promised nodes to bind", workload=key)
         return None
 
     def scope_of(self, wl: client.Obj) -> policy.Scope | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -14,7 +15,7 @@ from admission import constants as c
 from admission.check import inputs, ledger, provisioning
 from admission.check import workload as wlr
 from admission.engine import fitting
-from admission.kube import errors, kinds
+from admission.kube import client, errors, kinds
 from tests.admission import builders as ab
 from tests.admission import world as w
 
@@ -807,6 +808,37 @@ async def test_nodes_promised_to_an_admitted_gang_are_not_promised_again(
                                  "labels": {c.PLACEMENT_LABEL: uid}},
                     "spec": {"nodeName": "n1", "containers": []}})
     assert r.ledger.promised_nodes("someone-else") == set()
+
+
+async def test_a_gang_waiting_for_promised_nodes_is_woken_when_they_bind(
+        world: w.World) -> None:
+    # As above: `other` waits for n1, promised to `train` until its two pods bind there.
+    # The pod event that ends the promise queues `other` at once (the check watches
+    # Pods), instead of leaving it to the poll; an event that does not is ignored.
+    world.seed(*w.base(), *w.node("n1"), w.admitted(), w.admitted(name="other"))
+    r = world.reconciler()
+    assert kinds.POD in r.watches
+    assert await world.reconcile(r) is None
+    assert await world.reconcile(r, name="other") == 2
+    uid = world.workload()["metadata"]["uid"]
+
+    def bound(i: int, node: str = "n1") -> dict[str, Any]:
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": f"train-{i}", "namespace": "default",
+                            "labels": {c.PLACEMENT_LABEL: uid}},
+               "spec": {"nodeName": node, "containers": []}}
+        world.seed(pod)
+        return pod
+
+    def keys(pod: dict[str, Any]) -> list[str]:
+        return list(r.keys(kinds.POD, client.WatchEvent("MODIFIED", pod), None))
+
+    assert keys(bound(0)) == []          # one of two bound: n1 still promised
+    assert keys(bound(9, "n2")) == []    # n2 is not a node `other` waits for
+    assert keys(bound(1)) == ["default/other"]
+    assert keys(bound(1)) == []          # woken once
+    assert await world.reconcile(r, name="other") is None
+    assert world.entry("other")["state"] == "Ready"
 
 
 async def test_a_gang_that_fits_no_busy_node_is_retried_not_rejected(world: w.World) -> None:
