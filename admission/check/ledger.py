@@ -103,13 +103,28 @@ class NodeLedger:
         stays the fallback."""
         node = (pod.get("spec") or {}).get("nodeName") if isinstance(pod, Mapping) else None
         if not self._waiting or not node or not any(
-                node in nodes for nodes in self._waiting.values()):
+                node in nodes for nodes in self._waiting.values()) or not self._allocated(pod):
             return []
         held = self.promised_nodes("")
         out = [key for key, nodes in self._waiting.items() if not nodes <= held]
         for key in out:
             del self._waiting[key]
         return out
+
+    def _allocated(self, pod: Mapping[str, Any]) -> bool:
+        """Whether the claims of a bound pod are allocated in the claim store (the
+        scheduler writes them before it binds, but they come on another watch: a gang
+        woken before they arrive would see the pod's devices free)."""
+        claims = self.stores.claims
+        namespace = str(_meta(pod).get("namespace") or "")
+        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
+            name = status.get("resourceClaimName") if isinstance(status, Mapping) else None
+            if not name:
+                continue
+            claim = claims.get(str(name), namespace) if claims is not None else None
+            if claim is None or not (claim.get("status") or {}).get("allocation"):
+                return False
+        return True
 
     def node_owners(self, node_shapes: Mapping[str, fitcore.NodeShape]) -> inputs.Owners:
         """New nodes fitgate's ProvisioningRequests brought: node -> (request, workload

@@ -835,7 +835,16 @@ async def test_a_gang_waiting_for_promised_nodes_is_woken_when_they_bind(
 
     assert keys(bound(0)) == []          # one of two bound: n1 still promised
     assert keys(bound(9, "n2")) == []    # n2 is not a node `other` waits for
-    assert keys(bound(1)) == ["default/other"]
+    # The last pod bound, but its claim's allocation not seen yet: not woken (its
+    # devices would look free); once the claim is allocated, the pod's next event wakes.
+    last = bound(1)
+    last["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "c1"}]}
+    world.seed(last)
+    assert keys(last) == []
+    world.seed({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": "c1", "namespace": "default"},
+                "spec": {}, "status": {"allocation": {"devices": {"results": []}}}})
+    assert keys(last) == ["default/other"]
     assert keys(bound(1)) == []          # woken once
     assert await world.reconcile(r, name="other") is None
     assert world.entry("other")["state"] == "Ready"
