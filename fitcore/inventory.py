@@ -148,12 +148,16 @@ class Inventory:
     """Nodes, slices, claims, pods, classes and shapes, kept current event by event."""
 
     def __init__(self, *, kube_version: str = workload.DEFAULT_KUBE_VERSION,
-                 lenient: bool = False, kept_problems: int | None = None) -> None:
+                 lenient: bool = False, kept_problems: int | None = None,
+                 parsed: kube.Parsed | None = None) -> None:
         """`kube_version`: the Kubernetes minor version (1.36, 1.37) whose default-feature
         scheduler and allocator the answers follow (ValueError for another). `lenient`:
-        unknown fields of applied objects are returned as notes instead of refused."""
+        unknown fields of applied objects are returned as notes instead of refused.
+        `parsed`: Nodes and ResourceSlices parsed once for every inventory given the same
+        one (`kube.Parsed`; they then hold the same model objects)."""
         self.kube = versions.parse(kube_version)
         self._lenient = lenient
+        self._parsed = parsed
         self._nodes: dict[str, model.Node] = {}
         self._names: list[str] = []  # node names, sorted
         self._slices: dict[str, model.ResourceSlice] = {}  # as published
@@ -230,6 +234,16 @@ class Inventory:
         for a DELETED event of the same object; watch events always carry a name).
         Returns notes: unknown fields ignored when lenient (see also `notes`)."""
         kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        if read and event != "DELETED" and self._parsed is not None \
+                and kind in kube.Parsed.KINDS:
+            hit = self._parsed.get(str(kind), obj, self._lenient)
+            if hit is not None:  # parsed already (by another inventory)
+                if kind == "Node":
+                    self._node(hit[0].name, hit[0])  # type: ignore[arg-type]
+                else:
+                    self._slice(hit[0].name, hit[0])  # type: ignore[arg-type]
+                self._version += 1
+                return list(hit[1])
         if kind not in KINDS:
             raise errors.InputError([errors.FieldError(
                 kube.describe(obj, "object"), "kind",
@@ -240,6 +254,7 @@ class Inventory:
                 "ADDED, MODIFIED or DELETED")])
         deleted = event == "DELETED"
         notes: list[str] = []
+        source = obj  # as given: what the shared parse compares (`Parsed`)
         if read and not deleted:
             got = reading.one(obj, lenient=self._lenient)
             if got.problems:
@@ -253,10 +268,16 @@ class Inventory:
         elif read and not _named(obj):
             obj = reading.normalize(obj)  # the name generateName gave it when ADDED
         key = _key(obj, str(kind))
-        if kind == "Node":
-            self._node(key[1], None if deleted else kube.node(obj))
-        elif kind == "ResourceSlice":
-            self._slice(key[1], None if deleted else kube.resource_slice(obj))
+        if kind in kube.Parsed.KINDS:
+            parsed = None if deleted else (
+                kube.node(obj) if kind == "Node" else kube.resource_slice(obj))
+            if self._parsed is not None:
+                self._parsed.keep(str(kind), key[1], source if read else None, self._lenient,
+                                  parsed, notes)
+            if kind == "Node":
+                self._node(key[1], parsed)  # type: ignore[arg-type]
+            else:
+                self._slice(key[1], parsed)  # type: ignore[arg-type]
         elif kind == "ResourceClaim":
             held = () if deleted else tuple(kube.allocated_devices(obj))
             if not deleted:
