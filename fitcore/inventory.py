@@ -99,6 +99,10 @@ Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped obje
 
 #: Gang contents kept (with the views they share), least recently used out.
 GANGS = 64
+#: Views kept (`_View`: a projection, its copy of every node's index entry, the projected
+#: snapshot and its fills; at 10,000 nodes several MiB each), least recently used out
+#: with the gang contents that share them (`views["evicted"]` counts them).
+VIEWS = 12
 #: Interned class keys before the interner and all kept decisions are dropped.
 INTERNED = 2_000_000
 #: Fills (and derived classes) kept per view and namespace before its memo starts
@@ -149,12 +153,13 @@ class Inventory:
 
     def __init__(self, *, kube_version: str = workload.DEFAULT_KUBE_VERSION,
                  lenient: bool = False, kept_problems: int | None = None,
-                 parsed: kube.Parsed | None = None) -> None:
+                 parsed: kube.Parsed | None = None, views: int | None = None) -> None:
         """`kube_version`: the Kubernetes minor version (1.36, 1.37) whose default-feature
         scheduler and allocator the answers follow (ValueError for another). `lenient`:
         unknown fields of applied objects are returned as notes instead of refused.
         `parsed`: Nodes and ResourceSlices parsed once for every inventory given the same
-        one (`kube.Parsed`; they then hold the same model objects)."""
+        one (`kube.Parsed`; they then hold the same model objects). `views`: the views
+        kept at most (`VIEWS` unless told)."""
         self.kube = versions.parse(kube_version)
         self._lenient = lenient
         self._parsed = parsed
@@ -196,7 +201,9 @@ class Inventory:
         self._version = 0
         self._snapshot: tuple[int, gang.Snapshot] | None = None
         self._gangs: collections.OrderedDict[str, _GangState] = collections.OrderedDict()
-        self._shared: dict[str, _View] = {}  # by projection key, of the contents kept
+        # Views by projection key, of the contents kept, least recently used first.
+        self._shared: collections.OrderedDict[str, _View] = collections.OrderedDict()
+        self._max_views = VIEWS if views is None else views
         self._scratch: dict[Any, Any] = {}  # hypothetical nodes of shapes, across snapshots
         self._devices = 0
         self._generation = 0  # numbers each version of a node's index entry
@@ -430,7 +437,7 @@ class Inventory:
             classes[name] = dc
         self._classes = classes
         self._gangs.clear()  # what gangs can see of devices, and their fills, change
-        self._shared = {}
+        self._shared.clear()
         self._parts = {}
         self._all_dirty = True
 
@@ -453,7 +460,7 @@ class Inventory:
             self._parts = {}
             self._entries.clear()
             self._gangs.clear()
-            self._shared = {}
+            self._shared.clear()
             self._scratch = {}
             self._all_dirty = True
             self._layout_changed = True
@@ -539,6 +546,7 @@ class Inventory:
         state = self._gangs.get(content)
         if state is not None:
             self._gangs.move_to_end(content)
+            self._shared.move_to_end(state.shared.projection.key)
             return state
         view = projection.device_view(g, self._classes)
         proj = projection.Projection(g, self._classes, self._store.selector, self._keys,
@@ -546,13 +554,32 @@ class Inventory:
         shared = self._shared.get(proj.key)
         if shared is None:
             shared = self._shared[proj.key] = _View(proj, {})
+        else:
+            self._shared.move_to_end(proj.key)
         state = self._gangs[content] = _GangState(g, shared)
-        if len(self._gangs) > GANGS:
-            while len(self._gangs) > GANGS:
-                self._gangs.popitem(last=False)
-            alive = {id(s.shared) for s in self._gangs.values()}
-            self._shared = {k: v for k, v in self._shared.items() if id(v) in alive}
+        if len(self._gangs) > GANGS or len(self._shared) > self._max_views:
+            self._evict()
         return state
+
+    def _evict(self) -> None:
+        """Drop the least recently used gang contents past `GANGS` and views past the
+        views bound (with every content that shares an evicted view), then the device
+        parts and device keys no kept view uses. What is dropped is kept work only: a
+        later decision makes it again, and decides the same."""
+        while len(self._gangs) > GANGS:
+            self._gangs.popitem(last=False)
+        alive = {id(s.shared) for s in self._gangs.values()}
+        for k in [k for k, v in self._shared.items() if id(v) not in alive]:
+            del self._shared[k]
+        while len(self._shared) > self._max_views:
+            _, view = self._shared.popitem(last=False)
+            self.views["evicted"] += 1
+            for content in [c for c, st in self._gangs.items() if st.shared is view]:
+                del self._gangs[content]
+        signatures = {v.projection.signature for v in self._shared.values()}
+        self._parts = {k: p for k, p in self._parts.items() if k in signatures}
+        seen = {v.projection.view for v in self._shared.values()}
+        self._device_keys = {k: d for k, d in self._device_keys.items() if k in seen}
 
     def _devices_of(self, signature: str) -> projection.NodeDevices:
         """The device parts kept for projections of this signature."""
@@ -763,6 +790,7 @@ class Inventory:
             "shapes": len(self._shapes),
             "gangs kept": len(self._gangs),
             "views kept": len(self._shared),
+            "views evicted": self.views["evicted"],
             "fills kept": sum(len(m.fills) for v in self._shared.values()
                               for m in v.memos.values()),
             "device parts kept": sum(len(p) for p in self._parts.values()),

@@ -83,3 +83,36 @@ def test_a_changed_object_is_parsed_again_and_a_deleted_one_forgotten() -> None:
     for got_, want in zip(_decisions(live), _decisions(_fed(fresh, None, idle=False)),
                           strict=True):
         _same(got_, want)
+
+
+def test_views_past_the_bound_are_evicted_and_decisions_stay_fresh() -> None:
+    objects = [*rl.cluster(NODES), *rl.shapes()]
+    bounded = inventory.Inventory(views=1)
+    for o in objects:
+        bounded.apply("ADDED", o)
+    asked = [(t, pods) for _ in range(2) for t in ("h100-root", "a30-slices", "h100-one")
+             for pods in (2, 8)]
+    for t, pods in asked:
+        g = _gang(pods, t)
+        _same(bounded.plan(g), _fed(objects, None, idle=False).plan(g))
+        assert bounded.stats()["views kept"] == 1
+    stats = bounded.stats()
+    assert stats["views evicted"] >= 5  # every change of template evicted the other's
+    assert stats["gangs kept"] <= 2  # only the contents of the one view kept
+
+
+def test_a_change_after_eviction_is_seen() -> None:
+    objects = rl.cluster(NODES)
+    bounded = inventory.Inventory(views=1)
+    for o in objects:
+        bounded.apply("ADDED", o)
+    bounded.plan(_gang(4, "h100-root"))
+    bounded.plan(_gang(4, "h100-one"))  # evicts the h100-root view
+    node = next(o for o in objects if o["kind"] == "Node")
+    cordoned = copy.deepcopy(node)
+    cordoned.setdefault("spec", {})["unschedulable"] = True
+    bounded.apply("MODIFIED", cordoned)
+    after = [cordoned if o is node else o for o in objects]
+    for t in ("h100-root", "h100-one"):
+        g = _gang(NODES // 3, t)
+        _same(bounded.plan(g), _fed(after, None, idle=False).plan(g))
