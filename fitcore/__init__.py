@@ -50,8 +50,8 @@ from fitcore.workload import (
 __all__ = [
     "DEFAULT_KUBE_VERSION", "KUBE_VERSIONS", "Bundle", "CelError", "Document", "Domain",
     "FieldError", "Gang", "InputError", "Inventory", "KarpenterProvisioning", "LimitError",
-    "Node", "NodeShape", "Parsed", "Placement", "Plan", "PlanResult", "PodSet", "Progress", "Reason",
-    "References", "ShapeCount", "VerifyResult", "Within",
+    "Node", "NodeShape", "Parsed", "Placement", "Plan", "PlanResult", "PodSet", "Progress",
+    "Reason", "References", "ShapeCount", "VerifyResult", "Within",
     "flatten", "gang_of", "load", "load_json", "load_yaml", "node_shape", "price_str",
     "read_one", "reasons", "within_domains",
 ]

@@ -1,9 +1,10 @@
 """Answers kept across decisions hold no decision's frames.
 
 An allocation question answered by an error (`reference.ClaimError`: a MIG selector
-that fails on a GPU without MIG profiles) is kept in the inventory's `cache.Store` as its answer. Kept with its
-traceback, it held every frame up to the gang search that asked, and with them every
-node class and fill of that decision: hundreds of MiB at 10,000 nodes."""
+that fails on a GPU without MIG profiles) is kept in the inventory's `cache.Store` as
+its answer. Kept with its traceback, it held every frame up to the gang search that
+asked, and with them every node class and fill of that decision: hundreds of MiB at
+10,000 nodes."""
 
 from __future__ import annotations
 
