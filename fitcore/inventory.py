@@ -13,7 +13,9 @@ What it keeps, and what a change costs:
 - Parsed objects by name. `apply` reads (`fitcore.read`: versions, strict fields,
   defaults) and parses first and changes nothing when the object is bad
   (`errors.InputError` names the object and field); DELETED of an unknown object is a
-  no-op. Slices are indexed with the taints of the DeviceTaintRules the version applies;
+  no-op. Inventories given one `kube.Parsed` parse each Node and ResourceSlice once
+  between them (the service's live and idle engines) and hold the same model objects.
+  Slices are indexed with the taints of the DeviceTaintRules the version applies;
   a rule that comes, changes or goes re-taints the slices (rules are few). Bound pods
   are kept as pod (anti-)affinity sees them (labels, namespace, anti-affinity). Events
   are applied in O(the object): a node is marked *dirty* when its Node, one of its
@@ -49,7 +51,8 @@ What it keeps, and what a change costs:
   node filter walks the nodes. The device part of a node's projected class (its pools
   as the gang's claims see them, the costly part) is kept per projection signature
   (`Projection.signature`: what the claims can see and take), so gangs that differ only
-  in pod counts or node resources share it.
+  in pod counts or node resources share it. At most `VIEWS` views are kept (least
+  recently used out, with the contents that share them).
 - A `cache.Store` of its own: kept entries per node (bounded by twice the nodes plus
   4,096), compiled problems (`kept_problems`, default `cache.KEPT_PROBLEMS`), selector
   results by (expression, device content) (bounded by `semantics.Selector`'s limit).
