@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from admission.engine import fitting
+from admission.engine import inventory as engine_inventory
 from bench import controller as bc
 
 _SKIP = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
@@ -94,7 +95,24 @@ def measure(svc: Any, api: Any) -> list[tuple[str, float]]:
     return out
 
 
+def kept(svc: Any) -> str:
+    """What the engines keep, counted (views kept and evicted, kept problems, ...) and how
+    many Nodes and ResourceSlices one engine took parsed from another."""
+    engines = [("live", svc.inventory._lane.engine)] + [
+        (f"idle {n + 1}", e._inventory._lane.engine) for n, e in enumerate(
+            o for o in gc.get_objects() if isinstance(o, fitting.StoreEngine))]
+    names = ("gangs kept", "views kept", "views evicted", "kept entries", "kept problems")
+    lines = [f"  {label}: " + ", ".join(f"{k} {e.stats()[k]:,}" for k in names)
+             for label, e in engines]
+    parsed = engine_inventory.PARSED
+    lines.append(f"  Nodes and ResourceSlices parsed {parsed.parses:,}, taken parsed "
+                 f"{parsed.hits:,}")
+    return "\n".join(lines)
+
+
 def report(title: str, parts: list[tuple[str, float]], rss: float) -> None:
+    # (The walk itself holds a set of every object's id: the peak RSS after it is not
+    # the service's; `rss` is taken before it.)
     print(f"\n{title}: RSS {rss:,.0f} MiB, load {os.getloadavg()[0]:.1f}")
     for name, size in parts:
         print(f"  {name:<44} {size:>8,.1f} MiB")
@@ -122,18 +140,22 @@ async def run(nodes: int, workloads: int, timeout: float) -> None:
         print(f"serving after {time.perf_counter() - started:.0f} s; peak RSS so far "
               f"{bc.resource.getrusage(bc.resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB",
               flush=True)
+        rss = bc.rss_mib()
         report("after the start (list, inventory, each template decided once)",
-               measure(svc, api), bc.rss_mib())
+               measure(svc, api), rss)
+        print(kept(svc))
         if workloads:
             gangs = bc.burst(workloads)
             keys = [bc.arrive(api, g) for g in gangs]
             t0 = time.perf_counter()
             await bc._until_decided(api, keys, timeout, 30)
             done = sum(1 for k in keys if k in api.gate and k in api.check)
+            rss = bc.rss_mib()
             report(f"after a burst of {workloads} ({done} decided in "
-                   f"{time.perf_counter() - t0:.0f} s)", measure(svc, api), bc.rss_mib())
+                   f"{time.perf_counter() - t0:.0f} s)", measure(svc, api), rss)
+            print(kept(svc))
         print(f"\npeak RSS {bc.resource.getrusage(bc.resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f}"
-              " MiB")
+              " MiB (the walks' own sets of object ids included)")
     finally:
         stop.set()
         await asyncio.wait([task], timeout=30)

@@ -12,7 +12,7 @@ own business (tests and benchmarks may go deeper).
 - One error type for bad input: `InputError` (every `FieldError`, naming object and field);
   `CelError` for a CEL selector that does not compile or cannot be evaluated.
 - The engine: the stateful `Inventory` (`apply`, `fit`, `plan`, `verify`, `shapes`,
-  `stats`).
+  `stats`); `Parsed`, Nodes and ResourceSlices parsed once for the inventories that share it.
 - Topology domains someone else chose (Kueue's TAS assignment): `Domain`,
   `within_domains` (the gang held to exactly those domains and pod counts), `Within`.
 - Results: `Gang`, `PodSet`, `Placement`, `NodeShape` (with `KarpenterProvisioning`),
@@ -29,6 +29,7 @@ from fitcore.domains import within as within_domains
 from fitcore.errors import FieldError, InputError
 from fitcore.gang import Gang, Placement, PodSet
 from fitcore.inventory import Inventory
+from fitcore.kube import Parsed
 from fitcore.model import Node
 from fitcore.plan import Plan, PlanResult, ShapeCount, VerifyResult, price_str
 from fitcore.read import LimitError, Progress, flatten, load_json, load_yaml
@@ -49,8 +50,8 @@ from fitcore.workload import (
 __all__ = [
     "DEFAULT_KUBE_VERSION", "KUBE_VERSIONS", "Bundle", "CelError", "Document", "Domain",
     "FieldError", "Gang", "InputError", "Inventory", "KarpenterProvisioning", "LimitError",
-    "Node", "NodeShape", "Placement", "Plan", "PlanResult", "PodSet", "Progress", "Reason",
-    "References", "ShapeCount", "VerifyResult", "Within",
+    "Node", "NodeShape", "Parsed", "Placement", "Plan", "PlanResult", "PodSet", "Progress",
+    "Reason", "References", "ShapeCount", "VerifyResult", "Within",
     "flatten", "gang_of", "load", "load_json", "load_yaml", "node_shape", "price_str",
     "read_one", "reasons", "within_domains",
 ]

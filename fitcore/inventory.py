@@ -13,7 +13,9 @@ What it keeps, and what a change costs:
 - Parsed objects by name. `apply` reads (`fitcore.read`: versions, strict fields,
   defaults) and parses first and changes nothing when the object is bad
   (`errors.InputError` names the object and field); DELETED of an unknown object is a
-  no-op. Slices are indexed with the taints of the DeviceTaintRules the version applies;
+  no-op. Inventories given one `kube.Parsed` parse each Node and ResourceSlice once
+  between them (the service's live and idle engines) and hold the same model objects.
+  Slices are indexed with the taints of the DeviceTaintRules the version applies;
   a rule that comes, changes or goes re-taints the slices (rules are few). Bound pods
   are kept as pod (anti-)affinity sees them (labels, namespace, anti-affinity). Events
   are applied in O(the object): a node is marked *dirty* when its Node, one of its
@@ -49,7 +51,8 @@ What it keeps, and what a change costs:
   node filter walks the nodes. The device part of a node's projected class (its pools
   as the gang's claims see them, the costly part) is kept per projection signature
   (`Projection.signature`: what the claims can see and take), so gangs that differ only
-  in pod counts or node resources share it.
+  in pod counts or node resources share it. At most `VIEWS` views are kept (least
+  recently used out, with the contents that share them).
 - A `cache.Store` of its own: kept entries per node (bounded by twice the nodes plus
   4,096), compiled problems (`kept_problems`, default `cache.KEPT_PROBLEMS`), selector
   results by (expression, device content) (bounded by `semantics.Selector`'s limit).
@@ -99,6 +102,10 @@ Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped obje
 
 #: Gang contents kept (with the views they share), least recently used out.
 GANGS = 64
+#: Views kept (`_View`: a projection, its copy of every node's index entry, the projected
+#: snapshot and its fills; at 10,000 nodes several MiB each), least recently used out
+#: with the gang contents that share them (`views["evicted"]` counts them).
+VIEWS = 12
 #: Interned class keys before the interner and all kept decisions are dropped.
 INTERNED = 2_000_000
 #: Fills (and derived classes) kept per view and namespace before its memo starts
@@ -148,12 +155,17 @@ class Inventory:
     """Nodes, slices, claims, pods, classes and shapes, kept current event by event."""
 
     def __init__(self, *, kube_version: str = workload.DEFAULT_KUBE_VERSION,
-                 lenient: bool = False, kept_problems: int | None = None) -> None:
+                 lenient: bool = False, kept_problems: int | None = None,
+                 parsed: kube.Parsed | None = None, views: int | None = None) -> None:
         """`kube_version`: the Kubernetes minor version (1.36, 1.37) whose default-feature
         scheduler and allocator the answers follow (ValueError for another). `lenient`:
-        unknown fields of applied objects are returned as notes instead of refused."""
+        unknown fields of applied objects are returned as notes instead of refused.
+        `parsed`: Nodes and ResourceSlices parsed once for every inventory given the same
+        one (`kube.Parsed`; they then hold the same model objects). `views`: the views
+        kept at most (`VIEWS` unless told)."""
         self.kube = versions.parse(kube_version)
         self._lenient = lenient
+        self._parsed = parsed
         self._nodes: dict[str, model.Node] = {}
         self._names: list[str] = []  # node names, sorted
         self._slices: dict[str, model.ResourceSlice] = {}  # as published
@@ -192,7 +204,9 @@ class Inventory:
         self._version = 0
         self._snapshot: tuple[int, gang.Snapshot] | None = None
         self._gangs: collections.OrderedDict[str, _GangState] = collections.OrderedDict()
-        self._shared: dict[str, _View] = {}  # by projection key, of the contents kept
+        # Views by projection key, of the contents kept, least recently used first.
+        self._shared: collections.OrderedDict[str, _View] = collections.OrderedDict()
+        self._max_views = VIEWS if views is None else views
         self._scratch: dict[Any, Any] = {}  # hypothetical nodes of shapes, across snapshots
         self._devices = 0
         self._generation = 0  # numbers each version of a node's index entry
@@ -230,6 +244,16 @@ class Inventory:
         for a DELETED event of the same object; watch events always carry a name).
         Returns notes: unknown fields ignored when lenient (see also `notes`)."""
         kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        if read and event != "DELETED" and self._parsed is not None \
+                and kind in kube.Parsed.KINDS:
+            hit = self._parsed.get(str(kind), obj, self._lenient)
+            if hit is not None:  # parsed already (by another inventory)
+                if kind == "Node":
+                    self._node(hit[0].name, hit[0])  # type: ignore[arg-type]
+                else:
+                    self._slice(hit[0].name, hit[0])  # type: ignore[arg-type]
+                self._version += 1
+                return list(hit[1])
         if kind not in KINDS:
             raise errors.InputError([errors.FieldError(
                 kube.describe(obj, "object"), "kind",
@@ -240,6 +264,7 @@ class Inventory:
                 "ADDED, MODIFIED or DELETED")])
         deleted = event == "DELETED"
         notes: list[str] = []
+        source = obj  # as given: what the shared parse compares (`Parsed`)
         if read and not deleted:
             got = reading.one(obj, lenient=self._lenient)
             if got.problems:
@@ -253,10 +278,16 @@ class Inventory:
         elif read and not _named(obj):
             obj = reading.normalize(obj)  # the name generateName gave it when ADDED
         key = _key(obj, str(kind))
-        if kind == "Node":
-            self._node(key[1], None if deleted else kube.node(obj))
-        elif kind == "ResourceSlice":
-            self._slice(key[1], None if deleted else kube.resource_slice(obj))
+        if kind in kube.Parsed.KINDS:
+            parsed = None if deleted else (
+                kube.node(obj) if kind == "Node" else kube.resource_slice(obj))
+            if self._parsed is not None:
+                self._parsed.keep(str(kind), key[1], source if read else None, self._lenient,
+                                  parsed, notes)
+            if kind == "Node":
+                self._node(key[1], parsed)  # type: ignore[arg-type]
+            else:
+                self._slice(key[1], parsed)  # type: ignore[arg-type]
         elif kind == "ResourceClaim":
             held = () if deleted else tuple(kube.allocated_devices(obj))
             if not deleted:
@@ -409,7 +440,7 @@ class Inventory:
             classes[name] = dc
         self._classes = classes
         self._gangs.clear()  # what gangs can see of devices, and their fills, change
-        self._shared = {}
+        self._shared.clear()
         self._parts = {}
         self._all_dirty = True
 
@@ -432,7 +463,7 @@ class Inventory:
             self._parts = {}
             self._entries.clear()
             self._gangs.clear()
-            self._shared = {}
+            self._shared.clear()
             self._scratch = {}
             self._all_dirty = True
             self._layout_changed = True
@@ -518,6 +549,7 @@ class Inventory:
         state = self._gangs.get(content)
         if state is not None:
             self._gangs.move_to_end(content)
+            self._shared.move_to_end(state.shared.projection.key)
             return state
         view = projection.device_view(g, self._classes)
         proj = projection.Projection(g, self._classes, self._store.selector, self._keys,
@@ -525,13 +557,32 @@ class Inventory:
         shared = self._shared.get(proj.key)
         if shared is None:
             shared = self._shared[proj.key] = _View(proj, {})
+        else:
+            self._shared.move_to_end(proj.key)
         state = self._gangs[content] = _GangState(g, shared)
-        if len(self._gangs) > GANGS:
-            while len(self._gangs) > GANGS:
-                self._gangs.popitem(last=False)
-            alive = {id(s.shared) for s in self._gangs.values()}
-            self._shared = {k: v for k, v in self._shared.items() if id(v) in alive}
+        if len(self._gangs) > GANGS or len(self._shared) > self._max_views:
+            self._evict()
         return state
+
+    def _evict(self) -> None:
+        """Drop the least recently used gang contents past `GANGS` and views past the
+        views bound (with every content that shares an evicted view), then the device
+        parts and device keys no kept view uses. What is dropped is kept work only: a
+        later decision makes it again, and decides the same."""
+        while len(self._gangs) > GANGS:
+            self._gangs.popitem(last=False)
+        alive = {id(s.shared) for s in self._gangs.values()}
+        for k in [k for k, v in self._shared.items() if id(v) not in alive]:
+            del self._shared[k]
+        while len(self._shared) > self._max_views:
+            _, view = self._shared.popitem(last=False)
+            self.views["evicted"] += 1
+            for content in [c for c, st in self._gangs.items() if st.shared is view]:
+                del self._gangs[content]
+        signatures = {v.projection.signature for v in self._shared.values()}
+        self._parts = {k: p for k, p in self._parts.items() if k in signatures}
+        seen = {v.projection.view for v in self._shared.values()}
+        self._device_keys = {k: d for k, d in self._device_keys.items() if k in seen}
 
     def _devices_of(self, signature: str) -> projection.NodeDevices:
         """The device parts kept for projections of this signature."""
@@ -742,6 +793,7 @@ class Inventory:
             "shapes": len(self._shapes),
             "gangs kept": len(self._gangs),
             "views kept": len(self._shared),
+            "views evicted": self.views["evicted"],
             "fills kept": sum(len(m.fills) for v in self._shared.values()
                               for m in v.memos.values()),
             "device parts kept": sum(len(p) for p in self._parts.values()),

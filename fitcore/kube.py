@@ -34,6 +34,51 @@ def describe(obj: Any, default_kind: str) -> str:
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
 
 
+class Parsed:
+    """Nodes and ResourceSlices parsed once for every `inventory.Inventory` given this
+    object: the service's live engine and the gate's idle engine are fed the same store
+    objects, and each would parse them (and keep its own copy of every device) otherwise.
+
+    Kept per (kind, name): the object as given to `Inventory.apply`, whether it was read
+    leniently, the parsed model object (immutable) and the notes of the read. Another
+    inventory applying an object equal to the kept one (the same store object, or a
+    shallow copy of it: compared by identity first, then by value) takes the parsed one;
+    anything else is parsed afresh and replaces the entry. A DELETED event drops it, so
+    it holds at most one entry per object of the cluster. Safe to share between threads
+    (each call is one dict operation); the counters are for benchmarks and tests.
+    """
+
+    KINDS = ("Node", "ResourceSlice")
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str], tuple[Mapping[str, Any], bool, Any,
+                                                tuple[str, ...]]] = {}
+        self.hits = 0  # objects taken parsed
+        self.parses = 0  # objects parsed and kept
+
+    def get(self, kind: str, obj: Mapping[str, Any], lenient: bool
+            ) -> tuple[model.Node | model.ResourceSlice, tuple[str, ...]] | None:
+        """The parsed object and its notes if `obj` equals the one kept for its name."""
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        hit = self._kept.get((kind, name)) if isinstance(name, str) and name else None
+        if hit is None or hit[1] != lenient or (hit[0] is not obj and hit[0] != obj):
+            return None
+        self.hits += 1
+        return hit[2], hit[3]
+
+    def keep(self, kind: str, name: str, source: Mapping[str, Any] | None, lenient: bool,
+             parsed: model.Node | model.ResourceSlice | None, notes: list[str]) -> None:
+        """Keep what `source` parsed to (None for either: forget the name)."""
+        if source is None or parsed is None:
+            self._kept.pop((kind, name), None)
+            return
+        self.parses += 1
+        self._kept[(kind, name)] = (source, lenient, parsed, tuple(notes))
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
 
 # ----------------------------------------------------------------- node selection
 

@@ -87,6 +87,10 @@ ABANDONED = prometheus_client.Counter(
 #: Abandoned decision threads still running at most; past it, decisions wait for them.
 MAX_ABANDONED = 8
 
+#: Nodes and ResourceSlices parsed once for every engine of the process (the live one, the
+#: gate's idle one, a fresh one after an abandoned decision): they hold the same objects.
+PARSED = fitcore.Parsed()
+
 DECISION_SECONDS = prometheus_client.Histogram(
     "fitgate_inventory_decision_seconds", "Time of one fit, plan or verify (queued events "
     "applied first included)", ["decision"], buckets=(1e-3, 1e-2, 0.1, 0.5, 1, 5, 30))
@@ -133,20 +137,25 @@ class ClusterInventory:
 
     def __init__(self, store_of: StoreOf, *, timeout: float = 30.0,
                  kept_problems: int | None = None, background: bool = True,
-                 idle: bool = False, kube_version: str = fitcore.DEFAULT_KUBE_VERSION
-                 ) -> None:
+                 idle: bool = False, kube_version: str = fitcore.DEFAULT_KUBE_VERSION,
+                 parsed: fitcore.Parsed | None = PARSED) -> None:
         """`background`: apply queued events on the decision thread as they come (the
         service); False leaves them queued until the next decision or `sync` (tests and
         benchmarks that time the engine's work on their own thread).
 
         `idle`: read only what an idle cluster is made of (`IDLE_KINDS`: no allocated
         ResourceClaims, no bound Pods), to ask "could this gang ever fit, as configured?"
-        (the webhook and the gate, before quota)."""
+        (the webhook and the gate, before quota).
+
+        `parsed`: where Nodes and ResourceSlices parsed by any engine given the same one
+        are found again (`fitcore.Parsed`; the process's `PARSED` unless told, None: each
+        engine parses its own)."""
         self.timeout = timeout
         self._background = background
         self.generation = 0  # bumped on every event queued for the engine
         self._kept_problems = kept_problems
         self._kube_version = kube_version
+        self._parsed = parsed
         self._lane = _Lane(self._new_engine())
         self._executor = self._new_executor()
         self._abandoned: list[concurrent.futures.Future[None]] = []  # overran, still running
@@ -167,7 +176,7 @@ class ClusterInventory:
 
     def _new_engine(self) -> fitcore.Inventory:
         return fitcore.Inventory(kept_problems=self._kept_problems,
-                                 kube_version=self._kube_version)
+                                 kube_version=self._kube_version, parsed=self._parsed)
 
     def _new_executor(self) -> concurrent.futures.ThreadPoolExecutor:
         executor = concurrent.futures.ThreadPoolExecutor(
