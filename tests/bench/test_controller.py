@@ -5,6 +5,7 @@ counted is a decision made, of the right kind)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 
 import pytest
@@ -33,6 +34,24 @@ async def test_every_workload_gets_its_decision() -> None:
         assert (result.gate[key], result.check[key]) == EXPECTED[expect], key
     assert result.offered_per_s > 0 and result.events_per_s > 0
     assert result.lag_max_ms >= 0 and result.p99_s >= result.p50_s > 0
+
+
+@pytest.mark.timeout(90)
+async def test_the_webhook_decision_process_answers_and_its_peak_counts() -> None:
+    # --webhook: the child decides every template and every Job of the burst; its peak
+    # RSS is read from /proc and added to the RSS the table and the target give.
+    gc.unfreeze()
+    result = await controller.run(20, 6, rate=50.0, timeout=30.0, rack_size=4, max_pods=2,
+                                  webhook=True)
+    gc.unfreeze()
+    assert result.decided == 6
+    asked = len(controller.templates()) + 6
+    assert result.webhook_answered == f"{asked}/{asked}"
+    assert 20 < result.rss_webhook_mib < 2048
+    row = dataclasses.asdict(result)
+    shown = controller.table([row]).splitlines()[1].split()
+    assert float(shown[10]) == pytest.approx(result.rss_peak_mib + result.rss_webhook_mib,
+                                            abs=1)
 
 
 def test_burst_mix() -> None:
