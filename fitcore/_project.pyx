@@ -52,7 +52,6 @@ cdef inline tuple _keyed(object d, tuple kl):
 
 
 cdef object _ZERO = Fraction(0)
-cdef object _UNBOUNDED = 1 << 40
 cdef object _QUANTITY = values.Quantity
 cdef object _FRACTION = Fraction
 cdef object _OBJECT_NEW = object.__new__
@@ -119,46 +118,35 @@ cdef object _slice_name(object s):
 def node_parts(object n, object used, list local, dict allocated_by_pool, str hostname):
     """What `Snapshot.entry` reads of a node and its node-local pools: (labels but the
     hostname, the pools sorted with their slices sorted by name, the slices in that
-    order, local devices not allocated exclusively (or unbounded with a shared device),
-    free resources, nothing allocated locally). Reference: `snapshot._node_parts`."""
+    order, free resources, nothing allocated locally). No device is read (the bound on
+    local devices is counted for class representatives only). Reference:
+    `snapshot._node_parts`."""
     cdef list labels = []
-    cdef object k, v, q, taken, t, d, s, pk, group
+    cdef object k, v, q, s, pk, group
     cdef list groups = []
     cdef list local_slices = []
-    cdef Py_ssize_t devices = 0
-    cdef bint shared = False, pristine = True
+    cdef bint pristine = True
     cdef dict free
     for k, v in n.labels.items():
         if k != hostname:
             labels.append(_atomic((k, v)))
     labels.sort()
-    for pk, group in sorted(local, key=_first):
-        group = sorted(group, key=_slice_name)
+    if len(local) > 1:
+        local = sorted(local, key=_first)
+    for pk, group in local:
+        if len(group) > 1:
+            group = sorted(group, key=_slice_name)
         groups.append((pk, group))
         local_slices.extend(group)
-        for s in group:
-            devices += len(s.devices)
-        taken = allocated_by_pool.get(pk)
-        if taken:
+        if pristine and allocated_by_pool.get(pk):
             pristine = False
-            for t in taken:
-                if t[0] == "d":
-                    devices -= 1
-    for s in local_slices:
-        for d in s.devices:
-            if d.allow_multiple_allocations:
-                shared = True
-                break
-        if shared:
-            break
     free = {}
     for k, q in n.allocatable.items():
         free[k] = _value(q)
     for k, q in used.items():
         v = free.get(k)
         free[k] = _minus(_ZERO if v is None else v, _value(q))
-    return (_atomic(tuple(labels)), groups, tuple(local_slices),
-            _UNBOUNDED if shared else devices, free, pristine)
+    return (_atomic(tuple(labels)), groups, tuple(local_slices), free, pristine)
 
 
 # --------------------------------------------------------- the node under a projection
@@ -393,14 +381,34 @@ cdef object _label(object a, tuple relabeled, dict labels):
 
 cdef bint _none_selectable(object proj, str driver, object devices):
     # Whether no device of a counter pool passes the selectors, as far as the driver and
-    # its observable attributes tell (the early answer of Projection._ordered_pool).
+    # its observable attributes tell (the early answer of Projection._ordered_pool). The
+    # devices of such a pool (MIG partitions: the most devices of a cluster) mostly
+    # publish the same attribute names and observable values as the previous one: then
+    # its answer is the previous one's, found without a tuple made.
     cdef dict layouts = proj._layouts
     cdef dict selectable = proj._selectable
-    cdef tuple observed
+    cdef tuple names = None, layout = None, kept, observed, prev = None, only
     cdef PyObject* hit
-    cdef object ok
+    cdef object ok, a, v, name
     for d in devices:
-        observed = _observed(layouts, proj, d.attributes)[0]
+        a = d.attributes
+        if names is None or not _same_names(a, names):
+            names = tuple(a)
+            hit = PyDict_GetItem(layouts, names)
+            layout = proj._layout(names) if hit is NULL else <tuple>hit
+            prev = None  # other names: observe afresh
+        kept = layout[0]
+        if len(kept) == 0 and prev is not None:
+            continue  # nothing observable, as the previous device
+        if len(kept) == 1 and prev is not None and len(prev) == 1:
+            name = kept[0]
+            v = a[name]
+            only = <tuple>prev[0]
+            if only[0] is name and only[1] is type(v) and only[2] == v:
+                continue  # as the previous device: not selectable
+        observed = _observed(layouts, proj, a)[0]
+        if prev is not None and observed == prev:
+            continue
         hit = PyDict_GetItem(selectable, (driver, observed))
         if hit is NULL:
             ok = proj._maybe_selectable(driver, d, observed)
@@ -408,6 +416,7 @@ cdef bint _none_selectable(object proj, str driver, object devices):
             ok = <object>hit
         if ok:
             return False
+        prev = observed
     return True
 
 

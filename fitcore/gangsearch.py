@@ -150,7 +150,8 @@ class _Search:
             rep = self.snap.class_rep[cid]
             e = self.snap.entries[rep]
             cls = self.classes[cid] = _Class(cid, rep, (), e.free, e.node.taints,
-                                             e.node.unschedulable, e.devices, e.pristine)
+                                             e.node.unschedulable, self.snap.device_bound(e),
+                                             e.pristine)
         return cls
 
     def save(self) -> tuple[Any, ...]:
