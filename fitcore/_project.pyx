@@ -25,20 +25,43 @@ cdef extern from "Python.h":
     int PyObject_GC_IsTracked(object op)
 
 
+cdef inline bint _atomic_value(object x):
+    # An int, string, boolean, None or untracked tuple: nothing a cycle can go through.
+    return type(x) is int or type(x) is str or x is None or type(x) is bool or (
+        type(x) is tuple and not PyObject_GC_IsTracked(x))
+
+
 cdef inline tuple _atomic(tuple t):
-    # The tuple, no longer tracked by the cyclic collector when it holds only ints,
-    # strings, booleans, None and untracked tuples (it cannot be part of a cycle): what
-    # the collector
-    # itself does to such a tuple the first time it meets it, done here for the tuples
+    # The tuple, no longer tracked by the cyclic collector when it holds only atomic
+    # values (`_atomic_value`) and tuples of them (pool keys such as (driver, pool),
+    # made by Python code and still tracked): it cannot be part of a cycle. The collector
+    # itself untracks such a tuple the first time it meets it; done here for the tuples
     # a cold decision keeps by the ten thousand, so that the first collection after the
     # decision does not walk them (`fitcore.inventory` pauses the collector meanwhile).
-    cdef object x
+    cdef object x, y
     for x in t:
-        if not (type(x) is int or type(x) is str or x is None or type(x) is bool or (
-                type(x) is tuple and not PyObject_GC_IsTracked(x))):
+        if _atomic_value(x):
+            continue
+        if type(x) is not tuple:
             return t
+        for y in <tuple>x:
+            if not _atomic_value(y):
+                return t
     PyObject_GC_UnTrack(<void*>t)
     return t
+
+
+def acyclic(*objs):
+    """The first of `objs`, with all of them left out of the cyclic collector: for
+    objects a cold decision makes per node that cannot be part of a cycle (a node's
+    index entry, its free resources, its class key: their contents never refer back to
+    them). Reference counting still frees them; a dict is tracked again when a tracked
+    object is put in it."""
+    cdef object obj
+    for obj in objs:
+        if PyObject_GC_IsTracked(obj):
+            PyObject_GC_UnTrack(<void*>obj)
+    return objs[0]
 
 
 cdef inline tuple _keyed(object d, tuple kl):
@@ -118,13 +141,14 @@ cdef object _slice_name(object s):
 def node_parts(object n, object used, list local, dict allocated_by_pool, str hostname):
     """What `Snapshot.entry` reads of a node and its node-local pools: (labels but the
     hostname, the pools sorted with their slices sorted by name, the slices in that
-    order, free resources, nothing allocated locally). No device is read (the bound on
-    local devices is counted for class representatives only). Reference:
+    order, the pools, free resources, nothing allocated locally). No device is read (the
+    bound on local devices is counted for class representatives only). Reference:
     `snapshot._node_parts`."""
     cdef list labels = []
     cdef object k, v, q, s, pk, group
     cdef list groups = []
     cdef list local_slices = []
+    cdef list local_pools = []
     cdef bint pristine = True
     cdef dict free
     for k, v in n.labels.items():
@@ -137,6 +161,7 @@ def node_parts(object n, object used, list local, dict allocated_by_pool, str ho
         if len(group) > 1:
             group = sorted(group, key=_slice_name)
         groups.append((pk, group))
+        local_pools.append(pk)
         local_slices.extend(group)
         if pristine and allocated_by_pool.get(pk):
             pristine = False
@@ -146,7 +171,12 @@ def node_parts(object n, object used, list local, dict allocated_by_pool, str ho
     for k, q in used.items():
         v = free.get(k)
         free[k] = _minus(_ZERO if v is None else v, _value(q))
-    return (_atomic(tuple(labels)), groups, tuple(local_slices), free, pristine)
+    # The slices refer to nothing that refers back to the tuple of them (kept by the
+    # node's entry): left out of the collector.
+    cdef tuple slices = tuple(local_slices)
+    PyObject_GC_UnTrack(<void*>slices)
+    return (_atomic(tuple(labels)), groups, slices, _atomic(tuple(local_pools)), free,
+            pristine)
 
 
 # --------------------------------------------------------- the node under a projection
@@ -475,7 +505,7 @@ cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
     # method, which these are few enough not to matter.
     if not view_ordered and proj._attributes_only and _none_selectable(proj, driver, devices):
         # No device of this counter pool can be taken: none is observable.
-        return ordered, (info[0], info[1], (), info[3]), [], 0, False
+        return ordered, _atomic((info[0], info[1], (), info[3])), [], 0, False
     return proj._ordered_pool(driver, devices, state, info, counters_t)
 
 
@@ -548,7 +578,7 @@ cdef tuple _devices(object proj, object e, object allocated, dict states, object
             names.append(it[3])
         key_parts.append(_atomic((p[2], _atomic(tuple(parts)))))
         order.append(_atomic((p[0], _atomic(tuple(names)))))
-    return _atomic(tuple(key_parts)), _atomic(tuple(order)), candidates, unbounded
+    return _atomic((_atomic(tuple(key_parts)), _atomic(tuple(order)), candidates, unbounded))
 
 
 cdef tuple _free(tuple free_view, dict node_free, object most):
@@ -608,6 +638,8 @@ def node_key(object proj, object e, object allocated, dict states, object state_
                         break
     if stale:
         hit = (e.local_slices, taken_t, _devices(proj, e, allocated, states, state_of))
+        # Slices, allocation lists and the part refer to nothing that refers back to it.
+        PyObject_GC_UnTrack(<void*>hit)
         parts[name] = hit
     cdef tuple part = (<tuple>hit)[2]
     cdef Py_ssize_t candidates = part[2]

@@ -76,7 +76,8 @@ def slice_shape(s: model.ResourceSlice) -> tuple[Any, ...]:
 
 NodeParts = tuple[tuple[tuple[str, str], ...],
                   list[tuple[PoolKey, list[model.ResourceSlice]]],
-                  tuple[model.ResourceSlice, ...], dict[str, Fraction], bool]
+                  tuple[model.ResourceSlice, ...], tuple[PoolKey, ...], dict[str, Fraction],
+                  bool]
 
 
 def _node_parts(n: model.Node, used: Mapping[str, values.Quantity],
@@ -85,9 +86,9 @@ def _node_parts(n: model.Node, used: Mapping[str, values.Quantity],
                 hostname: str) -> NodeParts:
     """What `Snapshot.entry` reads of a node and its node-local pools: (labels but the
     hostname, the pools sorted with their slices sorted by name, the slices in that
-    order, free resources, nothing allocated locally). No device is read: the bound on
-    local devices is counted for the nodes that ask (`device_bound`). The reference of
-    the compiled `_project.node_parts`."""
+    order, the pools, free resources, nothing allocated locally). No device is read: the
+    bound on local devices is counted for the nodes that ask (`device_bound`). The
+    reference of the compiled `_project.node_parts`."""
     labels = tuple(sorted((k, v) for k, v in n.labels.items() if k != hostname))
     groups = [(pk, sorted(group, key=lambda s: s.name))
               for pk, group in sorted(local, key=lambda x: x[0])]
@@ -96,7 +97,7 @@ def _node_parts(n: model.Node, used: Mapping[str, values.Quantity],
     for k, q in used.items():
         free[k] = _minus(free.get(k, _ZERO), q.value)
     pristine = not any(allocated_by_pool.get(pk) for pk, _ in groups)
-    return labels, groups, local_slices, free, pristine
+    return labels, groups, local_slices, tuple(pk for pk, _ in groups), free, pristine
 
 
 def device_bound(local_slices: Sequence[model.ResourceSlice], local_pools: Sequence[PoolKey],
@@ -257,13 +258,14 @@ class Snapshot:
         and the shapes of its pools are not computed."""
         parts = (compiled.node_parts if compiled is not None else _node_parts)(
             n, used, local, self._allocated_by_pool, gangtypes.HOSTNAME_LABEL)
-        labels, groups, local_slices, free, pristine = parts
+        labels, groups, local_slices, local_pools, free, pristine = parts
         pool_shapes: list[Any] = []  # per pool: its shape id, then what is allocated
         if own_class is None:
             for pk, group_slices in groups:
                 pool_shapes.append(self._pool_shape(group_slices, shapes))
                 pool_shapes.append(tuple(sorted(self._allocated_by_pool.get(pk, ()))))
-        sees_global = any(pools.slice_relevant(n, s) for s in self.global_slices)
+        sees_global = bool(self.global_slices) and any(
+            pools.slice_relevant(n, s) for s in self.global_slices)
         key: tuple[Any, ...]
         if own_class is not None:
             key = ("own", n.name, own_class)
@@ -276,8 +278,11 @@ class Snapshot:
                    tuple(sorted(free.items())), advertised)
             if sees_global:
                 key = (*key, ("node", n.name))
-        return _NodeEntry(n, labels, tuple(pk for pk, _ in groups), local_slices,
-                          sees_global, self.intern(key), free, None, pristine, fingerprint)
+        e = _NodeEntry(n, labels, local_pools, local_slices, sees_global, self.intern(key),
+                       free, None, pristine, fingerprint)
+        # Made by the ten thousand in a cold decision, kept, and acyclic: left out of the
+        # collector's walks (see `_project.acyclic`).
+        return e if compiled is None else compiled.acyclic(e, free, key)
 
     def device_bound(self, e: _NodeEntry) -> int:
         """The entry's `devices`, counted (and kept with it) the first time it is asked:

@@ -122,7 +122,7 @@ def test_node_parts_match_reference_on_realistic_nodes() -> None:
         got, want = _parts(inv._nodes[name], inv._used.get(name, {}), local, inv._allocated)
         assert got == want, name
         assert all(a is b for a, b in zip(got[2], want[2], strict=True))
-        assert [type(v) for v in got[3].values()] == [type(v) for v in want[3].values()]
+        assert [type(v) for v in got[4].values()] == [type(v) for v in want[4].values()]
 
 
 def _q(text: str) -> values.Quantity:
@@ -149,10 +149,11 @@ def test_node_parts_free_resources(allocatable: dict[str, str], used: dict[str, 
                                                       devices=extra)])]
         got, want = _parts(node, {k: _q(v) for k, v in used.items()}, local, allocated)
         assert got == want
-        labels, _, ordered, free, pristine = got
+        labels, _, ordered, local_pools, free, pristine = got
         assert labels == (("rack", "r1"), ("zone", "a"))
         assert [s.name for s in ordered] == ["a", "b", "c"]
-        assert snapshot.device_bound(ordered, [pool], allocated) == (
+        assert local_pools == (pool,)
+        assert snapshot.device_bound(ordered, local_pools, allocated) == (
             1 << 40 if extra else 3 - (1 if allocated else 0))
         assert pristine == (not allocated)
         for k, v in free.items():
