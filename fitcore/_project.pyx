@@ -64,16 +64,6 @@ def acyclic(*objs):
     return objs[0]
 
 
-cdef inline tuple _keyed(object d, tuple kl):
-    # A device's entry in the kept device keys, (device, (key, label)), untracked by the
-    # collector: it is referred to by that dict only, and nothing a device refers to
-    # refers back to the projection's maps, so it cannot be part of a cycle (the device
-    # itself stays tracked, and reachable through this entry while it is kept).
-    cdef tuple entry = (d, kl)
-    PyObject_GC_UnTrack(<void*>entry)
-    return entry
-
-
 cdef object _ZERO = Fraction(0)
 cdef object _QUANTITY = values.Quantity
 cdef object _FRACTION = Fraction
@@ -244,7 +234,6 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
     cdef dict relevant = proj._relevant
     cdef dict layouts = proj._layouts
     cdef dict selectable = proj._selectable
-    cdef dict device_keys = proj._device_keys
     cdef dict rests = proj._rests
     cdef dict intern = proj._intern
     cdef dict labels = proj._labels
@@ -307,35 +296,33 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
             if not ok:
                 prev_observed = observed
                 continue
-        hit = PyDict_GetItem(device_keys, id(d))
-        if hit is not NULL and (<tuple>hit)[0] is d:
-            kl = (<tuple>hit)[1]
+        # The device's key. Not looked up in nor kept with the projection's device keys
+        # (as the reference's are): a device like the previous one of its pool costs its
+        # label only, the first of its kind an interning, both less than keeping an
+        # entry per device of the cluster would.
+        capacity = d.capacity
+        consumed = d.consumes_counters
+        taints = d.taints
+        allow = d.allow_multiple_allocations
+        binding = d.binding_conditions
+        binds = d.binds_to_node
+        if same_k is not None and observed is same_observed and \
+                capacity is prev_capacity and consumed is prev_consumed and \
+                (taints is prev_taints or taints == prev_taints) and \
+                allow == prev_allow and \
+                (binding is prev_binding or binding == prev_binding) and \
+                binds == prev_binds:
+            # The same key as the previous device's: only its label is its own.
+            k = same_k
+            label = _label(a, relabeled, labels) if relabeled else None
         else:
-            capacity = d.capacity
-            consumed = d.consumes_counters
-            taints = d.taints
-            allow = d.allow_multiple_allocations
-            binding = d.binding_conditions
-            binds = d.binds_to_node
-            if same_k is not None and observed is same_observed and \
-                    capacity is prev_capacity and consumed is prev_consumed and \
-                    (taints is prev_taints or taints == prev_taints) and \
-                    allow == prev_allow and \
-                    (binding is prev_binding or binding == prev_binding) and \
-                    binds == prev_binds:
-                # The same key as the previous device's: only its label is its own.
-                label = _label(a, relabeled, labels) if relabeled else None
-                kl = _atomic((same_k, label))
-                device_keys[id(d)] = _keyed(d, kl)
-            else:
-                kl = _device_key(proj, driver, d, observed, relabeled, device_keys, rests,
-                                 intern, labels)
-                prev_capacity, prev_consumed, prev_taints = capacity, consumed, taints
-                prev_allow, prev_binding, prev_binds = allow, binding, binds
-                same_k, same_observed = kl[0], observed
+            kl = _device_key(proj, driver, d, observed, relabeled, rests, intern, labels)
+            k = kl[0]
+            label = kl[1]
+            prev_capacity, prev_consumed, prev_taints = capacity, consumed, taints
+            prev_allow, prev_binding, prev_binds = allow, binding, binds
+            same_k, same_observed = k, observed
         prev_observed = observed
-        k = kl[0]
-        label = kl[1]
         if k is prev_k and prev_w is not None:
             w = prev_w
         else:
@@ -364,10 +351,10 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
 
 
 cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple relabeled,
-                       dict device_keys, dict rests, dict intern, dict labels):
-    # Projection._device_key on a device not keyed yet: its interned key and its value
-    # of the renamed attribute. A device whose capacity and counter maps (with the rest)
-    # were not interned yet goes to the reference, which interns them.
+                       dict rests, dict intern, dict labels):
+    # Projection._device_key's answer, (key, label), without keeping it per device. A
+    # device whose capacity and counter maps (with the rest) were not interned yet goes
+    # to the reference, which interns them (and keeps its answer).
     capacity = d.capacity
     consumed = d.consumes_counters
     cdef tuple shared = (id(capacity), id(consumed), d.taints, d.allow_multiple_allocations,
@@ -385,9 +372,7 @@ cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple 
     cdef object label = None
     if relabeled:
         label = _label(d.attributes, relabeled, labels)
-    cdef tuple kl = _atomic((k, label))
-    device_keys[id(d)] = _keyed(d, kl)
-    return kl
+    return (k, label)
 
 
 cdef object _label(object a, tuple relabeled, dict labels):
