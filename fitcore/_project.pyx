@@ -411,10 +411,11 @@ cdef bint _none_selectable(object proj, str driver, object devices):
             names = tuple(a)
             hit = PyDict_GetItem(layouts, names)
             layout = proj._layout(names) if hit is NULL else <tuple>hit
-            prev = None  # other names: observe afresh
         kept = layout[0]
-        if len(kept) == 0 and prev is not None:
-            continue  # nothing observable, as the previous device
+        # The answer is the driver's and the observed values' (whatever other names the
+        # device publishes): the same as the previous device's when they are.
+        if len(kept) == 0 and prev is not None and len(prev) == 0:
+            continue
         if len(kept) == 1 and prev is not None and len(prev) == 1:
             name = kept[0]
             v = a[name]
