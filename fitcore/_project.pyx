@@ -375,11 +375,39 @@ cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple 
     return (k, label)
 
 
+# Texts of one renamed attribute's string values, by attribute name and value: the
+# common case of `_label` without a key tuple per device. A text is a function of the
+# name and value only, so this is shared by every projection (and cleared when large).
+cdef dict _STR_LABELS = {}
+cdef Py_ssize_t _STR_LABELS_SIZE = 0
+
+
 cdef object _label(object a, tuple relabeled, dict labels):
     # Projection._label: the device's values of the renamed attribute, as text.
-    cdef list parts = []
-    cdef object name, v, key, found
+    global _STR_LABELS_SIZE
+    cdef list parts
+    cdef object name, v, key, found, by_value
     cdef PyObject* hit
+    if len(relabeled) == 1:
+        name = relabeled[0]
+        v = a[name]
+        if type(v) is str:
+            hit = PyDict_GetItem(_STR_LABELS, name)
+            if hit is not NULL:
+                hit = PyDict_GetItem(<dict>hit, v)
+                if hit is not NULL:
+                    return <object>hit
+            found = f"{name}={v!r}"
+            if _STR_LABELS_SIZE > 65536:
+                _STR_LABELS.clear()
+                _STR_LABELS_SIZE = 0
+            by_value = _STR_LABELS.get(name)
+            if by_value is None:
+                by_value = _STR_LABELS[name] = {}
+            by_value[v] = found
+            _STR_LABELS_SIZE += 1
+            return found
+    parts = []
     for name in relabeled:
         v = a[name]
         key = (name, type(v), v)
