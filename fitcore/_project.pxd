@@ -29,5 +29,8 @@ cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple 
 cdef object _label(object a, tuple relabeled, dict labels)
 # Whether no device of a counter pool passes the selectors (Projection._ordered_pool).
 cdef bint _none_selectable(object proj, str driver, object devices)
-# The tuple, untracked by the cyclic collector when it holds only atomic values.
+# An int, string, boolean, None or untracked tuple (nothing a cycle can go through).
+cdef bint _atomic_value(object x)
+# The tuple, untracked by the cyclic collector when it holds only atomic values and
+# tuples of them.
 cdef tuple _atomic(tuple t)

@@ -681,3 +681,46 @@ def node_key(object proj, object e, object allocated, dict states, object state_
     if found is None:
         found = intern.setdefault(key, len(intern))
     return found, part[1]
+
+
+# ------------------------------------------------------------------ the view's index
+
+def insert_all(object snap, object entries):
+    """`Snapshot.insert` of each entry in order (label groups, cells, class
+    representatives), for a view of every node (`Snapshot.with_entries`)."""
+    cdef list out = snap.entries
+    cdef dict group_index = snap._group_index
+    cdef list label_groups = snap.label_groups
+    cdef list group_nodes = snap.group_nodes
+    cdef set own = snap._own_groups
+    cdef list node_group = snap.node_group
+    cdef dict cells = snap.cells
+    cdef dict class_rep = snap.class_rep
+    cdef object e, group, cid, cell, members
+    cdef PyObject* hit
+    cdef Py_ssize_t index
+    for e in entries:
+        index = len(out)
+        hit = PyDict_GetItem(group_index, e.labels)
+        if hit is NULL:
+            group = len(label_groups)
+            group_index[e.labels] = group
+            label_groups.append(e.node.labels)
+            members = []
+            group_nodes.append(members)
+            own.add(group)
+        else:
+            group = <object>hit
+            if group not in own:  # copy on write (extended snapshots)
+                group_nodes[group] = list(group_nodes[group])
+                own.add(group)
+            members = group_nodes[group]
+        members.append(index)
+        node_group.append(group)
+        cid = e.key
+        cell = (group, cid)
+        hit = PyDict_GetItem(cells, cell)
+        cells[cell] = 1 if hit is NULL else <object>hit + 1
+        if PyDict_GetItem(class_rep, cid) is NULL:
+            class_rep[cid] = index
+        out.append(e)

@@ -386,8 +386,11 @@ class Snapshot:
         other = Snapshot.indexed(self.inventory, self.global_slices, self.owner,
                                  self._allocated_by_pool, self.keys, self.pods, self.kube)
         other.devices = self.devices
-        for e in entries:
-            other.insert(e)
+        if compiled is not None:
+            compiled.insert_all(other, entries)
+        else:
+            for e in entries:
+                other.insert(e)
         return other
 
     def without(self, gone: Collection[int]) -> Snapshot:

@@ -191,3 +191,27 @@ def test_kept_tuples_are_not_tracked_by_the_collector() -> None:
     assert parts[0] == (("zone", "a"),) and not gc.is_tracked(parts[0])
     assert gc.is_tracked(parts[1])  # a list
     assert all(not gc.is_tracked(e) and not gc.is_tracked(e.free) for e in snap.entries)
+
+
+def test_insert_all_indexes_as_insert() -> None:
+    """`Snapshot.with_entries` indexes a view with `_project.insert_all`: the same label
+    groups, cells, class representatives and node lists as inserting entry by entry, on
+    a realistic cluster under a gang's projection and on a reordered copy."""
+    c = Cluster(rl.cluster(40, 7, rack_size=4))
+    g = gang_of("h100-root", 4, "8")
+    compiled, _ = projections(c, g)
+    inv = c.inventory
+    snap = inv._current()
+    projected = [inv._project(compiled, e) for e in snap.entries]
+    for entries in (projected, projected[::-1], snap.entries):
+        got = snap.with_entries(entries)
+        want = gang.Snapshot.indexed(snap.inventory, snap.global_slices, snap.owner,
+                                     snap._allocated_by_pool, snap.keys)
+        for e in entries:
+            want.insert(e)
+        assert got.entries == want.entries
+        assert (got.label_groups, got.group_nodes, got.node_group) == \
+            (want.label_groups, want.group_nodes, want.node_group)
+        assert (got.cells, got.class_rep, got._group_index, got._own_groups) == \
+            (want.cells, want.class_rep, want._group_index, want._own_groups)
+        assert len(got.cells) > 1 and len(got.label_groups) > 1
