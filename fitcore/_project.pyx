@@ -588,7 +588,9 @@ cdef tuple _devices(object proj, object e, object allocated, dict states, object
         parts = []
         names = []
         for it in items:
-            parts.append(_atomic((it[0], it[4], it[2])))
+            parts.append(it[0])
+            parts.append(it[4])
+            parts.append(it[2])
             names.append(it[3])
         key_parts.append(_atomic((p[2], _atomic(tuple(parts)))))
         order.append(_atomic((p[0], _atomic(tuple(names)))))
