@@ -120,12 +120,9 @@ cdef object _minus(object a, object b):
     return a - b
 
 
-cdef object _first(tuple pair):
-    return pair[0]
-
-
-cdef object _slice_name(object s):
-    return s.name
+# Sort keys made in C (a cdef function passed as a key is wrapped anew on every call).
+cdef object _FIRST = operator.itemgetter(0)
+cdef object _SLICE_NAME = operator.attrgetter("name")
 
 
 def node_parts(object n, object used, list local, dict allocated_by_pool, str hostname):
@@ -146,10 +143,10 @@ def node_parts(object n, object used, list local, dict allocated_by_pool, str ho
             labels.append(_atomic((k, v)))
     labels.sort()
     if len(local) > 1:
-        local = sorted(local, key=_first)
+        local = sorted(local, key=_FIRST)
     for pk, group in local:
         if len(group) > 1:
-            group = sorted(group, key=_slice_name)
+            group = sorted(group, key=_SLICE_NAME)
         groups.append((pk, group))
         local_pools.append(pk)
         local_slices.extend(group)
