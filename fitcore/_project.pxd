@@ -21,14 +21,16 @@ cdef dict _ranks(list pools)
 cdef tuple _devices(object proj, object e, object allocated, dict states, object state_of)
 # Projection._free: free resources as far as the gang's requests tell them apart.
 cdef tuple _free(tuple free_view, dict node_free, object most)
-# Projection._device_key of a device not keyed yet ((key, label); the reference on a miss).
+# Projection._device_key's answer (key, label), not kept per device (the reference on a
+# device whose capacity and counter maps are not interned yet).
 cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple relabeled,
-                       dict device_keys, dict rests, dict intern, dict labels)
+                       dict rests, dict intern, dict labels)
 # Projection._label: the device's values of the renamed attribute, as text.
 cdef object _label(object a, tuple relabeled, dict labels)
 # Whether no device of a counter pool passes the selectors (Projection._ordered_pool).
 cdef bint _none_selectable(object proj, str driver, object devices)
-# The tuple, untracked by the cyclic collector when it holds only atomic values.
+# An int, string, boolean, None or untracked tuple (nothing a cycle can go through).
+cdef bint _atomic_value(object x)
+# The tuple, untracked by the cyclic collector when it holds only atomic values and
+# tuples of them.
 cdef tuple _atomic(tuple t)
-# A kept device key entry (device, (key, label)), untracked by the collector.
-cdef tuple _keyed(object d, tuple kl)

@@ -25,34 +25,46 @@ cdef extern from "Python.h":
     int PyObject_GC_IsTracked(object op)
 
 
+cdef inline bint _atomic_value(object x):
+    # An int, string, boolean, None or untracked tuple: nothing a cycle can go through.
+    return type(x) is int or type(x) is str or x is None or type(x) is bool or (
+        type(x) is tuple and not PyObject_GC_IsTracked(x))
+
+
 cdef inline tuple _atomic(tuple t):
-    # The tuple, no longer tracked by the cyclic collector when it holds only ints,
-    # strings, booleans, None and untracked tuples (it cannot be part of a cycle): what
-    # the collector
-    # itself does to such a tuple the first time it meets it, done here for the tuples
+    # The tuple, no longer tracked by the cyclic collector when it holds only atomic
+    # values (`_atomic_value`) and tuples of them (pool keys such as (driver, pool),
+    # made by Python code and still tracked): it cannot be part of a cycle. The collector
+    # itself untracks such a tuple the first time it meets it; done here for the tuples
     # a cold decision keeps by the ten thousand, so that the first collection after the
     # decision does not walk them (`fitcore.inventory` pauses the collector meanwhile).
-    cdef object x
+    cdef object x, y
     for x in t:
-        if not (type(x) is int or type(x) is str or x is None or type(x) is bool or (
-                type(x) is tuple and not PyObject_GC_IsTracked(x))):
+        if _atomic_value(x):
+            continue
+        if type(x) is not tuple:
             return t
+        for y in <tuple>x:
+            if not _atomic_value(y):
+                return t
     PyObject_GC_UnTrack(<void*>t)
     return t
 
 
-cdef inline tuple _keyed(object d, tuple kl):
-    # A device's entry in the kept device keys, (device, (key, label)), untracked by the
-    # collector: it is referred to by that dict only, and nothing a device refers to
-    # refers back to the projection's maps, so it cannot be part of a cycle (the device
-    # itself stays tracked, and reachable through this entry while it is kept).
-    cdef tuple entry = (d, kl)
-    PyObject_GC_UnTrack(<void*>entry)
-    return entry
+def acyclic(*objs):
+    """The first of `objs`, with all of them left out of the cyclic collector: for
+    objects a cold decision makes per node that cannot be part of a cycle (a node's
+    index entry, its free resources, its class key: their contents never refer back to
+    them). Reference counting still frees them; a dict is tracked again when a tracked
+    object is put in it."""
+    cdef object obj
+    for obj in objs:
+        if PyObject_GC_IsTracked(obj):
+            PyObject_GC_UnTrack(<void*>obj)
+    return objs[0]
 
 
 cdef object _ZERO = Fraction(0)
-cdef object _UNBOUNDED = 1 << 40
 cdef object _QUANTITY = values.Quantity
 cdef object _FRACTION = Fraction
 cdef object _OBJECT_NEW = object.__new__
@@ -108,57 +120,50 @@ cdef object _minus(object a, object b):
     return a - b
 
 
-cdef object _first(tuple pair):
-    return pair[0]
-
-
-cdef object _slice_name(object s):
-    return s.name
+# Sort keys made in C (a cdef function passed as a key is wrapped anew on every call).
+cdef object _FIRST = operator.itemgetter(0)
+cdef object _SLICE_NAME = operator.attrgetter("name")
 
 
 def node_parts(object n, object used, list local, dict allocated_by_pool, str hostname):
     """What `Snapshot.entry` reads of a node and its node-local pools: (labels but the
     hostname, the pools sorted with their slices sorted by name, the slices in that
-    order, local devices not allocated exclusively (or unbounded with a shared device),
-    free resources, nothing allocated locally). Reference: `snapshot._node_parts`."""
+    order, the pools, free resources, nothing allocated locally). No device is read (the
+    bound on local devices is counted for class representatives only). Reference:
+    `snapshot._node_parts`."""
     cdef list labels = []
-    cdef object k, v, q, taken, t, d, s, pk, group
+    cdef object k, v, q, s, pk, group
     cdef list groups = []
     cdef list local_slices = []
-    cdef Py_ssize_t devices = 0
-    cdef bint shared = False, pristine = True
+    cdef list local_pools = []
+    cdef bint pristine = True
     cdef dict free
     for k, v in n.labels.items():
         if k != hostname:
             labels.append(_atomic((k, v)))
     labels.sort()
-    for pk, group in sorted(local, key=_first):
-        group = sorted(group, key=_slice_name)
+    if len(local) > 1:
+        local = sorted(local, key=_FIRST)
+    for pk, group in local:
+        if len(group) > 1:
+            group = sorted(group, key=_SLICE_NAME)
         groups.append((pk, group))
+        local_pools.append(pk)
         local_slices.extend(group)
-        for s in group:
-            devices += len(s.devices)
-        taken = allocated_by_pool.get(pk)
-        if taken:
+        if pristine and allocated_by_pool.get(pk):
             pristine = False
-            for t in taken:
-                if t[0] == "d":
-                    devices -= 1
-    for s in local_slices:
-        for d in s.devices:
-            if d.allow_multiple_allocations:
-                shared = True
-                break
-        if shared:
-            break
     free = {}
     for k, q in n.allocatable.items():
         free[k] = _value(q)
     for k, q in used.items():
         v = free.get(k)
         free[k] = _minus(_ZERO if v is None else v, _value(q))
-    return (_atomic(tuple(labels)), groups, tuple(local_slices),
-            _UNBOUNDED if shared else devices, free, pristine)
+    # The slices refer to nothing that refers back to the tuple of them (kept by the
+    # node's entry): left out of the collector.
+    cdef tuple slices = tuple(local_slices)
+    PyObject_GC_UnTrack(<void*>slices)
+    return (_atomic(tuple(labels)), groups, slices, _atomic(tuple(local_pools)), free,
+            pristine)
 
 
 # --------------------------------------------------------- the node under a projection
@@ -226,7 +231,6 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
     cdef dict relevant = proj._relevant
     cdef dict layouts = proj._layouts
     cdef dict selectable = proj._selectable
-    cdef dict device_keys = proj._device_keys
     cdef dict rests = proj._rests
     cdef dict intern = proj._intern
     cdef dict labels = proj._labels
@@ -289,35 +293,33 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
             if not ok:
                 prev_observed = observed
                 continue
-        hit = PyDict_GetItem(device_keys, id(d))
-        if hit is not NULL and (<tuple>hit)[0] is d:
-            kl = (<tuple>hit)[1]
+        # The device's key. Not looked up in nor kept with the projection's device keys
+        # (as the reference's are): a device like the previous one of its pool costs its
+        # label only, the first of its kind an interning, both less than keeping an
+        # entry per device of the cluster would.
+        capacity = d.capacity
+        consumed = d.consumes_counters
+        taints = d.taints
+        allow = d.allow_multiple_allocations
+        binding = d.binding_conditions
+        binds = d.binds_to_node
+        if same_k is not None and observed is same_observed and \
+                capacity is prev_capacity and consumed is prev_consumed and \
+                (taints is prev_taints or taints == prev_taints) and \
+                allow == prev_allow and \
+                (binding is prev_binding or binding == prev_binding) and \
+                binds == prev_binds:
+            # The same key as the previous device's: only its label is its own.
+            k = same_k
+            label = _label(a, relabeled, labels) if relabeled else None
         else:
-            capacity = d.capacity
-            consumed = d.consumes_counters
-            taints = d.taints
-            allow = d.allow_multiple_allocations
-            binding = d.binding_conditions
-            binds = d.binds_to_node
-            if same_k is not None and observed is same_observed and \
-                    capacity is prev_capacity and consumed is prev_consumed and \
-                    (taints is prev_taints or taints == prev_taints) and \
-                    allow == prev_allow and \
-                    (binding is prev_binding or binding == prev_binding) and \
-                    binds == prev_binds:
-                # The same key as the previous device's: only its label is its own.
-                label = _label(a, relabeled, labels) if relabeled else None
-                kl = _atomic((same_k, label))
-                device_keys[id(d)] = _keyed(d, kl)
-            else:
-                kl = _device_key(proj, driver, d, observed, relabeled, device_keys, rests,
-                                 intern, labels)
-                prev_capacity, prev_consumed, prev_taints = capacity, consumed, taints
-                prev_allow, prev_binding, prev_binds = allow, binding, binds
-                same_k, same_observed = kl[0], observed
+            kl = _device_key(proj, driver, d, observed, relabeled, rests, intern, labels)
+            k = kl[0]
+            label = kl[1]
+            prev_capacity, prev_consumed, prev_taints = capacity, consumed, taints
+            prev_allow, prev_binding, prev_binds = allow, binding, binds
+            same_k, same_observed = k, observed
         prev_observed = observed
-        k = kl[0]
-        label = kl[1]
         if k is prev_k and prev_w is not None:
             w = prev_w
         else:
@@ -346,10 +348,10 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
 
 
 cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple relabeled,
-                       dict device_keys, dict rests, dict intern, dict labels):
-    # Projection._device_key on a device not keyed yet: its interned key and its value
-    # of the renamed attribute. A device whose capacity and counter maps (with the rest)
-    # were not interned yet goes to the reference, which interns them.
+                       dict rests, dict intern, dict labels):
+    # Projection._device_key's answer, (key, label), without keeping it per device. A
+    # device whose capacity and counter maps (with the rest) were not interned yet goes
+    # to the reference, which interns them (and keeps its answer).
     capacity = d.capacity
     consumed = d.consumes_counters
     cdef tuple shared = (id(capacity), id(consumed), d.taints, d.allow_multiple_allocations,
@@ -367,16 +369,42 @@ cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple 
     cdef object label = None
     if relabeled:
         label = _label(d.attributes, relabeled, labels)
-    cdef tuple kl = _atomic((k, label))
-    device_keys[id(d)] = _keyed(d, kl)
-    return kl
+    return (k, label)
+
+
+# Texts of one renamed attribute's string values, by attribute name and value: the
+# common case of `_label` without a key tuple per device. A text is a function of the
+# name and value only, so this is shared by every projection (and cleared when large).
+cdef dict _STR_LABELS = {}
+cdef Py_ssize_t _STR_LABELS_SIZE = 0
 
 
 cdef object _label(object a, tuple relabeled, dict labels):
     # Projection._label: the device's values of the renamed attribute, as text.
-    cdef list parts = []
-    cdef object name, v, key, found
+    global _STR_LABELS_SIZE
+    cdef list parts
+    cdef object name, v, key, found, by_value
     cdef PyObject* hit
+    if len(relabeled) == 1:
+        name = relabeled[0]
+        v = a[name]
+        if type(v) is str:
+            hit = PyDict_GetItem(_STR_LABELS, name)
+            if hit is not NULL:
+                hit = PyDict_GetItem(<dict>hit, v)
+                if hit is not NULL:
+                    return <object>hit
+            found = f"{name}={v!r}"
+            if _STR_LABELS_SIZE > 65536:
+                _STR_LABELS.clear()
+                _STR_LABELS_SIZE = 0
+            by_value = _STR_LABELS.get(name)
+            if by_value is None:
+                by_value = _STR_LABELS[name] = {}
+            by_value[v] = found
+            _STR_LABELS_SIZE += 1
+            return found
+    parts = []
     for name in relabeled:
         v = a[name]
         key = (name, type(v), v)
@@ -393,14 +421,35 @@ cdef object _label(object a, tuple relabeled, dict labels):
 
 cdef bint _none_selectable(object proj, str driver, object devices):
     # Whether no device of a counter pool passes the selectors, as far as the driver and
-    # its observable attributes tell (the early answer of Projection._ordered_pool).
+    # its observable attributes tell (the early answer of Projection._ordered_pool). The
+    # devices of such a pool (MIG partitions: the most devices of a cluster) mostly
+    # publish the same attribute names and observable values as the previous one: then
+    # its answer is the previous one's, found without a tuple made.
     cdef dict layouts = proj._layouts
     cdef dict selectable = proj._selectable
-    cdef tuple observed
+    cdef tuple names = None, layout = None, kept, observed, prev = None, only
     cdef PyObject* hit
-    cdef object ok
+    cdef object ok, a, v, name
     for d in devices:
-        observed = _observed(layouts, proj, d.attributes)[0]
+        a = d.attributes
+        if names is None or not _same_names(a, names):
+            names = tuple(a)
+            hit = PyDict_GetItem(layouts, names)
+            layout = proj._layout(names) if hit is NULL else <tuple>hit
+        kept = layout[0]
+        # The answer is the driver's and the observed values' (whatever other names the
+        # device publishes): the same as the previous device's when they are.
+        if len(kept) == 0 and prev is not None and len(prev) == 0:
+            continue
+        if len(kept) == 1 and prev is not None and len(prev) == 1:
+            name = kept[0]
+            v = a[name]
+            only = <tuple>prev[0]
+            if only[0] is name and only[1] is type(v) and only[2] == v:
+                continue  # as the previous device: not selectable
+        observed = _observed(layouts, proj, a)[0]
+        if prev is not None and observed == prev:
+            continue
         hit = PyDict_GetItem(selectable, (driver, observed))
         if hit is NULL:
             ok = proj._maybe_selectable(driver, d, observed)
@@ -408,6 +457,7 @@ cdef bint _none_selectable(object proj, str driver, object devices):
             ok = <object>hit
         if ok:
             return False
+        prev = observed
     return True
 
 
@@ -466,7 +516,7 @@ cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
     # method, which these are few enough not to matter.
     if not view_ordered and proj._attributes_only and _none_selectable(proj, driver, devices):
         # No device of this counter pool can be taken: none is observable.
-        return ordered, (info[0], info[1], (), info[3]), [], 0, False
+        return ordered, _atomic((info[0], info[1], (), info[3])), [], 0, False
     return proj._ordered_pool(driver, devices, state, info, counters_t)
 
 
@@ -535,11 +585,13 @@ cdef tuple _devices(object proj, object e, object allocated, dict states, object
         parts = []
         names = []
         for it in items:
-            parts.append(_atomic((it[0], it[4], it[2])))
+            parts.append(it[0])
+            parts.append(it[4])
+            parts.append(it[2])
             names.append(it[3])
         key_parts.append(_atomic((p[2], _atomic(tuple(parts)))))
         order.append(_atomic((p[0], _atomic(tuple(names)))))
-    return _atomic(tuple(key_parts)), _atomic(tuple(order)), candidates, unbounded
+    return _atomic((_atomic(tuple(key_parts)), _atomic(tuple(order)), candidates, unbounded))
 
 
 cdef tuple _free(tuple free_view, dict node_free, object most):
@@ -599,6 +651,8 @@ def node_key(object proj, object e, object allocated, dict states, object state_
                         break
     if stale:
         hit = (e.local_slices, taken_t, _devices(proj, e, allocated, states, state_of))
+        # Slices, allocation lists and the part refer to nothing that refers back to it.
+        PyObject_GC_UnTrack(<void*>hit)
         parts[name] = hit
     cdef tuple part = (<tuple>hit)[2]
     cdef Py_ssize_t candidates = part[2]
@@ -626,3 +680,46 @@ def node_key(object proj, object e, object allocated, dict states, object state_
     if found is None:
         found = intern.setdefault(key, len(intern))
     return found, part[1]
+
+
+# ------------------------------------------------------------------ the view's index
+
+def insert_all(object snap, object entries):
+    """`Snapshot.insert` of each entry in order (label groups, cells, class
+    representatives), for a view of every node (`Snapshot.with_entries`)."""
+    cdef list out = snap.entries
+    cdef dict group_index = snap._group_index
+    cdef list label_groups = snap.label_groups
+    cdef list group_nodes = snap.group_nodes
+    cdef set own = snap._own_groups
+    cdef list node_group = snap.node_group
+    cdef dict cells = snap.cells
+    cdef dict class_rep = snap.class_rep
+    cdef object e, group, cid, cell, members
+    cdef PyObject* hit
+    cdef Py_ssize_t index
+    for e in entries:
+        index = len(out)
+        hit = PyDict_GetItem(group_index, e.labels)
+        if hit is NULL:
+            group = len(label_groups)
+            group_index[e.labels] = group
+            label_groups.append(e.node.labels)
+            members = []
+            group_nodes.append(members)
+            own.add(group)
+        else:
+            group = <object>hit
+            if group not in own:  # copy on write (extended snapshots)
+                group_nodes[group] = list(group_nodes[group])
+                own.add(group)
+            members = group_nodes[group]
+        members.append(index)
+        node_group.append(group)
+        cid = e.key
+        cell = (group, cid)
+        hit = PyDict_GetItem(cells, cell)
+        cells[cell] = 1 if hit is NULL else <object>hit + 1
+        if PyDict_GetItem(class_rep, cid) is NULL:
+            class_rep[cid] = index
+        out.append(e)

@@ -42,11 +42,14 @@ def compiled_available() -> bool:
 
 def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim],
              *, engine: Engine = "auto", budget: int = DEFAULT_BUDGET,
-             kube: versions.KubeVersion = versions.DEFAULT) -> model.NodeFit:
+             kube: versions.KubeVersion = versions.DEFAULT,
+             with_reasons: bool = True) -> model.NodeFit:
     """Whether one pod's `claims` can be allocated on `node` now, with one allocation,
     as the default-feature allocator of Kubernetes `kube` (1.36 or 1.37) answers.
 
     `budget` bounds the search steps; when it runs out the verdict is `undecided`.
+    `with_reasons=False`: a `no-fit` of the compiled core comes without reasons (a caller
+    that may never read them asks `no_fit_reasons` when it does).
     """
     if engine == "py" or (engine == "auto" and _alloc is None):
         return reference.allocate(node, inventory, claims, budget=budget, kube=kube)
@@ -77,11 +80,20 @@ def allocate(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
     if status < 0:
         return model.NodeFit("undecided", node.name, steps=steps, engine="c", reasons=(
             f"the search took more than {budget} steps on node {node.name}",))
+    if not with_reasons:
+        return model.NodeFit("no-fit", node.name, steps=steps, engine="c")
     # The problem may have been compiled for other claims of the same content: explain
     # with these claims' names and this allocated state.
     prepared = problem.prepared if problem.baked else reference.prepare(node, inventory, claims)
     return model.NodeFit("no-fit", node.name, reasons=explain.no_fit(prepared), steps=steps,
                          engine="c")
+
+
+def no_fit_reasons(node: model.Node, inventory: model.Inventory,
+                   claims: Sequence[model.Claim]) -> tuple[str, ...]:
+    """Why `claims` cannot be allocated on `node` (the reasons `allocate` gives with a
+    `no-fit`)."""
+    return explain.no_fit(reference.prepare(node, inventory, claims))
 
 
 _SHARED: dict[int, tuple[object, bool]] = {}

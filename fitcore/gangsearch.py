@@ -46,13 +46,39 @@ class _Class:
 @dataclasses.dataclass(slots=True)
 class _Fill:
     """A representative filled pod by pod: allocations[i] is pod i's, in rep's device
-    names; `stop` says why no more fit (empty while not yet known)."""
+    names; `stop` says why no more fit (empty while not yet known).
+
+    When the allocator said no, its reasons are found when `stop` is first read
+    (`explain`): most fills end so, and a decision that places its gang reads none of
+    them (explaining one costs about what the allocator call did)."""
 
     allocations: list[tuple[tuple[model.DeviceResult, ...], ...]]
-    stop: str = ""
+    why: str = ""
     undecided: bool = False
     code: str = ""  # `stop` for programs (a fitcore.reasons code)
     resource: str = ""  # the node resource that ran out
+    explain: Callable[[], str] | None = None  # the allocator's reasons, not found yet
+
+    @property
+    def stop(self) -> str:
+        if self.explain is not None:
+            self.why, self.explain = self.explain(), None
+        return self.why
+
+    @stop.setter
+    def stop(self, why: str) -> None:
+        self.why, self.explain = why, None
+
+    @property
+    def stopped(self) -> bool:
+        """Whether no more pods fit (without finding the allocator's reasons)."""
+        return bool(self.why) or self.explain is not None
+
+
+def _reasons(node: model.Node, inventory: model.Inventory, claims: list[model.Claim]
+             ) -> Callable[[], str]:
+    """The allocator's reasons for a no-fit, found when called."""
+    return lambda: "; ".join(api.no_fit_reasons(node, inventory, claims)) or "no-fit"
 
 
 class Memo:
@@ -150,7 +176,8 @@ class _Search:
             rep = self.snap.class_rep[cid]
             e = self.snap.entries[rep]
             cls = self.classes[cid] = _Class(cid, rep, (), e.free, e.node.taints,
-                                             e.node.unschedulable, e.devices, e.pristine)
+                                             e.node.unschedulable, self.snap.device_bound(e),
+                                             e.pristine)
         return cls
 
     def save(self) -> tuple[Any, ...]:
@@ -239,7 +266,7 @@ class _Search:
         f = self.memo.fills.get(key)
         if f is None:
             f = self.memo.fills[key] = _Fill([])
-        if f.stop or len(f.allocations) >= limit:
+        if f.stopped or len(f.allocations) >= limit:
             return f
         bound, short = _resource_bound(cls.free, requests, limit)
         inventory = self._inventory(cls)
@@ -271,12 +298,16 @@ class _Search:
                 f.allocations.append(())
                 continue
             inv = model.Inventory(inventory.slices, inventory.classes, base.plus(carried))
-            nf = api.allocate(e.node, inv, [c.claim for c in claims], engine=self.engine,
-                              budget=self.budget, kube=self.snap.kube)
+            asked = [c.claim for c in claims]
+            nf = api.allocate(e.node, inv, asked, engine=self.engine, budget=self.budget,
+                              kube=self.snap.kube, with_reasons=False)
             self.memo.allocations += 1
             self.memo.steps += nf.steps
             if not nf.fits:
-                f.stop = "; ".join(nf.reasons) or nf.verdict
+                if nf.verdict == "no-fit" and not nf.reasons:
+                    f.explain = _reasons(e.node, inv, asked)
+                else:
+                    f.stop = "; ".join(nf.reasons) or nf.verdict
                 f.undecided = nf.verdict == "undecided"
                 f.code = (codes.SEARCH_BUDGET if f.undecided else codes.CLAIM_ERROR
                           if nf.verdict == "error" else codes.DEVICES_UNAVAILABLE)
@@ -553,18 +584,19 @@ def _place_pods(search: _Search, pod_set: gangtypes.PodSet, placements: list[gan
             domain_units[domain] = [u]
         else:
             du.append(u)
-    for cid, count in short_nodes.items():
-        stop = fills[cid].stop
-        if stop:
-            example = entries[search.get_class(cid).rep].node.name
-            short[(gangexplain.holds(counts[cid], stop), cid)] = (count, example)
-            short_why[(gangexplain.holds(counts[cid], stop), cid)] = fills[cid]
     ranked = [(t, d) for d, t in totals.items()]
     # Best fit: the smallest domain that holds every pod; else the largest holding minCount.
     full = sorted((t, d) for t, d in ranked if t >= want)
     partial = sorted(((t, d) for t, d in ranked if need <= t < want), key=lambda x: (-x[0], x[1]))
     choice = full[0] if full else (partial[0] if partial else None)
     if choice is None:
+        # Why classes fell short: read (and the allocator's reasons found) only now.
+        for cid, count in short_nodes.items():
+            stop = fills[cid].stop
+            if stop:
+                example = entries[search.get_class(cid).rep].node.name
+                short[(gangexplain.holds(counts[cid], stop), cid)] = (count, example)
+                short_why[(gangexplain.holds(counts[cid], stop), cid)] = fills[cid]
         return False, gangexplain.explain(
             search.gang, pod_set, label, need, want, ranked, skipped, taint_example, short,
             short_why, counts, single_node, len(snap.entries)), None, best

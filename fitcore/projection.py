@@ -478,7 +478,9 @@ class Projection:
                 items = [(k, text, rank[lbl], name, st) for k, text, lbl, name, st in items]
             if not ordered:
                 items.sort(key=_canonical)
-            key_parts.append((info, tuple([(it[0], it[4], it[2]) for it in items])))
+            # (device key, allocated state, group label) of each device, flat: hashed
+            # and compared without a tuple per device.
+            key_parts.append((info, tuple([x for it in items for x in (it[0], it[4], it[2])])))
             order.append((pk, tuple([it[3] for it in items])))
         return tuple(key_parts), tuple(order), candidates, unbounded
 

@@ -35,6 +35,8 @@ class Selector:
         self._inputs: dict[int, cel.DeviceInput] = {}
         self._results: dict[tuple[str, object], bool | str] = {}
         self._contents: dict[tuple[str, int], tuple[model.Device, object]] = {}
+        # Per (expression, attribute names of a device): those it may read, sorted.
+        self._kept: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
 
     def size(self) -> int:
         return len(self._results)
@@ -56,12 +58,22 @@ class Selector:
         if len(self._contents) > self._limit:
             self._contents.clear()
             self._results.clear()
-        read = reads.attributes(expression)
-        attrs = tuple(sorted((name, type(v).__name__, str(v))
-                             for name, v in device.attributes.items()
-                             if read is None or name.rpartition("/")[2] in read))
-        content = (driver, attrs, tuple(sorted((n, c.value) for n, c in device.capacity.items())),
-                   device.allow_multiple_allocations)
+        a = device.attributes
+        # The names the expression may read, sorted, per list of names a device publishes
+        # (devices of a driver publish the same few lists).
+        names = tuple(a)
+        kept = self._kept.get((expression, names))
+        if kept is None:
+            if len(self._kept) > 4096:
+                self._kept.clear()
+            read = reads.attributes(expression)
+            kept = self._kept[(expression, names)] = tuple(sorted(
+                name for name in names if read is None or name.rpartition("/")[2] in read))
+        attrs = tuple([(name, type(v).__name__, str(v)) for name in kept
+                       for v in (a[name],)])
+        capacity = device.capacity
+        content = (driver, attrs, tuple(sorted((n, c.value) for n, c in capacity.items()))
+                   if capacity else (), device.allow_multiple_allocations)
         self._contents[(expression, id(device))] = (device, content)
         return content
 

@@ -76,7 +76,8 @@ def slice_shape(s: model.ResourceSlice) -> tuple[Any, ...]:
 
 NodeParts = tuple[tuple[tuple[str, str], ...],
                   list[tuple[PoolKey, list[model.ResourceSlice]]],
-                  tuple[model.ResourceSlice, ...], int, dict[str, Fraction], bool]
+                  tuple[model.ResourceSlice, ...], tuple[PoolKey, ...], dict[str, Fraction],
+                  bool]
 
 
 def _node_parts(n: model.Node, used: Mapping[str, values.Quantity],
@@ -85,24 +86,32 @@ def _node_parts(n: model.Node, used: Mapping[str, values.Quantity],
                 hostname: str) -> NodeParts:
     """What `Snapshot.entry` reads of a node and its node-local pools: (labels but the
     hostname, the pools sorted with their slices sorted by name, the slices in that
-    order, local devices not allocated exclusively (unbounded with a device that allows
-    multiple allocations), free resources, nothing allocated locally). The reference of
-    the compiled `_project.node_parts`."""
+    order, the pools, free resources, nothing allocated locally). No device is read: the
+    bound on local devices is counted for the nodes that ask (`device_bound`). The
+    reference of the compiled `_project.node_parts`."""
     labels = tuple(sorted((k, v) for k, v in n.labels.items() if k != hostname))
     groups = [(pk, sorted(group, key=lambda s: s.name))
               for pk, group in sorted(local, key=lambda x: x[0])]
     local_slices = tuple(s for _, group in groups for s in group)
-    devices = 0
-    for pk, group in groups:
-        devices += sum(len(s.devices) for s in group)
-        devices -= sum(1 for t in allocated_by_pool.get(pk, ()) if t[0] == "d")
-    if any(any(map(_SHARED, s.devices)) for s in local_slices):
-        devices = _UNBOUNDED  # shared devices: counting cannot bound the pods
     free: dict[str, Fraction] = {k: q.value for k, q in n.allocatable.items()}
     for k, q in used.items():
         free[k] = _minus(free.get(k, _ZERO), q.value)
     pristine = not any(allocated_by_pool.get(pk) for pk, _ in groups)
-    return labels, groups, local_slices, devices, free, pristine
+    return labels, groups, local_slices, tuple(pk for pk, _ in groups), free, pristine
+
+
+def device_bound(local_slices: Sequence[model.ResourceSlice], local_pools: Sequence[PoolKey],
+                 allocated_by_pool: Mapping[PoolKey, Sequence[tuple[Any, ...]]]) -> int:
+    """Local devices not allocated exclusively (unbounded with a device that allows
+    multiple allocations): an upper bound for counting pods on a node. It reads every
+    local device, so it is counted for class representatives only (`Snapshot.
+    device_bound`), not for every node indexed."""
+    if any(any(map(_SHARED, s.devices)) for s in local_slices):
+        return _UNBOUNDED  # shared devices: counting cannot bound the pods
+    devices = sum(len(s.devices) for s in local_slices)
+    for pk in local_pools:
+        devices -= sum(1 for t in allocated_by_pool.get(pk, ()) if t[0] == "d")
+    return devices
 
 
 @dataclasses.dataclass(slots=True)
@@ -114,7 +123,9 @@ class _NodeEntry:
     sees_global: bool
     key: int  # class id (interned class key)
     free: dict[str, Fraction]
-    devices: int  # local devices not allocated exclusively (an upper bound for counting)
+    # Local devices not allocated exclusively (an upper bound for counting), None until a
+    # decision asks (`Snapshot.device_bound`: class representatives only).
+    devices: int | None
     pristine: bool  # nothing allocated on its local devices
     # What the entry was computed from, by identity (node, slices) and value (allocated
     # devices, bound pods' requests): a rebuilt snapshot reuses an entry that matches.
@@ -247,13 +258,14 @@ class Snapshot:
         and the shapes of its pools are not computed."""
         parts = (compiled.node_parts if compiled is not None else _node_parts)(
             n, used, local, self._allocated_by_pool, gangtypes.HOSTNAME_LABEL)
-        labels, groups, local_slices, devices, free, pristine = parts
+        labels, groups, local_slices, local_pools, free, pristine = parts
         pool_shapes: list[Any] = []  # per pool: its shape id, then what is allocated
         if own_class is None:
             for pk, group_slices in groups:
                 pool_shapes.append(self._pool_shape(group_slices, shapes))
                 pool_shapes.append(tuple(sorted(self._allocated_by_pool.get(pk, ()))))
-        sees_global = any(pools.slice_relevant(n, s) for s in self.global_slices)
+        sees_global = bool(self.global_slices) and any(
+            pools.slice_relevant(n, s) for s in self.global_slices)
         key: tuple[Any, ...]
         if own_class is not None:
             key = ("own", n.name, own_class)
@@ -266,8 +278,19 @@ class Snapshot:
                    tuple(sorted(free.items())), advertised)
             if sees_global:
                 key = (*key, ("node", n.name))
-        return _NodeEntry(n, labels, tuple(pk for pk, _ in groups), local_slices,
-                          sees_global, self.intern(key), free, devices, pristine, fingerprint)
+        e = _NodeEntry(n, labels, local_pools, local_slices, sees_global, self.intern(key),
+                       free, None, pristine, fingerprint)
+        # Made by the ten thousand in a cold decision, kept, and acyclic: left out of the
+        # collector's walks (see `_project.acyclic`).
+        return e if compiled is None else compiled.acyclic(e, free, key)
+
+    def device_bound(self, e: _NodeEntry) -> int:
+        """The entry's `devices`, counted (and kept with it) the first time it is asked:
+        its allocated devices are this snapshot's, which are the entry's own (an entry is
+        made again when what is allocated in its pools changes)."""
+        if e.devices is None:
+            e.devices = device_bound(e.local_slices, e.local_pools, self._allocated_by_pool)
+        return e.devices
 
     def insert(self, e: _NodeEntry) -> None:
         index = len(self.entries)
@@ -363,8 +386,11 @@ class Snapshot:
         other = Snapshot.indexed(self.inventory, self.global_slices, self.owner,
                                  self._allocated_by_pool, self.keys, self.pods, self.kube)
         other.devices = self.devices
-        for e in entries:
-            other.insert(e)
+        if compiled is not None:
+            compiled.insert_all(other, entries)
+        else:
+            for e in entries:
+                other.insert(e)
         return other
 
     def without(self, gone: Collection[int]) -> Snapshot:
