@@ -10,12 +10,12 @@ Two holds keep two gangs off the same devices, on top of what the inventory show
 
 A gang that would fit but for promised nodes waits; the pod event that ends a promise
 it waits for queues it again (`wait`, `woken`), the poll after `promise_poll_seconds`
-stays the fallback. `held_for_others` is the union a decision leaves out. Owners are derived from the stores
-on each pass from the requests fitgate wrote (`trusted`); promises are kept in memory and
-read back by a replica that takes over (`promises.Recovery`). What a pass reads of the
-Nodes and Pods comes from indexes the stores' events keep (`ledgerindex`: the nodes
-created since a time, the pods bound per placement owner), so a decision costs what it
-reads, not a pass over every node and pod.
+stays the fallback. `held_for_others` is the union a decision leaves out. Owners are
+derived from the stores on each pass from the requests fitgate wrote (`trusted`);
+promises are kept in memory and read back by a replica that takes over
+(`promises.Recovery`). What a pass reads of the Nodes and Pods comes from indexes the
+stores' events keep (`ledgerindex`: the nodes created since a time, the pods bound per
+placement owner), so a decision costs what it reads, not a pass over every node and pod.
 """
 
 from __future__ import annotations
