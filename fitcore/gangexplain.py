@@ -45,10 +45,15 @@ def template_path(gang: gangtypes.Gang, pod_set: gangtypes.PodSet) -> str:
 
 
 def explain(gang: gangtypes.Gang, pod_set: gangtypes.PodSet, label: str, need: int, want: int,
-             ranked: list[tuple[int, str]], skipped: Mapping[str, int], taint_example: str,
+             ranked: list[tuple[int, str]], skipped: Mapping[str, int],
+             examples: tuple[str, str],
              short: Mapping[tuple[str, int], tuple[int, str]],
              short_why: Mapping[tuple[str, int], Stop], counts: Mapping[int, int],
              single_node: bool, nodes: int) -> list[codes.Reason]:
+    """One reason per cause. `examples`: a node with a taint the pod set does not tolerate
+    and one that would host pods once a taint it carries for a while is off ("taint (node
+    name)", "" if none)."""
+    taint_example, passing_example = examples
     wanted = _plural(want, "pod") if need == want else f"at least {need} of {want} pods"
     spec = template_path(gang, pod_set)
     out: list[codes.Reason] = []
@@ -97,6 +102,12 @@ def explain(gang: gangtypes.Gang, pod_set: gangtypes.PodSet, label: str, need: i
             f"{label}: {_nodes(skipped['taint'], 'has', 'have')} a taint it does not "
             f"tolerate, e.g. {taint_example}", field=f"{spec}.tolerations",
             node=taint_example.rsplit("(node ", 1)[-1].rstrip(")") or None)
+    if skipped.get("passing"):
+        add(codes.NODE_NOT_READY,
+            f"{label}: {_nodes(skipped['passing'], 'would', 'would')} host its pods but "
+            f"{'is' if skipped['passing'] == 1 else 'are'} not ready for them yet (not "
+            f"ready, starting, cordoned or under pressure), e.g. {passing_example}",
+            node=passing_example.rsplit("(node ", 1)[-1].rstrip(")") or None)
     kinds = sorted(short.items(), key=lambda x: (-x[1][0], x[1][1]))
     for key, (count, example) in kinds[:MAX_KINDS]:
         stop, cid = key

@@ -240,17 +240,22 @@ class _Search:
             self.adapted[key] = have
         return have
 
-    def tolerated(self, cls: _Class, pod_set: gangtypes.PodSet) -> str:
-        """The first taint of the class that the pod set does not tolerate ("" if none)."""
+    def tolerated(self, cls: _Class, pod_set: gangtypes.PodSet) -> tuple[str, bool]:
+        """The first taint of the class that the pod set does not tolerate ("" if none),
+        and whether every such taint is one the node carries for a while
+        (`gangtypes.passing`)."""
         taints = cls.taints
         if cls.unschedulable:
             taints = (*taints, model.Taint(gangtypes.UNSCHEDULABLE_TAINT, "", "NoSchedule"))
+        first, passing = "", True
         for t in taints:
             if t.effect not in ("NoSchedule", "NoExecute"):
                 continue
             if not any(tol.tolerates(t) for tol in pod_set.tolerations):
-                return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
-        return ""
+                first = first or (f"{t.key}={t.value}:{t.effect}" if t.value
+                                  else f"{t.key}:{t.effect}")
+                passing = passing and gangtypes.passing(t)
+        return first, passing
 
     def fill(self, cls: _Class, pod_set: gangtypes.PodSet, variant: _Variant,
              requests: Mapping[str, Fraction], limit: int) -> _Fill:
@@ -512,13 +517,16 @@ def _place_pods(search: _Search, pod_set: gangtypes.PodSet, placements: list[gan
         per_node = True
         topology = topology or gate.self_key
     need, want = pod_set.needed, pod_set.count
-    skipped = {"selector": 0, "taint": 0, "topology": 0, "shared": 0, "affinity": 0}
+    skipped = {"selector": 0, "taint": 0, "topology": 0, "shared": 0, "affinity": 0,
+               "passing": 0}
     units = _units(search, allowed, per_node, skipped)
     # How many pods one node of each class holds; domain totals.
     counts: dict[int, int] = {}
     fills: dict[int, _Fill] = {}
     group_info: dict[int, tuple[bool, str | None]] = {}  # selected?, domain
     taint_example = ""
+    passing_example = ""  # a node that would host pods once a passing taint is off
+    later = 0  # the most pods one such node would hold
     # Why a class holds fewer pods -> (nodes, example node); keyed by class too, so that
     # each kind of node (existing or new) keeps its own example.
     short: dict[tuple[str, int], tuple[int, str]] = {}
@@ -552,10 +560,22 @@ def _place_pods(search: _Search, pod_set: gangtypes.PodSet, placements: list[gan
         n = counts.get(cid)
         if n is None:
             cls = search.get_class(cid)
-            bad = search.tolerated(cls, pod_set)
-            if bad:
+            bad, passing = search.tolerated(cls, pod_set)
+            example = entries[node_index if node_index is not None else cls.rep].node.name
+            if bad and passing:
+                # Would the node hold pods once the taint is off? (Then the gang waits.)
+                f = search.fill(cls, pod_set, *search.adapt(cls, pod_set, variant, requests),
+                                want)
+                if f.allocations:
+                    n = -2
+                    later = max(later, min(len(f.allocations), want))
+                    passing_example = passing_example or f"{bad} (node {example})"
+                else:  # it would not: say why, as for any node that holds none
+                    fills[cid] = f
+                    n = 0
+                    search.undecided = search.undecided or f.undecided
+            elif bad:
                 n = -1
-                example = entries[node_index if node_index is not None else cls.rep].node.name
                 taint_example = taint_example or f"{bad} (node {example})"
             else:
                 f = search.fill(cls, pod_set, *search.adapt(cls, pod_set, variant, requests),
@@ -565,7 +585,7 @@ def _place_pods(search: _Search, pod_set: gangtypes.PodSet, placements: list[gan
                 search.undecided = search.undecided or (f.undecided and n < want)
             counts[cid] = n
         if n < 0:
-            skipped["taint"] += count
+            skipped["taint" if n == -1 else "passing"] += count
             continue
         if n < want:
             short_nodes[cid] = short_nodes.get(cid, 0) + count
@@ -598,8 +618,9 @@ def _place_pods(search: _Search, pod_set: gangtypes.PodSet, placements: list[gan
                 short[(gangexplain.holds(counts[cid], stop), cid)] = (count, example)
                 short_why[(gangexplain.holds(counts[cid], stop), cid)] = fills[cid]
         return False, gangexplain.explain(
-            search.gang, pod_set, label, need, want, ranked, skipped, taint_example, short,
-            short_why, counts, single_node, len(snap.entries)), None, best
+            search.gang, pod_set, label, need, want, ranked, skipped,
+            (taint_example, passing_example), short, short_why, counts, single_node,
+            len(snap.entries)), None, max(best, later)
     index_base = sum(1 for p in placements if p.pod_set == pod_set.name)
     tag = (search.memo.keep(pod_set), tuple(c.claim.key for c in variant.first),
            tuple(c.claim.key for c in variant.rest))
@@ -620,7 +641,8 @@ def _place_pods(search: _Search, pod_set: gangtypes.PodSet, placements: list[gan
         codes.SHARED_POOLS_EXHAUSTED,
         f"{label}: needs {want} pods; devices that all nodes share (not node-local) ran out "
         "before they were all placed", object=search.gang.label, pod_set=pod_set.name,
-        field=gangexplain.template_path(search.gang, pod_set) + ".resourceClaims")], None, best
+        field=gangexplain.template_path(search.gang, pod_set) + ".resourceClaims")], None, \
+        max(best, later)
 
 
 def _shared_claims(search: _Search, pod_set: gangtypes.PodSet

@@ -19,6 +19,22 @@ from fitcore import reasons as codes
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+#: Taints a node carries for a while and then loses without anyone editing a workload: the
+#: node lifecycle controller's (not ready, unreachable, under pressure, cordoned), the
+#: cloud provider's until it initialises the node, the cluster-autoscaler's startup taints.
+#: A node that a gang's pods do not tolerate only for these may host them later, so it
+#: never makes a gang one that can never fit.
+PASSING_TAINTS = frozenset({
+    "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/network-unavailable", "node.kubernetes.io/memory-pressure",
+    "node.kubernetes.io/disk-pressure", "node.kubernetes.io/pid-pressure",
+    UNSCHEDULABLE_TAINT, "node.cloudprovider.kubernetes.io/uninitialized"})
+PASSING_TAINT_PREFIXES = ("startup-taint.cluster-autoscaler.kubernetes.io/",)
+
+
+def passing(taint: model.Taint) -> bool:
+    """Whether a node carries this taint only for a while (`PASSING_TAINTS`)."""
+    return taint.key in PASSING_TAINTS or taint.key.startswith(PASSING_TAINT_PREFIXES)
 
 
 

@@ -30,6 +30,9 @@ NODE_SELECTOR = "node-selector"
 TOPOLOGY_LABEL_MISSING = "topology-label-missing"
 #: Nodes excluded by a taint the pods do not tolerate.
 UNTOLERATED_TAINT = "untolerated-taint"
+#: Nodes that would host pods, excluded for now by a taint they carry for a while (not
+#: ready, unreachable, cordoned, starting: `fitcore.gangtypes.PASSING_TAINTS`).
+NODE_NOT_READY = "node-not-ready"
 #: Nodes excluded by required pod (anti-)affinity or topology spread.
 POD_AFFINITY = "pod-affinity"
 TOPOLOGY_SPREAD = "topology-spread"
@@ -79,7 +82,8 @@ CATEGORY: dict[str, Category] = {
     TOO_FEW_PODS: "capacity", TOPOLOGY_DOMAIN_TOO_SMALL: "capacity",
     SHARED_CLAIM_ONE_NODE: "capacity", SHARED_CLAIM_NODES: "configuration",
     NODE_SELECTOR: "configuration", TOPOLOGY_LABEL_MISSING: "configuration",
-    UNTOLERATED_TAINT: "configuration", POD_AFFINITY: "configuration",
+    UNTOLERATED_TAINT: "configuration", NODE_NOT_READY: "capacity",
+    POD_AFFINITY: "configuration",
     TOPOLOGY_SPREAD: "configuration", INSUFFICIENT_RESOURCE: "capacity",
     INSUFFICIENT_DEVICES: "capacity", DEVICES_UNAVAILABLE: "capacity",
     CLAIM_ERROR: "configuration", SEARCH_BUDGET: "capacity",

@@ -28,6 +28,7 @@ def two_nodes(**kw: Any) -> list[dict[str, Any]]:
 
 
 T = gb.template()
+NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 CASES = [
     # --- all or nothing
     Case("four-pods-fit-two-nodes", [*two_nodes(), T,
@@ -91,6 +92,26 @@ CASES = [
          [*two_nodes(taints=[{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]), T,
           gb.workload(gb.pod_set(count=1, templates=("gpus",)))],
          "unsatisfiable", 0, reason="gpu=yes:NoSchedule", category="configuration"),
+    # A node that is not ready, starting or cordoned may host the pods later: waiting for
+    # it is capacity, never "can never fit".
+    Case("not-ready-node-is-capacity",
+         [*gb.gpu_node("n1", taints=[NOT_READY]), T,
+          gb.workload(gb.pod_set(count=1, templates=("gpus",)))],
+         "unsatisfiable", 0, reason="1 node would host its pods but is not ready for them "
+         "yet (not ready, starting, cordoned or under pressure), e.g. "
+         "node.kubernetes.io/not-ready:NoSchedule (node n1)", category="capacity"),
+    Case("cordoned-only-node-is-capacity",
+         [{**gb.gpu_node("n1")[0], "spec": {"unschedulable": True}}, *gb.gpu_node("n1")[1:],
+          T, gb.workload(gb.pod_set(count=1, templates=("gpus",)))],
+         "unsatisfiable", 0, reason="node.kubernetes.io/unschedulable", category="capacity"),
+    Case("not-ready-node-that-could-never-host-says-why",
+         [*gb.gpu_node("n1", gpus=2, taints=[NOT_READY]), T,
+          gb.workload(gb.pod_set(count=1, templates=("gpus",)))],
+         "unsatisfiable", 0, reason="node n1: holds none of its pods", category="configuration"),
+    Case("not-ready-and-untolerated-taint-is-configuration",
+         [*gb.gpu_node("n1", taints=[NOT_READY, {"key": "gpu", "effect": "NoSchedule"}]), T,
+          gb.workload(gb.pod_set(count=1, templates=("gpus",)))],
+         "unsatisfiable", 0, reason="1 node has a taint", category="configuration"),
     Case("tolerated-taint",
          [*two_nodes(taints=[{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]), T,
           gb.workload(gb.pod_set(count=4, templates=("gpus",), tolerations=[
