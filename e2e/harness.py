@@ -30,6 +30,8 @@ from e2e.cluster.local import cluster
 SYSTEM_NAMESPACE = cluster.SYSTEM_NAMESPACE
 DEFAULT_TIMEOUT_S = 60.0
 CLEANUP_TIMEOUT_S = 60.0
+# Taints the node lifecycle controller keeps on a node until it is Ready and reachable.
+_LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 AUTOSCALER_STATUS = "cluster-autoscaler-status"
 # The node group cluster-autoscaler may grow in tests (kwok provider; see cluster.py).
 # Its nodes carry the shape label "gpu-pool": 4 GPUs, 2 per PCIe root.
@@ -101,10 +103,15 @@ class Harness:
         async def ready() -> bool:
             for name in names:
                 node = await self.kube.get("v1", "Node", name)
-                if not kube.has_condition(node, "Ready"):
+                if node is None or not kube.has_condition(node, "Ready"):
+                    return False
+                # The node lifecycle controller takes its not-ready taint off a moment
+                # after Ready turns True; until then the scheduler (and fitgate) skip it.
+                if any((t or {}).get("key") in _LIFECYCLE_TAINTS
+                       for t in (node.get("spec") or {}).get("taints") or ()):
                     return False
             return True
-        await kube.wait_for(ready, timeout, f"nodes {names} Ready")
+        await kube.wait_for(ready, timeout, f"nodes {names} Ready and untainted")
 
     async def slices_of(self, node: str) -> list[dict[str, Any]]:
         return await self.kube.list("resource.k8s.io/v1", "ResourceSlice",
