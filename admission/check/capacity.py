@@ -358,26 +358,29 @@ def requests_of(rec: Rec, wl: client.Obj, check: str | None = None) -> list[clie
 
 
 async def cleanup_requests(rec: Rec, namespace: str, name: str, keep_uid: str | None,
-                       uid: str | None = None) -> None:
+                           uid: str | None, requests: Sequence[client.Obj],
+                           templates: Sequence[client.Obj]) -> None:
     """Delete fitgate's requests and templates for the Workload `namespace/name`
-    except those of the live Workload `keep_uid` (None: delete them all)."""
+    except those of the live Workload `keep_uid` (None: delete them all). `requests` and
+    `templates`: the namespace's that may be the Workload's (`requests.WorkloadObjects`);
+    each is checked here."""
     wanted = f"{namespace}/{name}"
-    for r in list(rec.stores.provisioning_requests.list(namespace)):
+    for r in requests:
         meta = _meta(r)
         labels = meta.get("labels") or {}
-        if labels.get(c.MANAGED_LABEL) != "fitgate":
+        if labels.get(c.MANAGED_LABEL) != "fitgate" or meta.get("namespace") != namespace:
             continue
         if (meta.get("annotations") or {}).get(c.WORKLOAD_ANNOTATION) != wanted and \
-                labels.get(c.WORKLOAD_UID_LABEL) != uid:
+                (not uid or labels.get(c.WORKLOAD_UID_LABEL) != uid):
             continue
         if keep_uid is not None and labels.get(c.WORKLOAD_UID_LABEL) == keep_uid:
             continue
         await delete_request(rec, r, "workload gone, finished or evicted")
-    for t in list(rec.stores.pod_templates.list(namespace)):
+    for t in templates:
         meta = _meta(t)
         labels = meta.get("labels") or {}
-        if labels.get(c.MANAGED_LABEL) != "fitgate" or labels.get(
-                c.WORKLOAD_NAME_LABEL) != provisioning.label_value(name):
+        if labels.get(c.MANAGED_LABEL) != "fitgate" or meta.get("namespace") != namespace \
+                or labels.get(c.WORKLOAD_NAME_LABEL) != provisioning.label_value(name):
             continue
         if keep_uid is not None and labels.get(c.WORKLOAD_UID_LABEL) == keep_uid:
             continue

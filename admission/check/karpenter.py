@@ -48,7 +48,7 @@ from admission import kueue
 from admission.check import backends, capacity, predicates, provisioning, readiness
 from admission.check.backends import karpenter as k
 from admission.check.predicates import Verdict
-from admission.kube import client, errors, kinds
+from admission.kube import client, errors, kinds, store
 from admission.runtime import metrics
 
 if TYPE_CHECKING:
@@ -79,6 +79,11 @@ class KarpenterBackend:
 
     def __init__(self, reconciler: workload.WorkloadReconciler) -> None:
         self.r = reconciler
+        # The NodeClaims by the Workload they name (uid label, annotation): a reconcile
+        # reads its Workload's own, not every NodeClaim of the cluster.
+        claims = reconciler.stores.node_claims
+        self._by_workload = store.Index(claims, _workload_keys) if claims is not None \
+            else None
 
     # ------------------------------------------------------------------ reads
 
@@ -93,12 +98,16 @@ class KarpenterBackend:
         s = self.r.stores.node_claims
         return [x for x in s.list() if k.ours(x)] if s is not None else []
 
+    def of_workload(self, key: tuple[str, str]) -> list[client.Obj]:
+        """fitgate's NodeClaims under a `_workload_keys` key."""
+        return [x for x in self._by_workload.get(key) if k.ours(x)] \
+            if self._by_workload is not None else []
+
     def held(self, wl: client.Obj, check: str) -> list[client.Obj]:
         uid = str(_meta(wl).get("uid", ""))
         value = provisioning.label_value(check)
-        return [x for x in self.claims()
-                if (_meta(x).get("labels") or {}).get(c.WORKLOAD_UID_LABEL) == uid
-                and (_meta(x).get("labels") or {}).get(c.CHECK_LABEL) == value]
+        return [x for x in self.of_workload(("uid", uid))
+                if (_meta(x).get("labels") or {}).get(c.CHECK_LABEL) == value]
 
     def attempt_of(self, obj: Mapping[str, Any]) -> int:
         return k.attempt_of(obj)
@@ -447,15 +456,25 @@ class KarpenterBackend:
                       uid: str | None = None) -> None:
         """Release the NodeClaims of the Workload `namespace/name` except those of the
         live Workload `keep_uid` (None: all)."""
-        wanted = f"{namespace}/{name}"
-        for x in self.claims():
+        named = self.of_workload(("workload", f"{namespace}/{name}"))
+        seen = {id(x) for x in named}
+        by_uid = [x for x in self.of_workload(("uid", uid)) if id(x) not in seen] if uid else []
+        for x in [*named, *by_uid]:
             labels = _meta(x).get("labels") or {}
-            if (_meta(x).get("annotations") or {}).get(c.WORKLOAD_ANNOTATION) != wanted and \
-                    labels.get(c.WORKLOAD_UID_LABEL) != uid:
-                continue
             if keep_uid is not None and labels.get(c.WORKLOAD_UID_LABEL) == keep_uid:
                 continue
             await self.release(x, "workload gone, finished or evicted")
+
+
+def _workload_keys(claim: client.Obj) -> list[tuple[str, str]]:
+    keys = []
+    named = (_meta(claim).get("annotations") or {}).get(c.WORKLOAD_ANNOTATION)
+    if named:
+        keys.append(("workload", str(named)))
+    uid = (_meta(claim).get("labels") or {}).get(c.WORKLOAD_UID_LABEL)
+    if uid:
+        keys.append(("uid", str(uid)))
+    return keys
 
 
 def _names(claims: Sequence[Mapping[str, Any]]) -> str:

@@ -8,7 +8,7 @@ store changed, with the event and the object as it was before (None for ADDED).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 from admission.kube import client, kinds
 
@@ -85,3 +85,41 @@ class Store:
         for o in objs:
             self.apply(client.WatchEvent("MODIFIED" if key_of(o) in self._objects else "ADDED",
                                          copy.deepcopy(o)))
+
+
+class Index:
+    """A store's objects by keys derived from each (e.g. the Workload an object belongs
+    to), kept current by the store's events: a reader asks for one key's objects instead
+    of walking a namespace on every reconcile. `keys` returns an object's keys (none:
+    the object is not indexed); the objects are the store's own (do not modify them)."""
+
+    def __init__(self, source: Store, keys: Callable[[client.Obj], Iterable[Hashable]]) -> None:
+        self._keys = keys
+        self._by: dict[Hashable, dict[Key, client.Obj]] = {}
+        for obj in source.list():
+            self._add(obj)
+        source.subscribe(self._on_event)
+
+    def get(self, key: Hashable) -> list[client.Obj]:
+        """The objects under `key`, in the order they were indexed."""
+        return list(self._by.get(key, {}).values())
+
+    def _on_event(self, event: client.WatchEvent, before: client.Obj | None) -> None:
+        if before is not None:
+            self._remove(before)
+        if event.type != "DELETED":
+            self._add(event.object)
+
+    def _add(self, obj: client.Obj) -> None:
+        key = key_of(obj)
+        for k in self._keys(obj):
+            self._by.setdefault(k, {})[key] = obj
+
+    def _remove(self, obj: client.Obj) -> None:
+        key = key_of(obj)
+        for k in self._keys(obj):
+            same = self._by.get(k)
+            if same is not None:
+                same.pop(key, None)
+                if not same:
+                    del self._by[k]
