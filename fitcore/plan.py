@@ -213,7 +213,7 @@ def plan(gang_: gang.Gang, snapshot: gang.Snapshot, node_shapes: Sequence[shapes
     lead = ("no node and no shape can host even one pod of "
             + ", ".join(sorted(k for k, n in hostable.items() if n == 0))
             if category == "configuration" else
-            "not now: nodes that would host its pods are not ready for them yet, and no "
+            "nodes that would host its pods are not ready for them yet, and no "
             "shape makes the whole gang fit within its limits" if waiting else
             "every pod fits somewhere, but not the whole gang within the shapes' limits")
     unhosted = sorted(k for k, n in hostable.items() if n == 0)
