@@ -21,13 +21,14 @@ packed buffer (`_alloc.device_classes`, `_alloc.pack`). It gives the same arrays
 full path, whose Python code stays the reference (tests/fitcore/test_common_problems.py).
 
 The per-call path over the claims runs compiled too (`fitcore._call`; the Python
-`_content_key`, `_walk` and `Problem.results` are its reference,
-tests/fitcore/test_call_path.py): the content key a kept problem is found by, the walk
-that reads a never-seen content's candidacy off the node's bitsets, and the answer of a
-fit. The walk ends in a key of everything the compiled arrays are made of (candidacy,
-counts, capacity takes, the alternatives each constraint covers); a node keeps the
-problems `common` made under that key while they are kept anywhere (`NodeArrays.same`,
-weak references), so a claim content that differs from one asked before only in what
+`_content_key`, `_walk`, `_kept` and `Problem.results` are its reference,
+tests/fitcore/test_call_path.py and test_kept_path.py): the content key a kept problem
+is found by, the walk that reads a never-seen content's candidacy off the node's
+bitsets, keeping what it finds under the content (`kept`), and the answer of a fit.
+The walk ends in a key of everything the compiled arrays are made of (candidacy, counts,
+capacity takes, the alternatives each constraint covers); a node keeps the problems
+`common` made under that key while they are kept anywhere (`NodeArrays.same`, weak
+references), so a claim content that differs from one asked before only in what
 the node does not read (claim names, tolerations of taints none of its devices has) gets
 that problem (`Problem.common_or_same`) instead of compiling its own; one that differs in
 request names too gets a problem of its own over the same arrays and bound core, with
