@@ -35,6 +35,10 @@ cdef tuple _exact_key(object e):
 
 def content_key(claims):
     """compiled.content_key: what allocation reads of the claims (no names)."""
+    return _content_key(claims)
+
+
+cdef tuple _content_key(object claims):
     cdef list key = []
     cdef list requests
     for c in claims:
@@ -61,7 +65,13 @@ def walk(node_arrays, classes, claims, unsupported, dict same=None):
     results of `node_arrays` are read directly; a miss asks its method (which keeps the
     result). `unsupported` is the exception class raised for an unroundable capacity
     request."""
+    return _walk(node_arrays, classes, claims, unsupported, same)
+
+
+cdef object _walk(object node_arrays, object classes, object claims, object unsupported,
+                  dict same):
     cdef Py_ssize_t ci = -1, a, first, i
+    cdef dict by_name = classes if type(classes) is dict else None
     cdef list tainted = node_arrays.tainted
     cdef dict selections = node_arrays._selections
     cdef dict capacities = node_arrays._capacities
@@ -81,7 +91,8 @@ def walk(node_arrays, classes, claims, unsupported, dict same=None):
                 if exact.allocation_mode != "ExactCount" or exact.admin_access or \
                         exact.derived_attributes:
                     return None
-                device_class = classes.get(exact.device_class)
+                device_class = by_name.get(exact.device_class) if by_name is not None \
+                    else classes.get(exact.device_class)
                 if device_class is None:
                     return None
                 expressions = device_class.selectors + exact.selectors
@@ -156,6 +167,51 @@ def walk(node_arrays, classes, claims, unsupported, dict same=None):
             return shared
     return (key, found, bits, alt_claim, alt_count, req_alt_start, claim_req_start,
             slot_key, takes, named, shared)
+
+
+def kept(node, inventory, claims, node_devices, compile, unsupported):
+    """compiled.kept: what the node keeps for the claims' content (a compiled problem or
+    a marker saying how else to answer), found or made and kept. On a miss with the
+    node's arrays made, the claims are walked here, and a problem the node holds under
+    the walk's key (`NodeArrays.same`: claims that differ from claims asked before only
+    in names the result does not use or tolerations of taints no device has) is kept
+    under the new content without leaving the compiled core; otherwise `compile(node,
+    inventory, claims, node_devices, walked)` makes the outcome, given the walk when it
+    is a common form's (else None: `compile` walks or prepares itself)."""
+    classes = inventory.classes
+    cdef tuple content = (id(classes), _content_key(claims))
+    cdef dict problems = node_devices.problems
+    found = problems.get(content)
+    if found is not None:
+        return (<tuple> found)[1]
+    walked = None
+    arrays = node_devices.arrays
+    if arrays is not None:
+        try:
+            walked = _walk(arrays, classes, claims, unsupported, arrays.same)
+        except unsupported:  # `compile` walks again and says so
+            walked = None
+    if walked is None or type(walked) is tuple:
+        static = compile(node, inventory, claims, node_devices, walked)
+    else:
+        static = walked  # the problem of claims that walk alike
+    _keep(node_devices, problems, content, (classes, static))
+    return static
+
+
+cdef _keep(node_devices, dict problems, tuple content, tuple value):
+    # cache.NodeDevices.keep_problem for a value that is not an exception (no frames to
+    # drop): kept on the node and in the store's order, the oldest out past its bound.
+    problems[content] = value
+    store = node_devices.store
+    kept = store.kept
+    kept.append((node_devices, content, value))
+    if len(kept) > store.kept_problems:
+        while len(kept) > store.kept_problems:
+            old_devices, old, problem = kept.popleft()
+            problems = old_devices.problems
+            if problems.get(old) is problem:  # not since compiled again
+                del problems[old]
 
 
 def picked(list made, list pairs, make=None):

@@ -131,13 +131,10 @@ def _compile(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
     """
     entry = cache.for_slices(inventory.slices)
     node_devices = entry.devices_for(node)
-    content = (id(inventory.classes), compiled.content_key(claims))
-    kept = node_devices.problems.get(content)
-    if kept is None:
-        # The classes are kept with the problem: the key holds their id.
-        kept = (inventory.classes, _compile_static(node, inventory, claims, node_devices))
-        node_devices.keep_problem(content, kept)
-    static = kept[1]
+    # Kept by the classes' id and the claims' content, with the classes (which keep the
+    # id valid); on a miss _compile_static makes it.
+    static = compiled.kept(node, inventory, claims, node_devices, _compile_static,
+                           compiled.Unsupported)
     if static == _REFERENCE:
         return None
     if isinstance(static, compiled.Problem):
@@ -159,13 +156,14 @@ def _compile(node: model.Node, inventory: model.Inventory, claims: Sequence[mode
 
 
 def _compile_static(node: model.Node, inventory: model.Inventory,
-                    claims: Sequence[model.Claim], node_devices: cache.NodeDevices
-                    ) -> compiled.Problem | str:
+                    claims: Sequence[model.Claim], node_devices: cache.NodeDevices,
+                    walked: compiled.Walked | None = None) -> compiled.Problem | str:
     try:
         # Claims of the common form skip reference.prepare (the same problem, made
         # from the node's kept bitsets); the rest, and every error, take the full path.
+        # `walked`: their walk, when compiled.kept has made it.
         common = compiled.Problem.common_or_same(node, inventory, claims,
-                                                 node_devices)
+                                                 node_devices, walked)
         if common is not None:
             return common
         empty = model.Inventory(inventory.slices, inventory.classes, _EMPTY)

@@ -21,13 +21,14 @@ packed buffer (`_alloc.device_classes`, `_alloc.pack`). It gives the same arrays
 full path, whose Python code stays the reference (tests/fitcore/test_common_problems.py).
 
 The per-call path over the claims runs compiled too (`fitcore._call`; the Python
-`_content_key`, `_walk` and `Problem.results` are its reference,
-tests/fitcore/test_call_path.py): the content key a kept problem is found by, the walk
-that reads a never-seen content's candidacy off the node's bitsets, and the answer of a
-fit. The walk ends in a key of everything the compiled arrays are made of (candidacy,
-counts, capacity takes, the alternatives each constraint covers); a node keeps the
-problems `common` made under that key while they are kept anywhere (`NodeArrays.same`,
-weak references), so a claim content that differs from one asked before only in what
+`_content_key`, `_walk`, `_kept` and `Problem.results` are its reference,
+tests/fitcore/test_call_path.py and test_kept_path.py): the content key a kept problem
+is found by, the walk that reads a never-seen content's candidacy off the node's
+bitsets, keeping what it finds under the content (`kept`), and the answer of a fit.
+The walk ends in a key of everything the compiled arrays are made of (candidacy, counts,
+capacity takes, the alternatives each constraint covers); a node keeps the problems
+`common` made under that key while they are kept anywhere (`NodeArrays.same`, weak
+references), so a claim content that differs from one asked before only in what
 the node does not read (claim names, tolerations of taints none of its devices has) gets
 that problem (`Problem.common_or_same`) instead of compiling its own; one that differs in
 request names too gets a problem of its own over the same arrays and bound core, with
@@ -167,6 +168,32 @@ _device_result: Callable[..., model.DeviceResult] = \
 #: `_content_key`, in the compiled core when it is built.
 content_key: Callable[[Sequence[model.Claim]], tuple[object, ...]] = \
     _call.content_key if _call is not None else _content_key
+
+
+def _kept(node: model.Node, inventory: model.Inventory, claims: Sequence[model.Claim],
+          node_devices: cache.NodeDevices, compile: Callable[..., object],
+          unsupported: type[Exception]) -> object:
+    """What the node keeps for the claims' content (`node_devices.problems`, by the
+    classes' identity and `content_key`): a compiled problem or a marker of fitcore.api
+    saying how else to answer, made on a miss by `compile(node, inventory, claims,
+    node_devices, walked)` and kept. Compiled (`_call.kept`, which on a miss walks the
+    claims first and keeps a problem the node holds under the walk's key without calling
+    `compile`); this is the reference (tests/fitcore/test_kept_path.py). `unsupported`
+    is what the walk raises for a capacity request it cannot round (`compile` answers
+    it)."""
+    content = (id(inventory.classes), content_key(claims))
+    found = node_devices.problems.get(content)
+    if found is not None:
+        return found[1]
+    static = compile(node, inventory, claims, node_devices, None)
+    node_devices.keep_problem(content, (inventory.classes, static))
+    return static
+
+
+#: `_kept`, in the compiled core when it is built.
+kept: Callable[[model.Node, model.Inventory, Sequence[model.Claim], cache.NodeDevices,
+                Callable[..., object], type[Exception]], object] = \
+    _call.kept if _call is not None else _kept
 
 
 def _exact_key(e: model.ExactRequest) -> tuple[object, ...]:
@@ -643,17 +670,19 @@ class Problem:
 
     @classmethod
     def common_or_same(cls, node: model.Node, inventory: model.Inventory,
-                       claims: Sequence[model.Claim], nd: cache.NodeDevices
-                       ) -> Problem | None:
+                       claims: Sequence[model.Claim], nd: cache.NodeDevices,
+                       walked: Walked | None = None) -> Problem | None:
         """`common`, or a problem `common` made before on this node for claims of another
         content that compiles to the same arrays, result names and capacity takes (a
         template that differs in names or in tolerations of taints the node's devices do
         not have). That problem answers for these claims as a problem kept by content
         answers for every pod of a template (its claims are the first pod's; fitcore.api
-        explains a no-fit with the caller's claims)."""
+        explains a no-fit with the caller's claims). `walked`: the claims' walk with
+        `NodeArrays.same`, when the caller has made it (`_call.kept`)."""
         node_arrays = NodeArrays.of(nd)
-        walked = _call.walk(node_arrays, inventory.classes, claims, Unsupported,
-                            node_arrays.same)
+        if walked is None:
+            walked = _call.walk(node_arrays, inventory.classes, claims, Unsupported,
+                                node_arrays.same)
         if walked is None or isinstance(walked, Problem):  # (the walk looked it up)
             return walked
         shared: Problem | None = walked[10]
