@@ -47,6 +47,9 @@ WORKLOAD_ANNOTATION = "fitgate.io/workload"  # "namespace/name", never cut
 PLAN_ANNOTATION = "fitgate.io/plan"  # the Plan (JSON) this request asks nodes for
 ALTERNATIVES_ANNOTATION = "fitgate.io/alternatives"  # the ranked plans not yet tried (JSON)
 PLAN_INDEX_ANNOTATION = "fitgate.io/plan-index"  # 0: the best plan; k: the k-th alternative
+#: On a request's PodTemplates: a digest of the pod template fitgate wrote. The API server
+#: fills defaults into what it stores, so the stored template never reads back equal.
+TEMPLATE_DIGEST_ANNOTATION = "fitgate.io/template-digest"
 #: On the placeholder pods of a request's PodTemplates: they repel each other on hostname,
 #: so the autoscaler adds one node per placeholder.
 PLACEHOLDER_LABEL = "fitgate.io/placeholder"

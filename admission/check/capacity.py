@@ -99,8 +99,11 @@ async def create_template(rec: Rec, template: client.Obj) -> None:
         await rec.api.create(kinds.POD_TEMPLATE, template)
     except errors.AlreadyExists:
         have = await rec.api.get(kinds.POD_TEMPLATE, meta["name"], meta["namespace"])
-        if have.get("template") != template["template"]:
-            # Left by a crash before its request was created, for another plan.
+        written = (_meta(have).get("annotations") or {}).get(c.TEMPLATE_DIGEST_ANNOTATION)
+        if written != meta["annotations"][c.TEMPLATE_DIGEST_ANNOTATION]:
+            # Left by a crash before its request was created, for another plan (or by
+            # a version that wrote no digest). The same template is kept: recreating it
+            # would race whoever deletes fitgate's objects (`fitgate release --all`).
             await rec.api.delete(kinds.POD_TEMPLATE, meta["name"], meta["namespace"])
             await rec.api.create(kinds.POD_TEMPLATE, template)
 

@@ -221,10 +221,17 @@ def pod_template(*, name: str, namespace: str, request: str, shape: fitcore.Node
         spec["affinity"]["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [
                 {"key": c.HOSTNAME_LABEL, "operator": "NotIn", "values": sorted(avoid)}]}]}}
+    template = {"metadata": {"labels": {**repel, c.MANAGED_LABEL: "fitgate"}}, "spec": spec}
     return {"apiVersion": kinds.POD_TEMPLATE.api_version, "kind": "PodTemplate",
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
-            "template": {"metadata": {"labels": {**repel, c.MANAGED_LABEL: "fitgate"}},
-                         "spec": spec}}
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels),
+                         "annotations": {c.TEMPLATE_DIGEST_ANNOTATION: digest(template)}},
+            "template": template}
+
+
+def digest(template: Mapping[str, Any]) -> str:
+    """A digest of a pod template as fitgate writes it (`TEMPLATE_DIGEST_ANNOTATION`)."""
+    text = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 #: The names of the nodes whose labels include all of the given ones (an index's answer:

@@ -881,3 +881,35 @@ async def test_a_gang_that_fits_no_busy_node_is_retried_not_rejected(world: w.Wo
     await world.reconcile(r, name="huge")
     assert world.entry("huge")["state"] == "Rejected"
     assert world.entry("huge")["message"].startswith("configuration: the gang can never fit")
+
+
+async def test_a_request_asked_again_keeps_its_templates_as_the_server_stored_them(
+        world: w.World) -> None:
+    """The API server fills defaults into a PodTemplate, so the stored one never reads back
+    as written: fitgate compares its digest annotation, and asking again for a request that
+    vanished (e.g. `fitgate release --all` deleted it) keeps the same templates instead of
+    deleting and recreating them under whoever is deleting them."""
+    world.seed(*w.base(), w.shape("h100"), w.admitted(w.workers(4)))
+    await world.reconcile()
+    name = "ppt-train-fitgate-1-h100"
+    stored = world.api.find(kinds.POD_TEMPLATE, name, "default")
+    assert stored is not None
+    assert stored["metadata"]["annotations"][c.TEMPLATE_DIGEST_ANNOTATION] == \
+        provisioning.digest(stored["template"])
+    stored["template"]["spec"].update(restartPolicy="Always", dnsPolicy="ClusterFirst")
+    world.api.seed(kinds.POD_TEMPLATE, stored)
+    world.api.remove(kinds.PROVISIONING_REQUEST, "train-fitgate-1", "default")
+    await world.reconcile()
+    assert world.request_names() == ["train-fitgate-1"]  # asked again
+    assert world.api.verbs("delete", kinds.POD_TEMPLATE) == []
+    again = world.api.find(kinds.POD_TEMPLATE, name, "default")
+    assert again is not None and again["template"]["spec"]["restartPolicy"] == "Always"
+
+    # A template of another plan under the same name (left by a crash) is replaced.
+    again["metadata"]["annotations"][c.TEMPLATE_DIGEST_ANNOTATION] = "another plan"
+    world.api.seed(kinds.POD_TEMPLATE, again)
+    world.api.remove(kinds.PROVISIONING_REQUEST, "train-fitgate-1", "default")
+    await world.reconcile()
+    assert [call.name for call in world.api.verbs("delete", kinds.POD_TEMPLATE)] == [name]
+    replaced = world.api.find(kinds.POD_TEMPLATE, name, "default")
+    assert replaced is not None and "restartPolicy" not in replaced["template"]["spec"]
