@@ -651,8 +651,10 @@ def node_key(object proj, object e, object allocated, dict states, object state_
                         break
     if stale:
         hit = (e.local_slices, taken_t, _devices(proj, e, allocated, states, state_of))
-        # Slices, allocation lists and the part refer to nothing that refers back to it.
+        # Slices, allocation lists and the part refer to nothing that refers back to it
+        # (nor to the tuple of the lists).
         PyObject_GC_UnTrack(<void*>hit)
+        PyObject_GC_UnTrack(<void*>taken_t)
         parts[name] = hit
     cdef tuple part = (<tuple>hit)[2]
     cdef Py_ssize_t candidates = part[2]

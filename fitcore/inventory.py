@@ -673,7 +673,7 @@ class Inventory:
         if hit is None or hit[0] is not e:
             if len(kept) > 2 * len(self._names) + 64:
                 kept.clear()
-            hit = kept[e.node.name] = (e, self._project(state.projection, e))
+            hit = kept[e.node.name] = projection.pair(e, self._project(state.projection, e))
         return hit[1]
 
     def _without_held(self, state: _View, view: gang.Snapshot, held: Collection[str]
@@ -730,11 +730,9 @@ class Inventory:
     def _project(self, proj: projection.Projection, e: gang._NodeEntry) -> gang._NodeEntry:
         if e.sees_global:
             return e
-        key, order = proj.node_key(e, self._allocated)
         # The base entry is a class of its own per version of the node: fills found on
         # it as a representative are kept under that version.
-        return gang._NodeEntry(e.node, e.labels, e.local_pools, e.local_slices, e.sees_global,
-                               key, e.free, e.devices, e.pristine, e.fingerprint, order, e.key)
+        return proj.entry(e, self._allocated)
 
     # -------------------------------------------------------------- decisions
 
