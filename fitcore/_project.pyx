@@ -705,6 +705,40 @@ cdef tuple _free(tuple free_view, dict node_free, object most):
     return _atomic(tuple(out))
 
 
+def project_entries(object proj, list entries, dict kept, Py_ssize_t limit,
+                    object allocated, dict states, object state_of, object entry_type):
+    """`Projection.entries`: every entry under the projection, kept per node while its
+    base entry is the same object (reference: `Projection._entries`). `entry_type`:
+    `snapshot._NodeEntry`."""
+    cdef list out = []
+    cdef object e, name, projected
+    cdef tuple found, both
+    cdef PyObject* hit
+    for e in entries:
+        name = e.node.name
+        hit = PyDict_GetItem(kept, name)
+        if hit is not NULL and (<tuple>hit)[0] is e:
+            out.append((<tuple>hit)[1])
+            continue
+        if len(kept) > limit:
+            kept.clear()
+        if e.sees_global:
+            projected = e
+        else:
+            found = node_key(proj, e, allocated, states, state_of)
+            projected = entry_type(e.node, e.labels, e.local_pools, e.local_slices,
+                                   e.sees_global, found[0], e.free, e.devices, e.pristine,
+                                   e.fingerprint, found[1], e.key)
+            # Acyclic, kept by the ten thousand (Projection.entry).
+            if PyObject_GC_IsTracked(projected):
+                PyObject_GC_UnTrack(<void*>projected)
+        both = (e, projected)
+        PyObject_GC_UnTrack(<void*>both)
+        kept[name] = both
+        out.append(projected)
+    return out
+
+
 def node_key(object proj, object e, object allocated, dict states, object state_of):
     """`Projection.node_key`: the node's class under the projection and its devices in
     canonical order. `states`, `state_of`: the kept state texts and the function that

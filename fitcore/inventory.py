@@ -661,7 +661,7 @@ class Inventory:
                 return patched
         else:
             self.views["rebuilt: new"] += 1
-        view = snap.with_entries([self._projected(state, e) for e in snap.entries])
+        view = snap.with_entries(self._projected_all(state, snap.entries))
         view.scratch = self._scratch
         state.view = (self._snap_no, self._version, view)
         return view
@@ -675,6 +675,13 @@ class Inventory:
                 kept.clear()
             hit = kept[e.node.name] = projection.pair(e, self._project(state.projection, e))
         return hit[1]
+
+    def _projected_all(self, state: _View, entries: list[gang._NodeEntry]
+                       ) -> list[gang._NodeEntry]:
+        """Every entry under the gang's projection, kept per version of the node (as
+        `_projected`, in one call)."""
+        return state.projection.entries(entries, state.entries, 2 * len(self._names) + 64,
+                                        self._allocated)
 
     def _without_held(self, state: _View, view: gang.Snapshot, held: Collection[str]
                       ) -> tuple[gang.Snapshot, list[str], list[str]]:

@@ -424,6 +424,38 @@ class Projection:
             parts.append(found)
         return parts[0] if len(parts) == 1 else "\n".join(parts)
 
+    def entries(self, entries: list[gang._NodeEntry],
+                kept: dict[str, tuple[gang._NodeEntry, gang._NodeEntry]], limit: int,
+                allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]
+                ) -> list[gang._NodeEntry]:
+        """Every entry under this projection, in order: the one `kept` for the node
+        while its base entry is the same object, else made (`entry`; an entry that sees
+        pools that are not node-local is its own) and kept, by node name, as (base,
+        projected) (`pair`). `kept` is emptied first when it holds more than `limit`
+        nodes. Compiled (`fitcore/_project.pyx`) unless FITCORE_NO_EXTENSIONS=1;
+        `_entries` is its reference."""
+        if snapshot.compiled is not None:
+            found: list[gang._NodeEntry] = snapshot.compiled.project_entries(
+                self, entries, kept, limit, allocated, _STATES, _state, gang._NodeEntry)
+            return found
+        return self._entries(entries, kept, limit, allocated)
+
+    def _entries(self, entries: list[gang._NodeEntry],
+                 kept: dict[str, tuple[gang._NodeEntry, gang._NodeEntry]], limit: int,
+                 allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]
+                 ) -> list[gang._NodeEntry]:
+        """`entries` in Python (the reference of the compiled one)."""
+        out = []
+        for e in entries:
+            hit = kept.get(e.node.name)
+            if hit is None or hit[0] is not e:
+                if len(kept) > limit:
+                    kept.clear()
+                projected = e if e.sees_global else self.entry(e, allocated)
+                hit = kept[e.node.name] = pair(e, projected)
+            out.append(hit[1])
+        return out
+
     def entry(self, e: gang._NodeEntry,
               allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]) -> gang._NodeEntry:
         """The node's index entry under this projection: its class is `node_key`'s; the
