@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import gc
 import random
-from fractions import Fraction
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any
 
 import pytest
