@@ -838,10 +838,24 @@ def _taken(results: list[model.AllocatedDevice]) -> list[tuple[Any, ...]]:
     """What results in one pool take, as the index reads it: ("d", device) for each
     device allocated exclusively, ("s", device) shared, ("c", device, its consumed
     capacity summed, by name). Never changed once made: tables are compared by identity."""
-    state = model.AllocatedState.from_results(results)
-    taken: list[tuple[Any, ...]] = [("d", i.device) for i in state.dedicated]
-    taken += [("s", i.device) for i in state.shared]
-    taken += [("c", i.device, tuple(sorted(a.items()))) for i, a in state.consumed.items()]
+    # As `model.AllocatedState.from_results` counts them, by device name (one pool).
+    dedicated: dict[str, None] = {}
+    shared: dict[str, None] = {}
+    consumed: dict[str, dict[str, values.Quantity]] = {}
+    for r in results:
+        if r.admin_access:
+            continue
+        device = r.id.device
+        if r.share_id is None:
+            dedicated[device] = None
+            continue
+        shared[device] = None
+        into = consumed.setdefault(device, {})
+        for name, amount in r.consumed_capacity.items():
+            into[name] = into[name] + amount if name in into else amount
+    taken: list[tuple[Any, ...]] = [("d", d) for d in dedicated]
+    taken += [("s", d) for d in shared]
+    taken += [("c", d, tuple(sorted(a.items()))) for d, a in consumed.items()]
     return taken
 
 
