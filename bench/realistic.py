@@ -243,7 +243,7 @@ def memory(nodes: int) -> None:
 
 def breakdown(nodes: int) -> None:
     """Where one cold decision (64 pods, anywhere) spends its process CPU: the node
-    index (`Inventory._current`), the projection of every node (`Inventory._projected`),
+    index (`Inventory._current`), the projection of every node (`Inventory._projected_all`),
     the allocator calls (`api.allocate`), and the rest (the search over cells, the view's
     index, the first collection after the decision). Timed by wrapping those functions
     for this run only."""
@@ -268,6 +268,7 @@ def breakdown(nodes: int) -> None:
 
     timing(inventory.Inventory, "_current", "node index (_current)")
     timing(inventory.Inventory, "_projected", "projection of every node")
+    timing(inventory.Inventory, "_projected_all", "projection of every node")
     timing(api, "allocate", "allocator calls")
     try:
         _, cpu, result = timed_cpu(lambda: decide(inv, g, "fit"))

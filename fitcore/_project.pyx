@@ -18,11 +18,90 @@ from fractions import Fraction
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
 from cpython.object cimport PyObject
 
-from fitcore import values
+from fitcore import model, values
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
     int PyObject_GC_IsTracked(object op)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        Py_ssize_t offset
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+
+# A device's fields read straight from its slots. A cold decision reads up to ten fields
+# of every device of the cluster; through getattr each read looks the name up in the
+# type and calls the slot's descriptor (most of the projection's own time at 10,000
+# nodes, besides the first touch of the device). The offsets are the slot descriptors'
+# own (`model.Device` is a slots dataclass), checked at import against getattr on a
+# device; any other type, or a slot left empty, is read through getattr.
+cdef type _DEVICE = model.Device
+cdef object _MEMBER = type(model.Device.name)
+
+
+cdef Py_ssize_t _offset(str name):
+    descr = _DEVICE.__dict__.get(name)
+    if type(descr) is not _MEMBER:
+        return -1
+    return (<PyMemberDescrObject*><PyObject*>descr).d_member.offset
+
+
+cdef Py_ssize_t _D_NAME = _offset("name")
+cdef Py_ssize_t _D_ATTRIBUTES = _offset("attributes")
+cdef Py_ssize_t _D_CAPACITY = _offset("capacity")
+cdef Py_ssize_t _D_CONSUMES = _offset("consumes_counters")
+cdef Py_ssize_t _D_TAINTS = _offset("taints")
+cdef Py_ssize_t _D_ALLOW = _offset("allow_multiple_allocations")
+cdef Py_ssize_t _D_BINDING = _offset("binding_conditions")
+cdef Py_ssize_t _D_BINDS = _offset("binds_to_node")
+cdef bint _SLOTS_OK = False
+
+
+cdef inline object _field(object d, bint fast, Py_ssize_t offset, str name):
+    # The device's field `name`: from its slot when `fast` (a model.Device, offsets
+    # checked), else (or when the slot is empty) through getattr.
+    cdef PyObject* v
+    if fast:
+        v = (<PyObject**>((<char*><PyObject*>d) + offset))[0]
+        if v is not NULL:
+            return <object>v
+    return getattr(d, name)
+
+
+def _check_slots():
+    global _SLOTS_OK
+    offsets = (_D_NAME, _D_ATTRIBUTES, _D_CAPACITY, _D_CONSUMES, _D_TAINTS, _D_ALLOW,
+               _D_BINDING, _D_BINDS)
+    if min(offsets) <= 0:
+        return False
+    names = ("name", "attributes", "capacity", "consumes_counters", "taints",
+             "allow_multiple_allocations", "binding_conditions", "binds_to_node")
+    d = model.Device("d", {"a": 1}, {}, (), (), True, ("c",), True)
+    _SLOTS_OK = True
+    _SLOTS_OK = all(_field(d, True, o, n) is getattr(d, n)
+                    for o, n in zip(offsets, names))
+    return _SLOTS_OK
+
+
+_check_slots()
+
+
+def slots_ok():
+    """Whether device fields are read from their slots (else through getattr)."""
+    return _SLOTS_OK
+
+
+def read_slots(bint on):
+    """Read device fields from their slots (when the check at import passed) or, `on`
+    False, through getattr: for the tests and benchmarks that compare both."""
+    global _SLOTS_OK
+    _SLOTS_OK = False
+    if on:
+        _check_slots()
 
 
 cdef inline bint _atomic_value(object x):
@@ -251,13 +330,16 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
     cdef object v, name
     cdef object empty_text = _state_text(states, state_of, ())
     cdef object device_name
+    cdef bint fast
     for d in devices:
-        device_name = d.name
+        fast = _SLOTS_OK and type(d) is _DEVICE
+        device_name = _field(d, fast, _D_NAME, "name")
+        consumed = _field(d, fast, _D_CONSUMES, "consumes_counters")
         if names is not None:
-            if d.consumes_counters:
+            if consumed:
                 return None
             names.add(device_name)
-        a = d.attributes
+        a = _field(d, fast, _D_ATTRIBUTES, "attributes")
         if prev_names is None or not _same_names(a, prev_names):
             prev_names = tuple(a)
             hit = PyDict_GetItem(layouts, prev_names)
@@ -297,12 +379,11 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
         # (as the reference's are): a device like the previous one of its pool costs its
         # label only, the first of its kind an interning, both less than keeping an
         # entry per device of the cluster would.
-        capacity = d.capacity
-        consumed = d.consumes_counters
-        taints = d.taints
-        allow = d.allow_multiple_allocations
-        binding = d.binding_conditions
-        binds = d.binds_to_node
+        capacity = _field(d, fast, _D_CAPACITY, "capacity")
+        taints = _field(d, fast, _D_TAINTS, "taints")
+        allow = _field(d, fast, _D_ALLOW, "allow_multiple_allocations")
+        binding = _field(d, fast, _D_BINDING, "binding_conditions")
+        binds = _field(d, fast, _D_BINDS, "binds_to_node")
         if same_k is not None and observed is same_observed and \
                 capacity is prev_capacity and consumed is prev_consumed and \
                 (taints is prev_taints or taints == prev_taints) and \
@@ -331,7 +412,7 @@ cdef tuple _unordered(object proj, str driver, object devices, dict state, dict 
         prev_k, prev_w = k, w
         if not w:
             continue
-        if d.allow_multiple_allocations:
+        if allow:
             unbounded = True
         else:
             candidates += 1
@@ -431,7 +512,7 @@ cdef bint _none_selectable(object proj, str driver, object devices):
     cdef PyObject* hit
     cdef object ok, a, v, name
     for d in devices:
-        a = d.attributes
+        a = _field(d, _SLOTS_OK and type(d) is _DEVICE, _D_ATTRIBUTES, "attributes")
         if names is None or not _same_names(a, names):
             names = tuple(a)
             hit = PyDict_GetItem(layouts, names)
@@ -502,10 +583,12 @@ cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
                                     len(names) == len(devices))),
                     *got)
         names.clear()
+    cdef bint fast
     for d in devices:
-        names.add(d.name)
+        fast = _SLOTS_OK and type(d) is _DEVICE
+        names.add(_field(d, fast, _D_NAME, "name"))
         count += 1
-        if not has_consumes and d.consumes_counters:
+        if not has_consumes and _field(d, fast, _D_CONSUMES, "consumes_counters"):
             has_consumes = True
     cdef bint unique = len(names) == count
     cdef tuple info = _atomic((driver, _atomic(tuple(gens)), counters_t, unique))
@@ -622,6 +705,40 @@ cdef tuple _free(tuple free_view, dict node_free, object most):
     return _atomic(tuple(out))
 
 
+def project_entries(object proj, list entries, dict kept, Py_ssize_t limit,
+                    object allocated, dict states, object state_of, object entry_type):
+    """`Projection.entries`: every entry under the projection, kept per node while its
+    base entry is the same object (reference: `Projection._entries`). `entry_type`:
+    `snapshot._NodeEntry`."""
+    cdef list out = []
+    cdef object e, name, projected
+    cdef tuple found, both
+    cdef PyObject* hit
+    for e in entries:
+        name = e.node.name
+        hit = PyDict_GetItem(kept, name)
+        if hit is not NULL and (<tuple>hit)[0] is e:
+            out.append((<tuple>hit)[1])
+            continue
+        if len(kept) > limit:
+            kept.clear()
+        if e.sees_global:
+            projected = e
+        else:
+            found = node_key(proj, e, allocated, states, state_of)
+            projected = entry_type(e.node, e.labels, e.local_pools, e.local_slices,
+                                   e.sees_global, found[0], e.free, e.devices, e.pristine,
+                                   e.fingerprint, found[1], e.key)
+            # Acyclic, kept by the ten thousand (Projection.entry).
+            if PyObject_GC_IsTracked(projected):
+                PyObject_GC_UnTrack(<void*>projected)
+        both = (e, projected)
+        PyObject_GC_UnTrack(<void*>both)
+        kept[name] = both
+        out.append(projected)
+    return out
+
+
 def node_key(object proj, object e, object allocated, dict states, object state_of):
     """`Projection.node_key`: the node's class under the projection and its devices in
     canonical order. `states`, `state_of`: the kept state texts and the function that
@@ -651,8 +768,10 @@ def node_key(object proj, object e, object allocated, dict states, object state_
                         break
     if stale:
         hit = (e.local_slices, taken_t, _devices(proj, e, allocated, states, state_of))
-        # Slices, allocation lists and the part refer to nothing that refers back to it.
+        # Slices, allocation lists and the part refer to nothing that refers back to it
+        # (nor to the tuple of the lists).
         PyObject_GC_UnTrack(<void*>hit)
+        PyObject_GC_UnTrack(<void*>taken_t)
         parts[name] = hit
     cdef tuple part = (<tuple>hit)[2]
     cdef Py_ssize_t candidates = part[2]

@@ -173,12 +173,21 @@ class Inventory:
         # them) are the ones indexed (`_pool_slices`).
         self._rules: dict[str, taintrules.Rule] = {}
         self._pool_slices: dict[PoolKey, dict[str, model.ResourceSlice]] = {}
+        # The same slices as a list per pool, and per node its node-local pools with
+        # those lists: made as slices come and go, so that a cold decision does not
+        # gather them for every node (`_entry`).
+        self._pool_list: dict[PoolKey, list[model.ResourceSlice]] = {}
         self._owner: dict[PoolKey, str] = {}  # node-local pools -> their node
         self._node_pools: dict[str, set[PoolKey]] = {}
+        self._node_local: dict[str, list[tuple[PoolKey, list[model.ResourceSlice]]]] = {}
         self._global: set[PoolKey] = set()  # pools that are not node-local
         self._classes: dict[str, model.DeviceClass] = {}
         self._claims: dict[Key, tuple[model.AllocatedDevice, ...]] = {}
-        self._pool_claims: dict[PoolKey, set[Key]] = {}
+        # Per pool, the claims with devices in it: their results in the pool and what
+        # those take (`_taken`), made when the claim is applied, so that the first
+        # decision finds a pool of one claim's table made (`_allocated_in`).
+        self._pool_claims: dict[PoolKey, dict[Key, tuple[tuple[model.AllocatedDevice, ...],
+                                                          list[tuple[Any, ...]]]]] = {}
         self._allocated: dict[PoolKey, list[tuple[Any, ...]]] = {}
         self._pods: dict[Key, tuple[str, dict[str, values.Quantity]]] = {}
         # Bound pods as pod (anti-)affinity sees them, also in key order (kept sorted as
@@ -379,10 +388,13 @@ class Inventory:
         was_global = pk in self._global
         self._global.discard(pk)
         group = self._pool_slices.get(pk)
+        owner = None
         if not group:
             self._pool_slices.pop(pk, None)
+            self._pool_list.pop(pk, None)
         else:
-            owners = {s.node_name for s in group.values()}
+            slices = self._pool_list[pk] = list(group.values())
+            owners = {s.node_name for s in slices}
             if len(owners) == 1 and None not in owners:
                 owner = next(iter(owners))
                 assert owner is not None
@@ -393,16 +405,30 @@ class Inventory:
                 self._global.add(pk)
         if was_global or pk in self._global:
             self._all_dirty = True
+        for name in {before, owner} - {None}:
+            assert name is not None
+            self._list_local(name)
+
+    def _list_local(self, name: str) -> None:
+        """The node's node-local pools with their slices, as `Snapshot.entry` takes them."""
+        pools = self._node_pools.get(name)
+        if pools:
+            self._node_local[name] = [(pk, self._pool_list[pk]) for pk in pools]
+        else:
+            self._node_local.pop(name, None)
 
     def _claim(self, key: Key, results: tuple[model.AllocatedDevice, ...]) -> None:
         old = self._claims.pop(key, ())
         if results:
             self._claims[key] = results
         for pk in {(r.id.driver, r.id.pool) for r in old}:
-            self._pool_claims[pk].discard(key)
+            self._pool_claims[pk].pop(key, None)
             self._dirty_pools.add(pk)
-        for pk in {(r.id.driver, r.id.pool) for r in results}:
-            self._pool_claims.setdefault(pk, set()).add(key)
+        by_pool: dict[PoolKey, list[model.AllocatedDevice]] = {}
+        for r in results:
+            by_pool.setdefault((r.id.driver, r.id.pool), []).append(r)
+        for pk, in_pool in by_pool.items():
+            self._pool_claims.setdefault(pk, {})[key] = (tuple(in_pool), _taken(in_pool))
             self._dirty_pools.add(pk)
 
     def _pod(self, key: Key, usage: tuple[str, dict[str, values.Quantity]] | None,
@@ -478,8 +504,7 @@ class Inventory:
         if self._all_dirty:
             self._dirty.update(self._names)
             self._scratch = {}
-        global_slices = [s for pk in sorted(self._global)
-                         for s in self._pool_slices.get(pk, {}).values()]
+        global_slices = [s for pk in sorted(self._global) for s in self._pool_list.get(pk, ())]
         # The owner and allocation tables are shared with the snapshot, not copied: a
         # snapshot is only decided on while it is current.
         if self._bound_list is None:
@@ -516,22 +541,21 @@ class Inventory:
         return snap
 
     def _allocated_in(self, pk: PoolKey) -> None:
-        results = [r for key in self._pool_claims.get(pk, ()) for r in self._claims[key]
-                   if (r.id.driver, r.id.pool) == pk]
-        if not results:
+        """The pool's allocation table: its one claim's, made when it was applied, or
+        made from the results of its claims."""
+        claims = self._pool_claims.get(pk)
+        if not claims:
             self._allocated.pop(pk, None)
             self._pool_claims.pop(pk, None)
             return
-        state = model.AllocatedState.from_results(results)
-        taken: list[tuple[Any, ...]] = [("d", i.device) for i in state.dedicated]
-        taken += [("s", i.device) for i in state.shared]
-        taken += [("c", i.device, tuple(sorted(a.items()))) for i, a in state.consumed.items()]
-        self._allocated[pk] = taken
+        if len(claims) == 1:
+            self._allocated[pk] = next(iter(claims.values()))[1]
+        else:
+            self._allocated[pk] = _taken([r for rs, _ in claims.values() for r in rs])
 
     def _entry(self, snap: gang.Snapshot, name: str, old: gang._NodeEntry | None
                ) -> gang._NodeEntry:
-        local = [(pk, list(self._pool_slices[pk].values()))
-                 for pk in self._node_pools.get(name, ())]
+        local = self._node_local.get(name, [])
         self._generation += 1
         e = snap.entry(self._nodes[name], self._used.get(name, {}), None, local,
                        own_class=self._generation)
@@ -637,7 +661,7 @@ class Inventory:
                 return patched
         else:
             self.views["rebuilt: new"] += 1
-        view = snap.with_entries([self._projected(state, e) for e in snap.entries])
+        view = snap.with_entries(self._projected_all(state, snap.entries))
         view.scratch = self._scratch
         state.view = (self._snap_no, self._version, view)
         return view
@@ -649,8 +673,15 @@ class Inventory:
         if hit is None or hit[0] is not e:
             if len(kept) > 2 * len(self._names) + 64:
                 kept.clear()
-            hit = kept[e.node.name] = (e, self._project(state.projection, e))
+            hit = kept[e.node.name] = projection.pair(e, self._project(state.projection, e))
         return hit[1]
+
+    def _projected_all(self, state: _View, entries: list[gang._NodeEntry]
+                       ) -> list[gang._NodeEntry]:
+        """Every entry under the gang's projection, kept per version of the node (as
+        `_projected`, in one call)."""
+        return state.projection.entries(entries, state.entries, 2 * len(self._names) + 64,
+                                        self._allocated)
 
     def _without_held(self, state: _View, view: gang.Snapshot, held: Collection[str]
                       ) -> tuple[gang.Snapshot, list[str], list[str]]:
@@ -706,11 +737,9 @@ class Inventory:
     def _project(self, proj: projection.Projection, e: gang._NodeEntry) -> gang._NodeEntry:
         if e.sees_global:
             return e
-        key, order = proj.node_key(e, self._allocated)
         # The base entry is a class of its own per version of the node: fills found on
         # it as a representative are kept under that version.
-        return gang._NodeEntry(e.node, e.labels, e.local_pools, e.local_slices, e.sees_global,
-                               key, e.free, e.devices, e.pristine, e.fingerprint, order, e.key)
+        return proj.entry(e, self._allocated)
 
     # -------------------------------------------------------------- decisions
 
@@ -803,6 +832,31 @@ class Inventory:
 
 
 _Result = TypeVar("_Result", planning.PlanResult, planning.VerifyResult)
+
+
+def _taken(results: list[model.AllocatedDevice]) -> list[tuple[Any, ...]]:
+    """What results in one pool take, as the index reads it: ("d", device) for each
+    device allocated exclusively, ("s", device) shared, ("c", device, its consumed
+    capacity summed, by name). Never changed once made: tables are compared by identity."""
+    # As `model.AllocatedState.from_results` counts them, by device name (one pool).
+    dedicated: dict[str, None] = {}
+    shared: dict[str, None] = {}
+    consumed: dict[str, dict[str, values.Quantity]] = {}
+    for r in results:
+        if r.admin_access:
+            continue
+        device = r.id.device
+        if r.share_id is None:
+            dedicated[device] = None
+            continue
+        shared[device] = None
+        into = consumed.setdefault(device, {})
+        for name, amount in r.consumed_capacity.items():
+            into[name] = into[name] + amount if name in into else amount
+    taken: list[tuple[Any, ...]] = [("d", d) for d in dedicated]
+    taken += [("s", d) for d in shared]
+    taken += [("c", d, tuple(sorted(a.items()))) for d, a in consumed.items()]
+    return taken
 
 
 @contextlib.contextmanager

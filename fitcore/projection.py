@@ -424,6 +424,50 @@ class Projection:
             parts.append(found)
         return parts[0] if len(parts) == 1 else "\n".join(parts)
 
+    def entries(self, entries: list[gang._NodeEntry],
+                kept: dict[str, tuple[gang._NodeEntry, gang._NodeEntry]], limit: int,
+                allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]
+                ) -> list[gang._NodeEntry]:
+        """Every entry under this projection, in order: the one `kept` for the node
+        while its base entry is the same object, else made (`entry`; an entry that sees
+        pools that are not node-local is its own) and kept, by node name, as (base,
+        projected) (`pair`). `kept` is emptied first when it holds more than `limit`
+        nodes. Compiled (`fitcore/_project.pyx`) unless FITCORE_NO_EXTENSIONS=1;
+        `_entries` is its reference."""
+        if snapshot.compiled is not None:
+            found: list[gang._NodeEntry] = snapshot.compiled.project_entries(
+                self, entries, kept, limit, allocated, _STATES, _state, gang._NodeEntry)
+            return found
+        return self._entries(entries, kept, limit, allocated)
+
+    def _entries(self, entries: list[gang._NodeEntry],
+                 kept: dict[str, tuple[gang._NodeEntry, gang._NodeEntry]], limit: int,
+                 allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]
+                 ) -> list[gang._NodeEntry]:
+        """`entries` in Python (the reference of the compiled one)."""
+        out = []
+        for e in entries:
+            hit = kept.get(e.node.name)
+            if hit is None or hit[0] is not e:
+                if len(kept) > limit:
+                    kept.clear()
+                projected = e if e.sees_global else self.entry(e, allocated)
+                hit = kept[e.node.name] = pair(e, projected)
+            out.append(hit[1])
+        return out
+
+    def entry(self, e: gang._NodeEntry,
+              allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]) -> gang._NodeEntry:
+        """The node's index entry under this projection: its class is `node_key`'s; the
+        rest is the entry's own (whose class, a class of its own per version of the node
+        in `fitcore.inventory`, is kept as the fills' key). Made by the ten thousand in
+        a cold decision, kept, and acyclic: left out of the collector's walks."""
+        key, order = self.node_key(e, allocated)
+        projected = gang._NodeEntry(e.node, e.labels, e.local_pools, e.local_slices,
+                                    e.sees_global, key, e.free, e.devices, e.pristine,
+                                    e.fingerprint, order, e.key)
+        return projected if snapshot.compiled is None else snapshot.compiled.acyclic(projected)
+
     def node_key(self, e: gang._NodeEntry,
                  allocated: Mapping[PoolKey, Sequence[tuple[Any, ...]]]
                  ) -> tuple[int, tuple[tuple[PoolKey, tuple[str, ...]], ...]]:
@@ -655,6 +699,14 @@ _CONSUMES = operator.attrgetter("consumes_counters")
 #: Where a device goes in a pool whose order is not observable: by (device key, state
 #: text, group label, name) (a key made in C: this sorts every pool of a cold decision).
 _canonical = operator.itemgetter(0, 1, 2, 3)
+
+
+def pair(base: gang._NodeEntry, projected: gang._NodeEntry
+         ) -> tuple[gang._NodeEntry, gang._NodeEntry]:
+    """(base, projected) as a view keeps them per node, left out of the collector's walks
+    like the entries themselves (neither refers to the pair)."""
+    both = (base, projected)
+    return both if snapshot.compiled is None else snapshot.compiled.acyclic(both)
 
 
 def _floordiv(a: Fraction, b: Fraction) -> int:

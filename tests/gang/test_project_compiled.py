@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import random
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -75,9 +76,22 @@ def same_node_keys(c: Cluster, g: gang.Gang, compiled: projection.Projection,
     return len(classes)
 
 
+@pytest.fixture(params=[True, False], ids=["slots", "getattr"])
+def device_fields(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """The compiled side reading device fields from their slots, then through getattr."""
+    snapshot.compiled.read_slots(request.param)
+    yield request.param
+    snapshot.compiled.read_slots(True)
+
+
+def test_device_fields_are_read_from_their_slots() -> None:
+    """On this CPython the offsets check out at import: the fast path is the one run."""
+    assert snapshot.compiled.slots_ok()
+
+
 @pytest.mark.parametrize("template", sorted(TEMPLATES))
 @pytest.mark.parametrize("seed", range(3), ids=lambda s: f"seed={s}")
-def test_node_keys_match_reference(template: str, seed: int) -> None:
+def test_node_keys_match_reference(template: str, seed: int, device_fields: bool) -> None:
     rng = random.Random(seed)
     nodes = 24
     c = Cluster(rl.cluster(nodes, seed, rack_size=4))
@@ -215,3 +229,43 @@ def test_insert_all_indexes_as_insert() -> None:
         assert (got.cells, got.class_rep, got._group_index, got._own_groups) == \
             (want.cells, want.class_rep, want._group_index, want._own_groups)
         assert len(got.cells) > 1 and len(got.label_groups) > 1
+
+
+def _fields(e: gang._NodeEntry) -> tuple[Any, ...]:
+    return (e.node, e.labels, e.local_pools, e.local_slices, e.sees_global, e.key, e.free,
+            e.devices, e.pristine, e.fingerprint, e.order, e.exact)
+
+
+@pytest.mark.parametrize("seed", range(3), ids=lambda s: f"seed={s}")
+def test_projected_entries_match_reference(seed: int) -> None:
+    """`Projection.entries` compiled and its reference: the same entries (fields),
+    kept alike (the same kept pairs for unchanged nodes, new ones for changed nodes,
+    the kept map emptied past its limit)."""
+    rng = random.Random(seed)
+    nodes = 24
+    c = Cluster(rl.cluster(nodes, seed, rack_size=4))
+    g = gang_of("h100-root", 8, "8")
+    compiled, reference = projections(c, g)
+    inv = c.inventory
+    kept_c: dict[str, Any] = {}
+    kept_r: dict[str, Any] = {}
+    for limit in (1000, 1000, 1000, 5):
+        snap = inv._current()
+        before = dict(kept_c)
+        got = snapshot.compiled.project_entries(
+            compiled, snap.entries, kept_c, limit, inv._allocated, projection._STATES,
+            projection._state, gang._NodeEntry)
+        want = reference._entries(snap.entries, kept_r, limit, inv._allocated)
+        assert [_fields(e) for e in got] == [_fields(e) for e in want]
+        assert kept_c.keys() == kept_r.keys()
+        assert len(kept_c) <= limit + 1 or limit > nodes
+        for e, p in zip(snap.entries, got, strict=True):
+            assert not gc.is_tracked(p)
+            if e.node.name not in kept_c:  # emptied past the limit, then refilled
+                continue
+            assert kept_c[e.node.name] == (e, p)
+            assert not gc.is_tracked(kept_c[e.node.name])
+            old = before.get(e.node.name)
+            if limit > nodes:  # reused exactly while the base entry is the same
+                assert (old is not None and old[0] is e) == (old is not None and old[1] is p)
+        change(c, rng, nodes)
