@@ -145,7 +145,8 @@ def fitcore_times(inventory: model.Inventory, allocated_json: list[dict[str, Any
       column measures selectors warm, and a template with a selector list never seen on
       the node pays one evaluation per device of it, once per node. The walk's key
       (candidacy, counts, result names, capacity takes) is the first template's, so
-      that template's compiled problem is shared (compiled.Problem.common_or_same):
+      that template's compiled problem is shared (found, walked and kept in one call of
+      the compiled core, `compiled.kept`; compiled.Problem.common_or_same after it):
       device classes, lists and the packed buffer are not rebuilt. A template with other
       request names or another candidacy compiles its own problem.
     - "new_content": claims whose requests are renamed on every call (and the constraints
