@@ -12,7 +12,9 @@ own business (tests and benchmarks may go deeper).
 - One error type for bad input: `InputError` (every `FieldError`, naming object and field);
   `CelError` for a CEL selector that does not compile or cannot be evaluated.
 - The engine: the stateful `Inventory` (`apply`, `fit`, `plan`, `verify`, `shapes`,
-  `stats`); `Parsed`, Nodes and ResourceSlices parsed once for the inventories that share it.
+  `stats`; `assume` and `forget` a promised gang's placements); `Parsed`, Nodes and
+  ResourceSlices parsed once for the inventories that share it. Whether two promised
+  gangs may share a node: `device_kind`, `kinds_compatible`, `DeviceKind`.
 - Topology domains someone else chose (Kueue's TAS assignment): `Domain`,
   `within_domains` (the gang held to exactly those domains and pod counts), `Within`.
 - Results: `Gang`, `PodSet`, `Placement`, `NodeShape` (with `KarpenterProvisioning`),
@@ -23,6 +25,9 @@ own business (tests and benchmarks may go deeper).
 """
 
 from fitcore import reasons
+from fitcore.assumed import Kind as DeviceKind
+from fitcore.assumed import compatible as kinds_compatible
+from fitcore.assumed import kind_of as device_kind
 from fitcore.cel import CelError
 from fitcore.domains import Domain, Within
 from fitcore.domains import within as within_domains
@@ -48,10 +53,10 @@ from fitcore.workload import (
 )
 
 __all__ = [
-    "DEFAULT_KUBE_VERSION", "KUBE_VERSIONS", "Bundle", "CelError", "Document", "Domain",
-    "FieldError", "Gang", "InputError", "Inventory", "KarpenterProvisioning", "LimitError",
-    "Node", "NodeShape", "Parsed", "Placement", "Plan", "PlanResult", "PodSet", "Progress",
-    "Reason", "References", "ShapeCount", "VerifyResult", "Within",
-    "flatten", "gang_of", "load", "load_json", "load_yaml", "node_shape", "price_str",
-    "read_one", "reasons", "within_domains",
+    "DEFAULT_KUBE_VERSION", "KUBE_VERSIONS", "Bundle", "CelError", "DeviceKind", "Document",
+    "Domain", "FieldError", "Gang", "InputError", "Inventory", "KarpenterProvisioning",
+    "LimitError", "Node", "NodeShape", "Parsed", "Placement", "Plan", "PlanResult", "PodSet",
+    "Progress", "Reason", "References", "ShapeCount", "VerifyResult", "Within",
+    "device_kind", "flatten", "gang_of", "kinds_compatible", "load", "load_json", "load_yaml",
+    "node_shape", "price_str", "read_one", "reasons", "within_domains",
 ]

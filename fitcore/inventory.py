@@ -78,6 +78,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
 from fitcore import (
+    assumed,
     cache,
     errors,
     fields,
@@ -198,6 +199,8 @@ class Inventory:
         self._bound_sorted: list[podaffinity.BoundPod] = []
         self._bound_list: list[podaffinity.BoundPod] | None = None
         self._used: dict[str, dict[str, values.Quantity]] = {}
+        # Promised pods counted as in use (`assume`): owner -> node -> their keys.
+        self._assumed: dict[str, dict[str, list[Key]]] = {}
         self._shapes: dict[str, node_shapes.NodeShape] = {}
         self._store = cache.Store(size=4096, kept_problems=kept_problems)
         self._keys: dict[Any, int] = {}
@@ -827,8 +830,45 @@ class Inventory:
                               for m in v.memos.values()),
             "device parts kept": sum(len(p) for p in self._parts.values()),
             "interned keys": len(self._keys),
+            "promised pods": sum(len(keys) for nodes in self._assumed.values()
+                                 for keys in nodes.values()),
             **self._store.stats(),
         }
+
+    # -------------------------------------------------------------- promises
+
+    def assume(self, owner: str, g: gang.Gang, placements: Collection[gang.Placement]
+               ) -> None:
+        """Count the placements of a promised gang (`owner`: its uid) as in use until
+        `forget`: each pod's requests on its node, and its own claims' devices
+        (`fitcore.assumed`). Replaces what `owner` was assumed to hold before."""
+        self.forget(owner)
+        kept: dict[str, list[Key]] = {}
+        for i, pod in enumerate(assumed.pods(g, list(placements))):
+            key = ("", f"assumed/{owner}/{i}")  # no real object has an empty namespace
+            self._pod(key, (pod.node, pod.requests), None)
+            self._claim(key, pod.devices)
+            kept.setdefault(pod.node, []).append(key)
+        if kept:
+            self._assumed[owner] = kept
+        self._version += 1
+
+    def forget(self, owner: str, nodes: Collection[str] | None = None) -> None:
+        """Stop counting what `owner` was assumed to hold on `nodes` (None: everywhere)."""
+        held = self._assumed.get(owner)
+        if not held:
+            return
+        for node in list(held) if nodes is None else [n for n in nodes if n in held]:
+            for key in held.pop(node):
+                self._pod(key, None, None)
+                self._claim(key, ())
+        if not held:
+            del self._assumed[owner]
+        self._version += 1
+
+    def assumed_nodes(self) -> dict[str, frozenset[str]]:
+        """The owners assumed to hold something, and on which nodes."""
+        return {owner: frozenset(nodes) for owner, nodes in self._assumed.items()}
 
 
 _Result = TypeVar("_Result", planning.PlanResult, planning.VerifyResult)

@@ -216,7 +216,7 @@ async def sync_fits_meanwhile(rec: Rec, wl: client.Obj, entry: Mapping[str, Any]
     def node_filter(node: Any) -> bool:
         return node.name in existing and (allowed is None or allowed(node))
     result = await rec.inventory.fit_async(wg.gang, node_filter=node_filter,
-                                            held=rec.held_for_others(wl))
+                                            held=rec.held_for_others(wl, wg.gang))
     metrics.DECISION_SECONDS.labels(operation="fit").observe(
         time.perf_counter() - started)
     if result.verdict != "fits":
@@ -252,7 +252,7 @@ async def sync_verify(rec: Rec, wl: client.Obj, entry: Mapping[str, Any],
             + "; ".join(str(e) for e in exc.errors)))
     started = time.perf_counter()
     scope = rec.scope_of(wl)
-    verified = await rec.around_promises(wl, lambda held: rec.inventory.verify_async(
+    verified = await rec.around_promises(wl, wg.gang, lambda held: rec.inventory.verify_async(
         wg.gang, planned, node_filter=scope.node_filter if scope else None, held=held))
     if verified is None:
         return rec.settings.promise_poll_seconds

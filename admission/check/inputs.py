@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import fitcore
@@ -32,6 +32,11 @@ class Inventory(Protocol):
 
     async def fit_async(self, gang_: fitcore.Gang, *, node_filter: Any = None,
                         held: Collection[str] = ()) -> fitcore.PlanResult: ...
+
+    def assume(self, owner: str, gang_: fitcore.Gang,
+               placements: Sequence[fitcore.Placement]) -> None: ...
+
+    def forget(self, owner: str, nodes: Collection[str] | None = None) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -353,7 +353,7 @@ class KarpenterBackend:
                 + "; ".join(str(e) for e in exc.errors)))
         started = time.perf_counter()
         scope = r.scope_of(wl)
-        result = await r.around_promises(wl, lambda held: r.inventory.verify_async(
+        result = await r.around_promises(wl, wg.gang, lambda held: r.inventory.verify_async(
             wg.gang, planned, node_filter=scope.node_filter if scope else None, held=held))
         if result is None:
             return r.settings.promise_poll_seconds

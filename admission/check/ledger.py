@@ -35,9 +35,16 @@ from admission.kube import client, store
 
 
 class NodeLedger:
-    def __init__(self, stores: inputs.Stores, clock: clock_.Clock, promise_seconds: int
-                 ) -> None:
+    def __init__(self, stores: inputs.Stores, clock: clock_.Clock, promise_seconds: int,
+                 inventory: inputs.Inventory | None = None) -> None:
         self.stores = stores
+        # The engine's inventory, told what a promise holds (`assume`): None holds whole
+        # nodes only (tools, tests of the ledger alone).
+        self.inventory = inventory
+        # uid -> what the promised gang needs of devices (`fitcore.device_kind`), for the
+        # promises the inventory counts; node by node, those still counted.
+        self._kind: dict[str, fitcore.DeviceKind] = {}
+        self._assumed: dict[str, set[str]] = {}
         self.clock = clock
         self.promise_seconds = promise_seconds
         # uid -> (namespace, pods placed per node, when): nodes promised to a gang this
@@ -52,16 +59,47 @@ class NodeLedger:
         self.provisioned = ProvisionedRequests(stores.provisioning_requests)
         self._requests = ledgerindex.Requests(stores.provisioning_requests)
 
-    def promise(self, wl: client.Obj, placements: Sequence[fitcore.Placement]) -> None:
-        """Hold the nodes of an admitted gang's placements until its pods bind there."""
+    def promise(self, wl: client.Obj, placements: Sequence[fitcore.Placement],
+                gang: fitcore.Gang | None = None) -> None:
+        """Hold the nodes of an admitted gang's placements until its pods bind there.
+        With the `gang` (and an inventory), its pods and devices are counted as in use
+        there meanwhile, and gangs whose devices cannot collide with its own may share
+        those nodes (`fitcore.kinds_compatible`)."""
         meta = _meta(wl)
+        uid = str(meta.get("uid"))
+        self.drop(uid)
         per_node: dict[str, int] = {}
         for p in placements:
             per_node[p.node] = per_node.get(p.node, 0) + 1
-        self._promised[str(meta.get("uid"))] = (str(meta.get("namespace") or ""), per_node,
-                                                self.clock.monotonic())
+        self._promised[uid] = (str(meta.get("namespace") or ""), per_node,
+                               self.clock.monotonic())
+        if gang is not None and self.inventory is not None:
+            self.inventory.assume(uid, gang, placements)
+            self._kind[uid] = fitcore.device_kind(gang)
+            self._assumed[uid] = set(per_node)
 
-    def promised_nodes(self, except_uid: str) -> set[str]:
+    def drop(self, uid: str) -> None:
+        """End the gang's promise, if any (its check is decided again, or it left)."""
+        self._promised.pop(uid, None)
+        self._release(uid, None)
+
+    def _release(self, uid: str, nodes: Collection[str] | None) -> None:
+        """Stop counting the promise's pods on `nodes` (None: all, and the promise)."""
+        counted = self._assumed.get(uid)
+        if counted is None:
+            return
+        if nodes is None or not counted - set(nodes):
+            del self._assumed[uid], self._kind[uid]
+            if self.inventory is not None:
+                self.inventory.forget(uid)
+            return
+        gone = counted & set(nodes)
+        if gone and self.inventory is not None:
+            counted -= gone
+            self.inventory.forget(uid, gone)
+
+    def promised_nodes(self, except_uid: str, kind: Any = None, *, sharing: bool = False
+                       ) -> set[str]:
         """Nodes where a gang admitted by this reconciler still has pods to bind.
 
         Between Ready and its pods binding, an admitted gang's devices are not yet
@@ -72,12 +110,16 @@ class NodeLedger:
         `promise_seconds` (pods that never come). Promises are kept in memory and
         persisted in what fitgate writes before Ready (the placements ConfigMap and the
         Ready entry): a replica that takes over leadership reads them back
-        (`promises.Recovery`) before it decides."""
+        (`promises.Recovery`) before it decides.
+
+        With `sharing`, for a gang of device `kind`: a node is left out only where a
+        promise the inventory does not count, or one whose devices could collide with
+        the gang's, still has pods to bind (`promise`)."""
         out: set[str] = set()
         now = self.clock.monotonic()
         for uid, (_, _, since) in list(self._promised.items()):
             if uid != except_uid and now - since > self.promise_seconds:
-                del self._promised[uid]
+                self.drop(uid)
         # The bound pods of each promise are read from an index the pod store's events
         # keep (`ledgerindex.BoundPods`), not counted over the namespace's pods: this
         # runs for every decision, on the event loop.
@@ -86,10 +128,26 @@ class NodeLedger:
                 continue
             got = self._bound.of(namespace, uid)
             waiting = {n for n, want in nodes.items() if got.get(n, 0) < want}
-            if not waiting:
+            if uid in self._assumed:
+                self._release(uid, [n for n in self._assumed[uid] - waiting
+                                    if self._claims_allocated(namespace, uid, n)])
+            if not waiting and uid not in self._assumed:
                 del self._promised[uid]
-            out |= waiting
+            if not (sharing and uid in self._kind
+                    and fitcore.kinds_compatible(self._kind[uid], kind)):
+                out |= waiting
         return out
+
+    def _claims_allocated(self, namespace: str, uid: str, node: str) -> bool:
+        """Whether the claims of the promise's pods bound to `node` are allocated in the
+        claim store (it comes on another watch than the pods: counted before, the
+        devices would be neither assumed nor allocated for a moment)."""
+        pods = self.stores.pods
+        for name in self._bound.names(namespace, uid, node):
+            pod = pods.get(name, namespace) if pods is not None else None
+            if pod is None or not self._allocated(pod):
+                return False
+        return True
 
 
     def wait(self, key: str, nodes: Collection[str]) -> None:
@@ -195,11 +253,15 @@ class NodeLedger:
                 if uid != except_uid and not admitted}
 
 
-    def held_for_others(self, wl: client.Obj, owners: inputs.Owners) -> set[str]:
+    def held_for_others(self, wl: client.Obj, owners: inputs.Owners,
+                        gang: fitcore.Gang | None = None) -> set[str]:
         """Nodes the gang may not take now because they are held for other workloads:
-        promised to gangs whose pods are binding, or brought by other gangs' requests."""
+        promised to gangs whose pods are binding (with the `gang`, those it may share are
+        not: `promised_nodes`), or brought by other gangs' requests."""
         uid = str(_meta(wl).get("uid"))
-        return self.promised_nodes(uid) | self.requested_nodes(uid, owners)
+        kind = fitcore.device_kind(gang) if gang is not None else None
+        return (self.promised_nodes(uid, kind, sharing=gang is not None)
+                | self.requested_nodes(uid, owners))
 
 
     def existing_nodes(self, request: Mapping[str, Any]) -> set[str]:

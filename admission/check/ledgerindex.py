@@ -155,6 +155,8 @@ class BoundPods:
 
     def __init__(self, pods: store.Store | None) -> None:
         self._bound: dict[tuple[str, str], dict[str, int]] = {}
+        # (namespace, owner) -> node -> the names of those pods (`names`).
+        self._names: dict[tuple[str, str], dict[str, set[str]]] = {}
         if pods is None:
             return
         for obj in pods.list():
@@ -164,6 +166,10 @@ class BoundPods:
     def of(self, namespace: str, owner: str) -> Mapping[str, int]:
         """node -> how many pods placed for `owner` in `namespace` are bound there."""
         return self._bound.get((namespace, owner), _EMPTY)
+
+    def names(self, namespace: str, owner: str, node: str) -> frozenset[str]:
+        """The names of the pods placed for `owner` in `namespace` bound to `node`."""
+        return frozenset(self._names.get((namespace, owner), {}).get(node, ()))
 
     def owners(self) -> int:
         """How many (namespace, owner) have bound pods (tests, metrics)."""
@@ -176,7 +182,17 @@ class BoundPods:
             self._count(event.object, 1)
 
     def _count(self, pod: client.Obj, by: int) -> None:
+        name = str((pod.get("metadata") or {}).get("name") or "")
         for key, node in counted(pod):
+            names = self._names.setdefault(key, {}).setdefault(node, set())
+            if by > 0:
+                names.add(name)
+            else:
+                names.discard(name)
+                if not names:
+                    del self._names[key][node]
+                    if not self._names[key]:
+                        del self._names[key]
             per_node = self._bound.setdefault(key, {})
             left = per_node.get(node, 0) + by
             if left > 0:

@@ -295,7 +295,7 @@ async def sync_plan(r: workload.WorkloadReconciler, wl: client.Obj, entry: Mappi
     scope = r.scope_of(wl)
     shapes = scope.shapes if scope else None
     node_filter = scope.node_filter if scope else None
-    there = await r.around_promises(wl, lambda held: r.inventory.plan_async(
+    there = await r.around_promises(wl, wg.gang, lambda held: r.inventory.plan_async(
         wg.gang, shapes=shapes, node_filter=node_filter, held=held))
     if there is None:
         return r.settings.promise_poll_seconds
@@ -303,7 +303,7 @@ async def sync_plan(r: workload.WorkloadReconciler, wl: client.Obj, entry: Mappi
     if there.verdict != "fits":
         elsewhere = await r.inventory.plan_async(wg.original.gang, shapes=shapes,
                                                  node_filter=node_filter,
-                                                 held=r.held_for_others(wl))
+                                                 held=r.held_for_others(wl, wg.original.gang))
     metrics.DECISION_SECONDS.labels(operation="plan").observe(time.perf_counter() - started)
     node_shapes, _ = r.node_shapes()
     d = decide(wg, there, elsewhere, node_shapes)

@@ -99,14 +99,14 @@ class WorkloadReconciler:
         # The gate's question, "could the gang ever fit as configured?" (an engine over
         # the idle cluster), asked before a gang is Rejected (see `never_fits`).
         self.idle = idle
-        self.stores = stores
-        self.inventory = inventory
+        self.stores, self.inventory = stores, inventory
         self.clock = clock or clock_.SystemClock()
         self.settings = settings or inputs.Settings()
         self._idle_questions = containment.Bounded(self.settings.decision_timeout_seconds)
         self.recorder = recorder or events.Recorder(api, self.clock)
         self._finished: set[str] = set()  # uids whose placements were deleted
-        self.ledger = ledger.NodeLedger(stores, self.clock, self.settings.promise_seconds)
+        self.ledger = ledger.NodeLedger(stores, self.clock, self.settings.promise_seconds,
+                                        inventory)
         # Promises an earlier leader made, read back from what it persisted (promises.py).
         self._recovery = promises.Recovery(api, stores.workloads, stores.admission_checks,
                                            self.clock, self.settings.promise_seconds)
@@ -245,13 +245,14 @@ class WorkloadReconciler:
 
     # -------------------------------------------------------------------- plan
 
-    async def around_promises(self, wl: client.Obj,
+    async def around_promises(self, wl: client.Obj, gang: fitcore.Gang,
                               decide: Callable[[Collection[str]], Awaitable[_Decided]]
                               ) -> _Decided | None:
-        """`decide(held)` with the nodes held for other gangs left out; None when it would
-        have gone otherwise without the nodes promised to gangs still binding: the gang
-        waits for them (woken when one binds: `ledger.woken`), not for bought nodes."""
-        result = await decide(self.held_for_others(wl))
+        """`decide(held)` with the nodes held for other gangs left out (its own promise is
+        over: `ledger.drop`); None when it would have gone otherwise without the nodes
+        promised to gangs still binding: the gang waits for them (`ledger.woken`)."""
+        self.ledger.drop(str(_meta(wl).get("uid")))
+        result = await decide(self.held_for_others(wl, gang))
         if result.verdict == "fits" or not self.ledger.promised_nodes(str(_meta(wl).get("uid"))):
             return result
         free = await decide(())
@@ -303,9 +304,8 @@ class WorkloadReconciler:
                 + "; ".join(str(e) for e in exc.errors)))
         if isinstance(wg, topology.TasGang):
             return await topology.sync_plan(self, wl, entry, wg, attempt)
-        started = time.perf_counter()
-        scope = self.scope_of(wl)
-        decided = await self.around_promises(wl, lambda held: self.inventory.plan_async(
+        started, scope, inv = time.perf_counter(), self.scope_of(wl), self.inventory
+        decided = await self.around_promises(wl, wg.gang, lambda held: inv.plan_async(
             wg.gang, shapes=scope.shapes if scope else None,
             node_filter=scope.node_filter if scope else None, held=held))
         if decided is None:
@@ -362,10 +362,10 @@ class WorkloadReconciler:
             p.owners = self.ledger.node_owners(p.node_shapes)
         return p.owners
 
-    def held_for_others(self, wl: client.Obj) -> set[str]:
-        """Nodes the gang may not take now: promised to gangs whose pods are binding, or
-        brought by other gangs' requests or NodeClaims (`ledger`, `karpenter`)."""
-        return self.ledger.held_for_others(wl, self.node_owners()) \
+    def held_for_others(self, wl: client.Obj, gang: fitcore.Gang | None = None) -> set[str]:
+        """Nodes the gang may not take now: promised to gangs whose pods are binding (those
+        the `gang` may share aside), or brought by other gangs' requests or NodeClaims."""
+        return self.ledger.held_for_others(wl, self.node_owners(), gang) \
             | self.karpenter.claimed_nodes(str(_meta(wl).get("uid")))
 
     def readiness(self, request: Mapping[str, Any], planned: fitcore.Plan
@@ -412,7 +412,7 @@ class WorkloadReconciler:
             log.info("pins given up to avoid collisions", notes=updates.notes,
                      workload=f"{_meta(wl).get('namespace')}/{_meta(wl).get('name')}")
         await self.sync_placements(wl, placements)
-        self.ledger.promise(wl, placements)
+        self.ledger.promise(wl, placements, wg.gang)
         self._recovery.made(str(_meta(wl).get("uid")))
         wait = await self.sync_status(wl, entry, Verdict(
             c.READY, predicates.message(None, text), None,

@@ -47,7 +47,7 @@ import dataclasses
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import prometheus_client
@@ -86,6 +86,8 @@ ABANDONED = prometheus_client.Counter(
     "Decisions past their deadline left to finish on their own engine and thread")
 #: Abandoned decision threads still running at most; past it, decisions wait for them.
 MAX_ABANDONED = 8
+# The queue's kind for a promised gang's placements (`ClusterInventory.assume`).
+_PROMISE = "~promise"
 
 #: Nodes and ResourceSlices parsed once for every engine of the process (the live one, the
 #: gate's idle one, a fresh one after an abandoned decision): they hold the same objects.
@@ -167,6 +169,8 @@ class ClusterInventory:
         self._shapes: dict[str, NodeShape] = {}
         self._node_names: set[str] = set()
         self._store_of = store_of
+        # Promised gangs' placements (`assume`), kept to feed a fresh engine.
+        self._promised: dict[str, tuple[fitcore.Gang, tuple[fitcore.Placement, ...]]] = {}
         self._kinds = (*IDLE_KINDS, kinds.RESOURCE_CLAIM_TEMPLATE) if idle else WATCHED
         for kind in self._kinds:
             s = store_of(kind)
@@ -270,6 +274,13 @@ class ClusterInventory:
             return
         started = time.perf_counter()
         for (kind, key), (etype, obj) in batch:
+            if kind == _PROMISE:
+                promised: tuple[fitcore.Gang, tuple[fitcore.Placement, ...]] | None = obj  # type: ignore[assignment]
+                if promised is None:
+                    lane.engine.forget(key[0])
+                else:
+                    lane.engine.assume(key[0], *promised)
+                continue
             label = _label(kind, key)
             try:
                 lane.engine.apply(etype, obj)  # type: ignore[arg-type]
@@ -281,6 +292,48 @@ class ClusterInventory:
                 with self._problems_lock:
                     self._problems.pop(label, None)
         APPLY_SECONDS.observe(time.perf_counter() - started)
+
+    # ------------------------------------------------------------ promises
+
+    def assume(self, owner: str, gang_: fitcore.Gang,
+               placements: Sequence[fitcore.Placement]) -> None:
+        """Count a promised gang's placements as in use until `forget`
+        (`fitcore.Inventory.assume`; `owner`: the gang's uid). Applied in order with the
+        store events, before the next decision; kept across a fresh engine."""
+        self._promised[owner] = (gang_, tuple(placements))
+        self._queue_promise(owner)
+
+    def forget(self, owner: str, nodes: Collection[str] | None = None) -> None:
+        """Stop counting what `owner` was assumed to hold on `nodes` (None: everywhere)."""
+        kept = self._promised.get(owner)
+        if kept is None:
+            return
+        left = () if nodes is None else tuple(p for p in kept[1] if p.node not in nodes)
+        if left:
+            self._promised[owner] = (kept[0], left)
+        else:
+            del self._promised[owner]
+        self._queue_promise(owner)
+
+    def assumed(self) -> dict[str, frozenset[str]]:
+        """The promised gangs counted as in use (`assume`), and on which nodes."""
+        return {owner: frozenset(p.node for p in placements)
+                for owner, (_, placements) in self._promised.items()}
+
+    def _queue_promise(self, owner: str) -> None:
+        """Queue the engine's update for `owner`'s promise (the latest replaces one still
+        waiting, as for an object's events)."""
+        with self._queue_lock:
+            qk = (_PROMISE, (owner, ""))
+            self._lane.queue.pop(qk, None)
+            self._lane.queue[qk] = ("", self._promised.get(owner))  # type: ignore[assignment]
+        self.generation += 1
+        if self._background and not self._drain_scheduled:
+            self._drain_scheduled = True
+            try:
+                self._executor.submit(self._drain_in_background)
+            except RuntimeError:
+                self._drain_scheduled = False
 
     def _decide(self, name: str, fn: Callable[[fitcore.Inventory], Any]) -> Any:
         lane = self._lane
@@ -353,6 +406,8 @@ class ClusterInventory:
         for kind in self._kinds:
             for obj in self._store_of(kind).list():
                 self._on_event(kind, client.WatchEvent("ADDED", obj), None)
+        for owner in list(self._promised):
+            self._queue_promise(owner)
         old.shutdown(wait=False, cancel_futures=True)
 
     def _too_long(self) -> str:

@@ -50,6 +50,14 @@ class Recorded:
                                              held=held)
 
 
+    def assume(self, owner: str, gang_: gang.Gang, placements: Sequence[gang.Placement]
+               ) -> None:
+        self.inner.assume(owner, gang_, placements)
+
+    def forget(self, owner: str, nodes: Collection[str] | None = None) -> None:
+        self.inner.forget(owner, nodes)
+
+
 class Clock:
     """Wall time the test sets (`world.now = ...`)."""
 
@@ -85,6 +93,12 @@ class World:
     def refresh(self) -> None:
         for k in kinds.ALL:
             self.stores[k].replace(self.api.objects(k))
+
+    def restart(self) -> None:
+        """A new process (a new leader): its own inventory, fed from the stores, with
+        nothing an earlier reconciler assumed."""
+        self.inventory.inner.close()
+        self.inventory = Recorded(self.stores)
 
     def reconciler(self, **settings: Any) -> wlr.WorkloadReconciler:
         return wlr.WorkloadReconciler(self.api, inputs.Stores.of(self.stores), self.inventory,

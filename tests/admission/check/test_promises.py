@@ -30,6 +30,7 @@ async def test_a_new_leader_does_not_double_book_nodes_promised_before_failover(
     assert await world.reconcile(old_leader) is None
     assert world.entry()["state"] == "Ready"
     # The old leader is gone; a new one starts from the API's state only.
+    world.restart()
     new_leader = world.reconciler()
     world.advance(5)
     assert await world.reconcile(new_leader, name="other") == 2  # waits for the binding
@@ -50,6 +51,7 @@ async def test_a_promise_older_than_its_lifetime_is_not_read_back(world: w.World
     world.seed(*w.base(), *w.node("n1"), w.admitted(), w.admitted(name="other"))
     assert await world.reconcile(world.reconciler()) is None
     world.advance(601)  # promise_seconds is 600
+    world.restart()
     new_leader = world.reconciler()
     await world.reconcile(new_leader, name="other")
     other = world.workload("other")["metadata"]["uid"]
@@ -72,6 +74,7 @@ async def test_placements_that_do_not_read_back_are_skipped_with_the_field_named
         promises.per_node(cm)
     assert f"ConfigMap default/{c.PLACEMENTS_PREFIX}{uid}: data[" in str(info.value)
     world.seed(cm)
+    world.restart()
     new_leader = world.reconciler()
     await world.reconcile(new_leader, name="other")  # goes on deciding
     other = world.workload("other")["metadata"]["uid"]

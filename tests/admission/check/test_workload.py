@@ -783,16 +783,18 @@ async def test_a_fitpolicy_keeps_the_plan_off_a_shape_it_does_not_allow(world: w
 
 async def test_nodes_promised_to_an_admitted_gang_are_not_promised_again(
         world: w.World) -> None:
-    # `train` is admitted on n1; until its pods bind, the inventory still shows n1's
-    # devices free, yet `other` must not be promised them too (one reconciler, as in
-    # the service).
-    world.seed(*w.base(), *w.node("n1"), w.admitted(), w.admitted(name="other"))
+    # `train` is admitted on n1 (two of its three PCIe roots); until its pods bind, the
+    # cluster still shows n1's devices free, yet `other` must not be promised them too
+    # (one reconciler, as in the service). Its devices depend on the order the scheduler
+    # takes them in (one PCIe root), so n1 is held whole for it while train's pods bind.
+    world.seed(*w.base(), *w.node("n1", gpus=12, roots=3), w.admitted(),
+               w.admitted(w.workers(1), name="other"))
     r = world.reconciler()
     assert await world.reconcile(r) is None
     assert world.entry()["state"] == "Ready"
-    # Waiting is all it takes (n1 holds both gangs once train's pods are bound): no
-    # request bought, no rejection, nothing written; asked again in moments, and counted
-    # (fitgate_promise_waits_total: what scenario 11's burst breakdown prints).
+    # Waiting is all it takes (the third root of n1 holds `other` once train's pods are
+    # bound): no request bought, no rejection, nothing written; asked again in moments,
+    # and counted (fitgate_promise_waits_total: what scenario 11's burst prints).
     waits = REGISTRY.get_sample_value("fitgate_promise_waits_total") or 0.0
     assert await world.reconcile(r, name="other") == 2
     assert REGISTRY.get_sample_value("fitgate_promise_waits_total") == waits + 1
@@ -815,7 +817,8 @@ async def test_a_gang_waiting_for_promised_nodes_is_woken_when_they_bind(
     # As above: `other` waits for n1, promised to `train` until its two pods bind there.
     # The pod event that ends the promise queues `other` at once (the check watches
     # Pods), instead of leaving it to the poll; an event that does not is ignored.
-    world.seed(*w.base(), *w.node("n1"), w.admitted(), w.admitted(name="other"))
+    world.seed(*w.base(), *w.node("n1", gpus=12, roots=3), w.admitted(),
+               w.admitted(w.workers(1), name="other"))
     r = world.reconciler()
     assert kinds.POD in r.watches
     assert await world.reconcile(r) is None
