@@ -11,11 +11,13 @@ once, all through one ClusterQueue with fitgate's AdmissionCheck:
 
 ``BIG`` is 4: four gangs that each need a whole dear node, submitted at once, so every
 one of them first wants the same new node. An admitted gang whose pods are not bound yet
-holds nothing in the inventory; fitgate keeps the nodes it promised to it out of the other
-gangs' decisions until its pods bind (``admission/check/workload.py``, promised nodes).
-So the four get four dear nodes and run on four different ones, and no two gangs count
-the same new node (before that, all four were admitted onto one node and three stayed
-Pending).
+holds nothing the cluster shows; fitgate counts its promised pods and devices as in use
+until they bind, and keeps a node promised to a gang whose devices depend on the order
+the scheduler takes them in (a big gang's 8 GPUs on one root) out of the other gangs'
+decisions (``admission/check/ledger.py``). So the four get four dear nodes and run on
+four different ones, and no two gangs count the same new node (before that, all four
+were admitted onto one node and three stayed Pending). The one-GPU gangs share the pool's
+nodes while their pods bind: any free GPU will do for each of them.
 
 Decided means: the Workload is Admitted, or the Job carries fitgate's explanation. The
 figures: seconds from the first submit until every gang is decided (bounded wait), how
