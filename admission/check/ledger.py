@@ -62,9 +62,10 @@ class NodeLedger:
     def promise(self, wl: client.Obj, placements: Sequence[fitcore.Placement],
                 gang: fitcore.Gang | None = None) -> None:
         """Hold the nodes of an admitted gang's placements until its pods bind there.
-        With the `gang` (and an inventory), its pods and devices are counted as in use
-        there meanwhile, and gangs whose devices cannot collide with its own may share
-        those nodes (`fitcore.kinds_compatible`)."""
+        With the `gang` (and an inventory), when its devices do not depend on the order
+        the scheduler takes them in (`fitcore.device_kind`), its pods and devices are
+        counted as in use there meanwhile, and gangs whose devices cannot collide with its
+        own share those nodes (`fitcore.kinds_compatible`)."""
         meta = _meta(wl)
         uid = str(meta.get("uid"))
         self.drop(uid)
@@ -73,9 +74,13 @@ class NodeLedger:
             per_node[p.node] = per_node.get(p.node, 0) + 1
         self._promised[uid] = (str(meta.get("namespace") or ""), per_node,
                                self.clock.monotonic())
-        if gang is not None and self.inventory is not None:
+        kind = fitcore.device_kind(gang) if gang is not None else None
+        # A gang whose devices depend on the order the scheduler takes them in holds its
+        # nodes whole for every other gang: counting it would only cost each decision
+        # the changed nodes.
+        if gang is not None and kind is not None and self.inventory is not None:
             self.inventory.assume(uid, gang, placements)
-            self._kind[uid] = fitcore.device_kind(gang)
+            self._kind[uid] = kind
             self._assumed[uid] = set(per_node)
 
     def drop(self, uid: str) -> None:

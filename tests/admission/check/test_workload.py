@@ -792,6 +792,7 @@ async def test_nodes_promised_to_an_admitted_gang_are_not_promised_again(
     r = world.reconciler()
     assert await world.reconcile(r) is None
     assert world.entry()["state"] == "Ready"
+    assert world.inventory.inner.assumed() == {}  # held whole, not counted
     # Waiting is all it takes (the third root of n1 holds `other` once train's pods are
     # bound): no request bought, no rejection, nothing written; asked again in moments,
     # and counted (fitgate_promise_waits_total: what scenario 11's burst prints).
