@@ -214,6 +214,9 @@ class Inventory:
         # Node and the list of its local pools it was made from: made when the node, its
         # slices or its pods change (`_read_node`), while their objects are at hand.
         self._node_parts: dict[str, tuple[model.Node, list[Any], snapshot.NodeParts]] = {}
+        # Nodes' labels but the hostname, one tuple per set of labels (a rack's nodes
+        # share theirs): a view's index finds each node's label group by it.
+        self._label_sets: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
         self._dirty: set[str] = set()
         self._dirty_pools: set[PoolKey] = set()
         self._all_dirty = False
@@ -438,8 +441,15 @@ class Inventory:
             self._node_parts.pop(name, None)
             return
         local = self._node_local.get(name, _NO_POOLS)
-        self._node_parts[name] = (node, local, snapshot.node_parts(
-            node, self._used.get(name, _NO_USE), local))
+        parts = snapshot.node_parts(node, self._used.get(name, _NO_USE), local)
+        labels = self._label_sets.get(parts[0])
+        if labels is None:
+            if len(self._label_sets) > 2 * len(self._nodes) + 64:
+                self._label_sets.clear()  # sets of labels no node has any more
+            labels = self._label_sets[parts[0]] = parts[0]
+        elif labels is not parts[0]:
+            parts = (labels, *parts[1:])
+        self._node_parts[name] = (node, local, parts)
 
     def _claim(self, key: Key, results: tuple[model.AllocatedDevice, ...]) -> None:
         old = self._claims.pop(key, ())

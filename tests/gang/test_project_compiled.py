@@ -233,14 +233,15 @@ def test_insert_all_indexes_as_insert() -> None:
 
 def _fields(e: gang._NodeEntry) -> tuple[Any, ...]:
     return (e.node, e.labels, e.local_pools, e.local_slices, e.sees_global, e.key, e.free,
-            e.devices, e.pristine, e.fingerprint, e.order, e.exact)
+            e.devices, e.pristine, e.fingerprint, e.order, e.exact, e.ids)
 
 
 @pytest.mark.parametrize("seed", range(3), ids=lambda s: f"seed={s}")
-def test_projected_entries_match_reference(seed: int) -> None:
+def test_projected_entries_match_reference(seed: int, device_fields: bool) -> None:
     """`Projection.entries` compiled and its reference: the same entries (fields),
     kept alike (the same kept pairs for unchanged nodes, new ones for changed nodes,
-    the kept map emptied past its limit)."""
+    the kept map emptied past its limit). Entries, nodes and slices read from their
+    slots and projected entries made by filling theirs, then all through Python."""
     rng = random.Random(seed)
     nodes = 24
     c = Cluster(rl.cluster(nodes, seed, rack_size=4))
@@ -257,6 +258,7 @@ def test_projected_entries_match_reference(seed: int) -> None:
             projection._state, gang._NodeEntry)
         want = reference._entries(snap.entries, kept_r, limit, inv._allocated)
         assert [_fields(e) for e in got] == [_fields(e) for e in want]
+        assert snapshot.compiled.entry_slots_ok() == device_fields
         assert kept_c.keys() == kept_r.keys()
         assert len(kept_c) <= limit + 1 or limit > nodes
         for e, p in zip(snap.entries, got, strict=True):
