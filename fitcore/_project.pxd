@@ -17,8 +17,11 @@ cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
                  dict states, object state_of)
 # Projection._ranks: renamed attribute values by rank of their group's content.
 cdef dict _ranks(list pools)
-# Projection._devices: (per-pool key parts, canonical order, candidates, unbounded).
-cdef tuple _devices(object proj, object local_slices, object local_pools, object allocated,
+# The node's slices pool by pool, in the order of its pools.
+cdef list _by_pool(object local_slices, object local_pools)
+# Projection._devices: (per-pool key parts, canonical order, candidates, unbounded), with
+# each pool's allocation table in `taken`.
+cdef tuple _devices(object proj, object local_slices, object local_pools, tuple taken,
                     dict states, object state_of)
 # Projection._free: free resources as far as the gang's requests tell them apart.
 cdef tuple _free(tuple free_view, dict node_free, object most)

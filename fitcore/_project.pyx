@@ -350,6 +350,52 @@ def node_parts(object n, object used, list local, dict allocated_by_pool, str ho
             pristine)
 
 
+def own_entry(object entry_type, dict keys, dict allocated_by_pool, object n, tuple parts,
+              object own_class):
+    """`Snapshot.entry(n, ..., own_class=own_class, parts=parts)` of a snapshot without
+    pools that are not node-local: the node a class of its own (`("own", name,
+    own_class)` interned in `keys`), `pristine` told from `allocated_by_pool`. The
+    entry, its free resources and key are left out of the collector (`acyclic`)."""
+    cdef object labels = parts[0], local_slices = parts[2], local_pools = parts[3]
+    cdef object free = parts[4], pk, e
+    cdef PyObject* hit
+    cdef bint pristine = True
+    for pk in local_pools:
+        hit = PyDict_GetItem(allocated_by_pool, pk)
+        if hit is not NULL and <object>hit:
+            pristine = False
+            break
+    cdef tuple key = ("own", _slot(n, _N_NAME if _SLOTS_OK and type(n) is _NODE else -1,
+                                   "name"), own_class)
+    hit = PyDict_GetItem(keys, key)
+    cdef object cid
+    if hit is NULL:
+        cid = len(keys)
+        keys[key] = cid
+    else:
+        cid = <object>hit
+    _entry_type(entry_type)
+    if _SLOTS_OK and _ENTRY is entry_type:
+        e = _OBJECT_NEW(entry_type)
+        _put(e, _E[0], n)
+        _put(e, _E[1], labels)
+        _put(e, _E_POOLS, local_pools)
+        _put(e, _E_SLICES, local_slices)
+        _put(e, _E_GLOBAL, False)
+        _put(e, _E_KEY, cid)
+        _put(e, _E_FREE, free)
+        _put(e, _E[7], None)
+        _put(e, _E_PRISTINE, pristine)
+        _put(e, _E[9], ())
+        _put(e, _E_ORDER, None)
+        _put(e, _E_EXACT, -1)
+        _put(e, _E_IDS, None)
+    else:
+        e = entry_type(n, labels, local_pools, local_slices, False, cid, free, None,
+                       pristine)
+    return acyclic(e, free, key)
+
+
 # --------------------------------------------------------- the node under a projection
 
 cdef tuple _observed(dict layouts, object proj, object a):
@@ -740,34 +786,61 @@ cdef dict _ranks(list pools):
     return rank
 
 
-cdef tuple _devices(object proj, object local_slices, object local_pools, object allocated,
-                    dict states, object state_of):
-    # Projection._devices: per pool its shape and observable devices, the devices in
-    # canonical order, candidates, unbounded.
-    cdef dict by_pool = {}
-    cdef object s, pk, key, lst
+cdef list _by_pool(object local_slices, object local_pools):
+    # The node's slices pool by pool, in the order of its pools. A node's entry lists
+    # them so (`node_parts`): split in one pass comparing each slice's driver and pool
+    # with the pool's (the same strings, mostly), without a key tuple per slice; grouped
+    # through a dict when they are not in that order.
+    cdef list out = []
+    cdef Py_ssize_t i = 0, n = len(local_slices)
+    cdef object s, pk, driver, pool, key, lst
+    cdef list group
     cdef bint fast
+    cdef dict by_pool
+    for pk in local_pools:
+        driver = (<tuple>pk)[0]
+        pool = (<tuple>pk)[1]
+        group = []
+        while i < n:
+            s = local_slices[i]
+            fast = _SLOTS_OK and type(s) is _SLICE
+            key = _slot(s, _S_DRIVER if fast else -1, "driver")
+            if key is not driver and key != driver:
+                break
+            key = _slot(s, _S_POOL if fast else -1, "pool")
+            if key is not pool and key != pool:
+                break
+            group.append(s)
+            i += 1
+        if not group:
+            break
+        out.append(group)
+    if i == n and len(out) == len(local_pools):
+        return out
+    by_pool = {}
     for s in local_slices:
-        fast = _SLOTS_OK and type(s) is _SLICE
-        key = (_slot(s, _S_DRIVER if fast else -1, "driver"),
-               _slot(s, _S_POOL if fast else -1, "pool"))
+        key = (s.driver, s.pool)
         lst = by_pool.get(key)
         if lst is None:
             lst = by_pool[key] = []
         lst.append(s)
+    return [by_pool[pk] for pk in local_pools]
+
+
+cdef tuple _devices(object proj, object local_slices, object local_pools, tuple taken,
+                    dict states, object state_of):
+    # Projection._devices: per pool its shape and observable devices, the devices in
+    # canonical order, candidates, unbounded. `taken`: per pool its allocation table.
+    cdef list groups = _by_pool(local_slices, local_pools)
     cdef list pools = []
-    cdef Py_ssize_t candidates = 0
+    cdef Py_ssize_t candidates = 0, i = 0
     cdef bint unbounded = False
     cdef object view = proj.view
     cdef tuple got
-    cdef PyObject* taken
+    cdef object pk
     for pk in local_pools:
-        if type(allocated) is dict:
-            taken = PyDict_GetItem(<dict>allocated, pk)
-            got = _pool(proj, view, pk, by_pool[pk], <object>taken if taken is not NULL else (),
-                        states, state_of)
-        else:
-            got = _pool(proj, view, pk, by_pool[pk], allocated.get(pk, ()), states, state_of)
+        got = _pool(proj, view, pk, groups[i], taken[i], states, state_of)
+        i += 1
         pools.append((pk, got[0], got[1], got[2]))
         candidates += got[3]
         unbounded = unbounded or got[4]
@@ -900,7 +973,7 @@ def node_key(object proj, object e, object allocated, dict states, object state_
                         stale = True
                         break
     if stale:
-        hit = (local_slices, taken_t, _devices(proj, local_slices, local_pools, allocated,
+        hit = (local_slices, taken_t, _devices(proj, local_slices, local_pools, taken_t,
                                                states, state_of))
         # Slices, allocation lists and the part refer to nothing that refers back to it
         # (nor to the tuple of the lists).

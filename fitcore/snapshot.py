@@ -274,6 +274,10 @@ class Snapshot:
         that classes nodes itself, `fitcore.inventory`, numbers each version of a node),
         and the shapes of its pools are not computed. `parts`: `node_parts(n, used,
         local)`, made by the caller beforehand (read here otherwise)."""
+        if parts is not None and own_class is not None and compiled is not None and \
+                not fingerprint and not self.global_slices:
+            return compiled.own_entry(_NodeEntry, self.keys, self._allocated_by_pool, n,
+                                      parts, own_class)  # this path, compiled
         if parts is None:
             parts = (compiled.node_parts if compiled is not None else _node_parts)(
                 n, used, local, self._allocated_by_pool, gangtypes.HOSTNAME_LABEL)

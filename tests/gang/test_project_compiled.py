@@ -207,6 +207,30 @@ def test_kept_tuples_are_not_tracked_by_the_collector() -> None:
     assert all(not gc.is_tracked(e) and not gc.is_tracked(e.free) for e in snap.entries)
 
 
+@pytest.mark.parametrize("seed", range(2), ids=lambda s: f"seed={s}")
+def test_own_entries_match_reference(seed: int, device_fields: bool,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Snapshot.entry` of a node that is a class of its own, from parts the inventory
+    made at event time: compiled (`_project.own_entry`, slots filled or through the
+    constructor) and in Python, the same fields and interned class; the compiled one
+    left out of the collector."""
+    c = Cluster(rl.cluster(16, seed, rack_size=4))
+    inv = c.inventory
+    snap = inv._current()
+    assert not snap.global_slices
+    for i, name in enumerate(inv._names):
+        node, local, parts = inv._node_parts[name]
+        used = inv._used.get(name, {})
+        got = snap.entry(node, used, None, local, own_class=1000 + i, parts=parts)
+        with monkeypatch.context() as m:
+            m.setattr(snapshot, "compiled", None)
+            want = snap.entry(node, used, None, local, own_class=1000 + i, parts=parts)
+        assert _fields(got) == _fields(want)
+        assert type(got) is snapshot._NodeEntry and not gc.is_tracked(got)
+    assert snapshot.compiled.entry_slots_ok() == device_fields
+    assert any(not e.pristine for e in snap.entries) and any(e.pristine for e in snap.entries)
+
+
 def test_insert_all_indexes_as_insert() -> None:
     """`Snapshot.with_entries` indexes a view with `_project.insert_all`: the same label
     groups, cells, class representatives and node lists as inserting entry by entry, on
