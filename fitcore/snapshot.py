@@ -276,8 +276,9 @@ class Snapshot:
         local)`, made by the caller beforehand (read here otherwise)."""
         if parts is not None and own_class is not None and compiled is not None and \
                 not fingerprint and not self.global_slices:
-            return compiled.own_entry(_NodeEntry, self.keys, self._allocated_by_pool, n,
-                                      parts, own_class)  # this path, compiled
+            own: _NodeEntry = compiled.own_entry(  # this path, compiled
+                _NodeEntry, self.keys, self._allocated_by_pool, n, parts, own_class)
+            return own
         if parts is None:
             parts = (compiled.node_parts if compiled is not None else _node_parts)(
                 n, used, local, self._allocated_by_pool, gangtypes.HOSTNAME_LABEL)
