@@ -1,7 +1,8 @@
 # cython: language_level=3
 """The per-node work of a cold gang decision, compiled: a node's index entry
-(reference: `fitcore.snapshot._node_parts`) and its class under a gang's projection
-(reference: `fitcore.projection.Projection.node_key` and the methods it calls).
+(reference: `fitcore.snapshot._node_parts`, and `Snapshot.entry` for a node that is a
+class of its own: `own_entry`) and its class under a gang's projection (reference:
+`fitcore.projection.Projection.node_key` and the methods it calls).
 
 Both run once per node (and the projection once per device) in the first decision of a
 gang after the inventory is loaded. They work on Python objects (model dataclasses,

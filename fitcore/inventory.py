@@ -22,7 +22,10 @@ What it keeps, and what a change costs:
   node-local slices, an allocation in one of its pools, or a pod bound to it changes; a
   change to a slice that is not node-local (or a DeviceClass) marks all.
 - The index of each node (`gang._NodeEntry`: label group, free resources, its node-local
-  slices as one tuple) is recomputed at the next decision for dirty nodes only. Each
+  slices as one tuple) is recomputed at the next decision for dirty nodes only, from
+  what was read of the node when it, its slices or its pods last changed
+  (`snapshot.node_parts`, read while the event's objects are at hand; nodes with the
+  same labels share one tuple of them). Each
   version of a node is a class of its own there (`Snapshot.entry(own_class=...)`: hashing
   every device of a realistic node buys nothing, its uuids make it unique); the gang's
   projection classes nodes instead. The tuple of a node's slices stays the same object
