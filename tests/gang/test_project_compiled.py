@@ -11,6 +11,7 @@ and the same canonical device order from both, before and after changes.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import random
 from collections.abc import Iterator
@@ -177,6 +178,26 @@ def test_node_parts_free_resources(allocatable: dict[str, str], used: dict[str, 
             expected = (_q(allocatable[k]).value if k in allocatable else Fraction(0)) - (
                 _q(used[k]).value if k in used else Fraction(0))
             assert v == expected and hash(v) == hash(expected)
+
+
+def test_slices_out_of_pool_order_are_grouped_alike() -> None:
+    """The compiled side splits a node's slices by pool in one pass when they are listed
+    pool by pool (as entries list them), and groups them through a dict when they are
+    not: the same keys, orders and interned ids as the reference both ways."""
+    c = Cluster(rl.cluster(8, 3, rack_size=4))
+    g = gang_of("h100-root", 2, "8")
+    compiled, reference = projections(c, g)
+    inv = c.inventory
+    mixed = 0
+    for e in inv._current().entries:
+        for local_slices in (e.local_slices, tuple(reversed(e.local_slices))):
+            if local_slices is not e.local_slices and len(e.local_pools) < 2:
+                continue
+            seen = dataclasses.replace(e, local_slices=local_slices)
+            got = compiled.node_key(seen, inv._allocated)
+            assert got == reference._node_key(seen, inv._allocated), e.node.name
+            mixed += local_slices is not e.local_slices
+    assert mixed and compiled._intern == reference._intern
 
 
 def test_kept_tuples_are_not_tracked_by_the_collector() -> None:
