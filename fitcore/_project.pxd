@@ -17,8 +17,12 @@ cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
                  dict states, object state_of)
 # Projection._ranks: renamed attribute values by rank of their group's content.
 cdef dict _ranks(list pools)
-# Projection._devices: (per-pool key parts, canonical order, candidates, unbounded).
-cdef tuple _devices(object proj, object e, object allocated, dict states, object state_of)
+# The node's slices pool by pool, in the order of its pools.
+cdef list _by_pool(object local_slices, object local_pools)
+# Projection._devices: (per-pool key parts, canonical order, candidates, unbounded), with
+# each pool's allocation table in `taken`.
+cdef tuple _devices(object proj, object local_slices, object local_pools, tuple taken,
+                    dict states, object state_of)
 # Projection._free: free resources as far as the gang's requests tell them apart.
 cdef tuple _free(tuple free_view, dict node_free, object most)
 # Projection._device_key's answer (key, label), not kept per device (the reference on a
@@ -29,6 +33,14 @@ cdef tuple _device_key(object proj, str driver, object d, tuple observed, tuple 
 cdef object _label(object a, tuple relabeled, dict labels)
 # Whether no device of a counter pool passes the selectors (Projection._ordered_pool).
 cdef bint _none_selectable(object proj, str driver, object devices)
+# A field of `o` from the slot at `offset` (> 0: its exact type checked), else getattr.
+cdef object _slot(object o, Py_ssize_t offset, str name)
+# Learn snapshot._NodeEntry's slots (the first `project_entries` call).
+cdef _entry_type(object entry_type)
+# A new projected entry with the base entry's fields (Projection.entry).
+cdef object _projected_entry(object entry_type, object e, object key, object order)
+# Set an empty slot of a new object.
+cdef void _put(object o, Py_ssize_t offset, object value)
 # An int, string, boolean, None or untracked tuple (nothing a cycle can go through).
 cdef bint _atomic_value(object x)
 # The tuple, untracked by the cyclic collector when it holds only atomic values and

@@ -1,7 +1,8 @@
 # cython: language_level=3
 """The per-node work of a cold gang decision, compiled: a node's index entry
-(reference: `fitcore.snapshot._node_parts`) and its class under a gang's projection
-(reference: `fitcore.projection.Projection.node_key` and the methods it calls).
+(reference: `fitcore.snapshot._node_parts`, and `Snapshot.entry` for a node that is a
+class of its own: `own_entry`) and its class under a gang's projection (reference:
+`fitcore.projection.Projection.node_key` and the methods it calls).
 
 Both run once per node (and the projection once per device) in the first decision of a
 gang after the inventory is loaded. They work on Python objects (model dataclasses,
@@ -17,6 +18,7 @@ from fractions import Fraction
 
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
 from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
 
 from fitcore import model, values
 
@@ -26,7 +28,9 @@ cdef extern from "Python.h":
 
 cdef extern from "structmember.h":
     ctypedef struct PyMemberDef:
+        int type
         Py_ssize_t offset
+    int T_OBJECT_EX
 
 cdef extern from "Python.h":
     ctypedef struct PyMemberDescrObject:
@@ -88,6 +92,108 @@ def _check_slots():
 
 
 _check_slots()
+
+
+# The same for the other objects a cold decision reads once per node or pool: a node's
+# index entry (`snapshot._NodeEntry`, known at the first `project_entries` call: the
+# module is imported by `snapshot` before it defines the type), its Node and its
+# ResourceSlices. An offset is a slot descriptor's of an object slot (T_OBJECT_EX), else
+# -1 (read through getattr); reads check the object's exact type first.
+cdef Py_ssize_t _slot_offset(object t, str name):
+    descr = t.__dict__.get(name)
+    if type(descr) is not _MEMBER:
+        return -1
+    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>descr).d_member
+    return m.offset if m.type == T_OBJECT_EX and m.offset > 0 else -1
+
+
+cdef inline object _slot(object o, Py_ssize_t offset, str name):
+    # The field `name` of `o`: from its slot when `offset` is one (the caller checked
+    # the type) and the slot is set, else through getattr.
+    cdef PyObject* v
+    if offset > 0:
+        v = (<PyObject**>((<char*><PyObject*>o) + offset))[0]
+        if v is not NULL:
+            return <object>v
+    return getattr(o, name)
+
+
+cdef type _SLICE = model.ResourceSlice
+cdef Py_ssize_t _S_DRIVER = _slot_offset(_SLICE, "driver")
+cdef Py_ssize_t _S_POOL = _slot_offset(_SLICE, "pool")
+cdef Py_ssize_t _S_DEVICES = _slot_offset(_SLICE, "devices")
+cdef Py_ssize_t _S_COUNTERS = _slot_offset(_SLICE, "shared_counters")
+cdef Py_ssize_t _S_GENERATION = _slot_offset(_SLICE, "generation")
+cdef Py_ssize_t _S_COUNT = _slot_offset(_SLICE, "resource_slice_count")
+cdef type _NODE = model.Node
+cdef Py_ssize_t _N_NAME = _slot_offset(_NODE, "name")
+cdef Py_ssize_t _N_TAINTS = _slot_offset(_NODE, "taints")
+cdef Py_ssize_t _N_UNSCHEDULABLE = _slot_offset(_NODE, "unschedulable")
+cdef Py_ssize_t _N_ALLOCATABLE = _slot_offset(_NODE, "allocatable")
+
+# snapshot._NodeEntry's fields, in its order (all are copied into a projected entry).
+_ENTRY_FIELDS = ("node", "labels", "local_pools", "local_slices", "sees_global", "key",
+                 "free", "devices", "pristine", "fingerprint", "order", "exact", "ids")
+cdef type _ENTRY = None
+cdef Py_ssize_t[13] _E
+cdef Py_ssize_t _E_NODE = -1, _E_POOLS = -1, _E_SLICES = -1, _E_GLOBAL = -1, _E_KEY = -1
+cdef Py_ssize_t _E_FREE = -1, _E_PRISTINE = -1, _E_ORDER = -1, _E_EXACT = -1, _E_IDS = -1
+
+
+cdef _entry_type(object entry_type):
+    # Learn the entry type's slots; when one is not an object slot, or the type has
+    # fields this module does not know, entries are read and made through Python.
+    global _ENTRY, _E_NODE, _E_POOLS, _E_SLICES, _E_GLOBAL, _E_KEY, _E_FREE, _E_PRISTINE
+    global _E_ORDER, _E_EXACT, _E_IDS
+    if _ENTRY is entry_type:
+        return
+    _ENTRY = None
+    if tuple(getattr(entry_type, "__slots__", ())) != _ENTRY_FIELDS:
+        return
+    cdef Py_ssize_t i
+    for i in range(13):
+        _E[i] = _slot_offset(entry_type, _ENTRY_FIELDS[i])
+        if _E[i] <= 0:
+            return
+    _E_NODE, _E_POOLS, _E_SLICES, _E_GLOBAL, _E_KEY = _E[0], _E[2], _E[3], _E[4], _E[5]
+    _E_FREE, _E_PRISTINE, _E_ORDER, _E_EXACT, _E_IDS = _E[6], _E[8], _E[10], _E[11], _E[12]
+    _ENTRY = entry_type
+
+
+cdef inline void _put(object o, Py_ssize_t offset, object value):
+    # Set an empty slot of a new object.
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>o) + offset))[0] = <PyObject*>value
+
+
+cdef object _projected_entry(object entry_type, object e, object key, object order):
+    # entry_type(e.node, ..., e.fingerprint, order, e.key): the base entry's fields with
+    # the projected class `key`, the canonical `order` and the base class as `exact`.
+    cdef Py_ssize_t i
+    cdef PyObject* v
+    if not _SLOTS_OK or _ENTRY is None or type(e) is not _ENTRY or entry_type is not _ENTRY:
+        return entry_type(e.node, e.labels, e.local_pools, e.local_slices, e.sees_global,
+                          key, e.free, e.devices, e.pristine, e.fingerprint, order, e.key)
+    for i in range(13):
+        if (<PyObject**>((<char*><PyObject*>e) + _E[i]))[0] is NULL:
+            return entry_type(e.node, e.labels, e.local_pools, e.local_slices,
+                              e.sees_global, key, e.free, e.devices, e.pristine,
+                              e.fingerprint, order, e.key)
+    new = _OBJECT_NEW(entry_type)
+    for i in range(10):
+        if i != 5:
+            _put(new, _E[i], <object>(<PyObject**>((<char*><PyObject*>e) + _E[i]))[0])
+    _put(new, _E_KEY, key)
+    _put(new, _E_ORDER, order)
+    _put(new, _E_EXACT, <object>(<PyObject**>((<char*><PyObject*>e) + _E_KEY))[0])
+    _put(new, _E_IDS, None)
+    return new
+
+
+def entry_slots_ok():
+    """Whether index entries are read and projected ones made through their slots (once
+    `project_entries` has met `snapshot._NodeEntry`, while device slots are read)."""
+    return _SLOTS_OK and _ENTRY is not None
 
 
 def slots_ok():
@@ -243,6 +349,52 @@ def node_parts(object n, object used, list local, dict allocated_by_pool, str ho
     PyObject_GC_UnTrack(<void*>slices)
     return (_atomic(tuple(labels)), groups, slices, _atomic(tuple(local_pools)), free,
             pristine)
+
+
+def own_entry(object entry_type, dict keys, dict allocated_by_pool, object n, tuple parts,
+              object own_class):
+    """`Snapshot.entry(n, ..., own_class=own_class, parts=parts)` of a snapshot without
+    pools that are not node-local: the node a class of its own (`("own", name,
+    own_class)` interned in `keys`), `pristine` told from `allocated_by_pool`. The
+    entry, its free resources and key are left out of the collector (`acyclic`)."""
+    cdef object labels = parts[0], local_slices = parts[2], local_pools = parts[3]
+    cdef object free = parts[4], pk, e
+    cdef PyObject* hit
+    cdef bint pristine = True
+    for pk in local_pools:
+        hit = PyDict_GetItem(allocated_by_pool, pk)
+        if hit is not NULL and <object>hit:
+            pristine = False
+            break
+    cdef tuple key = ("own", _slot(n, _N_NAME if _SLOTS_OK and type(n) is _NODE else -1,
+                                   "name"), own_class)
+    hit = PyDict_GetItem(keys, key)
+    cdef object cid
+    if hit is NULL:
+        cid = len(keys)
+        keys[key] = cid
+    else:
+        cid = <object>hit
+    _entry_type(entry_type)
+    if _SLOTS_OK and _ENTRY is entry_type:
+        e = _OBJECT_NEW(entry_type)
+        _put(e, _E[0], n)
+        _put(e, _E[1], labels)
+        _put(e, _E_POOLS, local_pools)
+        _put(e, _E_SLICES, local_slices)
+        _put(e, _E_GLOBAL, False)
+        _put(e, _E_KEY, cid)
+        _put(e, _E_FREE, free)
+        _put(e, _E[7], None)
+        _put(e, _E_PRISTINE, pristine)
+        _put(e, _E[9], ())
+        _put(e, _E_ORDER, None)
+        _put(e, _E_EXACT, -1)
+        _put(e, _E_IDS, None)
+    else:
+        e = entry_type(n, labels, local_pools, local_slices, False, cid, free, None,
+                       pristine)
+    return acyclic(e, free, key)
 
 
 # --------------------------------------------------------- the node under a projection
@@ -557,21 +709,26 @@ cdef tuple _pool(object proj, object view, tuple pk, list slices, object taken,
     for t in taken:
         prev = state.get(t[1], ())
         state[t[1]] = _atomic((*prev, t[0], *t[2:]))
+    cdef bint fast_s
     if len(slices) == 1:
-        devices = (<object>slices[0]).devices
+        s = slices[0]
+        devices = _slot(s, _S_DEVICES if _SLOTS_OK and type(s) is _SLICE else -1, "devices")
     else:
         devices_list = []
         for s in slices:
-            devices_list.extend(s.devices)
+            devices_list.extend(
+                _slot(s, _S_DEVICES if _SLOTS_OK and type(s) is _SLICE else -1, "devices"))
         devices = devices_list
-    for s in slices:
-        for c in s.shared_counters:
-            counters.append((c.name, tuple(sorted(c.counters.items()))))
-    counters.sort()
-    cdef tuple counters_t = tuple(counters)
     cdef list gens = []
     for s in slices:
-        gens.append(_atomic((s.generation, s.resource_slice_count, len(s.devices))))
+        fast_s = _SLOTS_OK and type(s) is _SLICE
+        for c in _slot(s, _S_COUNTERS if fast_s else -1, "shared_counters"):
+            counters.append((c.name, tuple(sorted(c.counters.items()))))
+        gens.append(_atomic((_slot(s, _S_GENERATION if fast_s else -1, "generation"),
+                             _slot(s, _S_COUNT if fast_s else -1, "resource_slice_count"),
+                             len(_slot(s, _S_DEVICES if fast_s else -1, "devices")))))
+    counters.sort()
+    cdef tuple counters_t = tuple(counters)
     cdef bint view_ordered = view.ordered
     cdef tuple got
     if not view_ordered and not counters_t:
@@ -630,24 +787,61 @@ cdef dict _ranks(list pools):
     return rank
 
 
-cdef tuple _devices(object proj, object e, object allocated, dict states, object state_of):
-    # Projection._devices: per pool its shape and observable devices, the devices in
-    # canonical order, candidates, unbounded.
-    cdef dict by_pool = {}
-    cdef object s, pk, key, lst
-    for s in e.local_slices:
+cdef list _by_pool(object local_slices, object local_pools):
+    # The node's slices pool by pool, in the order of its pools. A node's entry lists
+    # them so (`node_parts`): split in one pass comparing each slice's driver and pool
+    # with the pool's (the same strings, mostly), without a key tuple per slice; grouped
+    # through a dict when they are not in that order.
+    cdef list out = []
+    cdef Py_ssize_t i = 0, n = len(local_slices)
+    cdef object s, pk, driver, pool, key, lst
+    cdef list group
+    cdef bint fast
+    cdef dict by_pool
+    for pk in local_pools:
+        driver = (<tuple>pk)[0]
+        pool = (<tuple>pk)[1]
+        group = []
+        while i < n:
+            s = local_slices[i]
+            fast = _SLOTS_OK and type(s) is _SLICE
+            key = _slot(s, _S_DRIVER if fast else -1, "driver")
+            if key is not driver and key != driver:
+                break
+            key = _slot(s, _S_POOL if fast else -1, "pool")
+            if key is not pool and key != pool:
+                break
+            group.append(s)
+            i += 1
+        if not group:
+            break
+        out.append(group)
+    if i == n and len(out) == len(local_pools):
+        return out
+    by_pool = {}
+    for s in local_slices:
         key = (s.driver, s.pool)
         lst = by_pool.get(key)
         if lst is None:
             lst = by_pool[key] = []
         lst.append(s)
+    return [by_pool[pk] for pk in local_pools]
+
+
+cdef tuple _devices(object proj, object local_slices, object local_pools, tuple taken,
+                    dict states, object state_of):
+    # Projection._devices: per pool its shape and observable devices, the devices in
+    # canonical order, candidates, unbounded. `taken`: per pool its allocation table.
+    cdef list groups = _by_pool(local_slices, local_pools)
     cdef list pools = []
-    cdef Py_ssize_t candidates = 0
+    cdef Py_ssize_t candidates = 0, i = 0
     cdef bint unbounded = False
     cdef object view = proj.view
     cdef tuple got
-    for pk in e.local_pools:
-        got = _pool(proj, view, pk, by_pool[pk], allocated.get(pk, ()), states, state_of)
+    cdef object pk
+    for pk in local_pools:
+        got = _pool(proj, view, pk, groups[i], taken[i], states, state_of)
+        i += 1
         pools.append((pk, got[0], got[1], got[2]))
         candidates += got[3]
         unbounded = unbounded or got[4]
@@ -711,24 +905,26 @@ def project_entries(object proj, list entries, dict kept, Py_ssize_t limit,
     base entry is the same object (reference: `Projection._entries`). `entry_type`:
     `snapshot._NodeEntry`."""
     cdef list out = []
-    cdef object e, name, projected
+    cdef object e, name, projected, node
     cdef tuple found, both
     cdef PyObject* hit
+    cdef bint fast
+    _entry_type(entry_type)
     for e in entries:
-        name = e.node.name
+        fast = _SLOTS_OK and _ENTRY is not None and type(e) is _ENTRY
+        node = _slot(e, _E_NODE if fast else -1, "node")
+        name = _slot(node, _N_NAME if _SLOTS_OK and type(node) is _NODE else -1, "name")
         hit = PyDict_GetItem(kept, name)
         if hit is not NULL and (<tuple>hit)[0] is e:
             out.append((<tuple>hit)[1])
             continue
         if len(kept) > limit:
             kept.clear()
-        if e.sees_global:
+        if _slot(e, _E_GLOBAL if fast else -1, "sees_global"):
             projected = e
         else:
             found = node_key(proj, e, allocated, states, state_of)
-            projected = entry_type(e.node, e.labels, e.local_pools, e.local_slices,
-                                   e.sees_global, found[0], e.free, e.devices, e.pristine,
-                                   e.fingerprint, found[1], e.key)
+            projected = _projected_entry(entry_type, e, found[0], found[1])
             # Acyclic, kept by the ten thousand (Projection.entry).
             if PyObject_GC_IsTracked(projected):
                 PyObject_GC_UnTrack(<void*>projected)
@@ -745,17 +941,28 @@ def node_key(object proj, object e, object allocated, dict states, object state_
     makes one (`projection._STATES`, `projection._state`)."""
     cdef list taken = []
     cdef object pk, a, b
-    for pk in e.local_pools:
-        taken.append(allocated.get(pk, ()))
+    cdef bint fast = _SLOTS_OK and _ENTRY is not None and type(e) is _ENTRY
+    cdef object node = _slot(e, _E_NODE if fast else -1, "node")
+    cdef bint fast_node = _SLOTS_OK and type(node) is _NODE
+    cdef object local_pools = _slot(e, _E_POOLS if fast else -1, "local_pools")
+    cdef object local_slices = _slot(e, _E_SLICES if fast else -1, "local_slices")
+    cdef PyObject* got
+    if type(allocated) is dict:
+        for pk in local_pools:
+            got = PyDict_GetItem(<dict>allocated, pk)
+            taken.append(<object>got if got is not NULL else ())
+    else:
+        for pk in local_pools:
+            taken.append(allocated.get(pk, ()))
     cdef tuple taken_t = tuple(taken)
     cdef dict parts = proj._parts
-    cdef str name = e.node.name
+    cdef str name = _slot(node, _N_NAME if fast_node else -1, "name")
     cdef object hit = parts.get(name)
     cdef bint stale = hit is None
     cdef tuple kept
     cdef Py_ssize_t i
     if not stale:
-        if (<tuple>hit)[0] is not e.local_slices:
+        if (<tuple>hit)[0] is not local_slices:
             stale = True
         else:
             kept = (<tuple>hit)[1]
@@ -767,7 +974,8 @@ def node_key(object proj, object e, object allocated, dict states, object state_
                         stale = True
                         break
     if stale:
-        hit = (e.local_slices, taken_t, _devices(proj, e, allocated, states, state_of))
+        hit = (local_slices, taken_t, _devices(proj, local_slices, local_pools, taken_t,
+                                               states, state_of))
         # Slices, allocation lists and the part refer to nothing that refers back to it
         # (nor to the tuple of the lists).
         PyObject_GC_UnTrack(<void*>hit)
@@ -780,20 +988,22 @@ def node_key(object proj, object e, object allocated, dict states, object state_
     cdef object most = None
     if not unbounded and per_pod:
         most = max(candidates // per_pod, 1)
-    node = e.node
     cdef tuple extended = proj._extended
     cdef object advertised = ()
     cdef list adv
     cdef object allocatable
     if extended:
-        allocatable = node.allocatable
+        allocatable = _slot(node, _N_ALLOCATABLE if fast_node else -1, "allocatable")
         adv = []
         for a in extended:
             b = allocatable.get(a)
             adv.append(bool(_value(b)) if b is not None else False)
         advertised = tuple(adv)
-    key = _atomic(("node", part[0], node.taints, node.unschedulable, e.pristine,
-                   _free(proj.free, e.free, most), advertised))
+    key = _atomic(("node", part[0], _slot(node, _N_TAINTS if fast_node else -1, "taints"),
+                   _slot(node, _N_UNSCHEDULABLE if fast_node else -1, "unschedulable"),
+                   _slot(e, _E_PRISTINE if fast else -1, "pristine"),
+                   _free(proj.free, _slot(e, _E_FREE if fast else -1, "free"), most),
+                   advertised))
     cdef dict intern = proj._intern
     cdef object found = intern.get(key)
     if found is None:

@@ -22,7 +22,10 @@ What it keeps, and what a change costs:
   node-local slices, an allocation in one of its pools, or a pod bound to it changes; a
   change to a slice that is not node-local (or a DeviceClass) marks all.
 - The index of each node (`gang._NodeEntry`: label group, free resources, its node-local
-  slices as one tuple) is recomputed at the next decision for dirty nodes only. Each
+  slices as one tuple) is recomputed at the next decision for dirty nodes only, from
+  what was read of the node when it, its slices or its pods last changed
+  (`snapshot.node_parts`, read while the event's objects are at hand; nodes with the
+  same labels share one tuple of them). Each
   version of a node is a class of its own there (`Snapshot.entry(own_class=...)`: hashing
   every device of a realistic node buys nothing, its uuids make it unique); the gang's
   projection classes nodes instead. The tuple of a node's slices stays the same object
@@ -87,6 +90,7 @@ from fitcore import (
     model,
     podaffinity,
     projection,
+    snapshot,
     taintrules,
     values,
     versions,
@@ -118,6 +122,8 @@ FILLS = 50_000
 KINDS = ("Node", "ResourceSlice", "ResourceClaim", "Pod", "DeviceClass", "DeviceTaintRule",
          "NodeShape")
 _EMPTY_STATE = model.AllocatedState()
+_NO_POOLS: list[Any] = []  # a node without local pools (one object: compared by identity)
+_NO_USE: dict[str, values.Quantity] = {}
 
 
 @dataclasses.dataclass(slots=True)
@@ -210,6 +216,13 @@ class Inventory:
         # in pod counts and node resources).
         self._parts: dict[str, projection.NodeDevices] = {}
         self._entries: dict[str, gang._NodeEntry] = {}
+        # Per node, what its index entry reads of it (`snapshot.node_parts`), with the
+        # Node and the list of its local pools it was made from: made when the node, its
+        # slices or its pods change (`_read_node`), while their objects are at hand.
+        self._node_parts: dict[str, tuple[model.Node, list[Any], snapshot.NodeParts]] = {}
+        # Nodes' labels but the hostname, one tuple per set of labels (a rack's nodes
+        # share theirs): a view's index finds each node's label group by it.
+        self._label_sets: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
         self._dirty: set[str] = set()
         self._dirty_pools: set[PoolKey] = set()
         self._all_dirty = False
@@ -332,6 +345,7 @@ class Inventory:
                 self._names.remove(name)
                 self._layout_changed = True
                 self._entries.pop(name, None)
+                self._node_parts.pop(name, None)
                 self._dirty.discard(name)
             return
         if name not in self._nodes:
@@ -339,6 +353,7 @@ class Inventory:
             self._layout_changed = True
         self._nodes[name] = node
         self._dirty.add(name)
+        self._read_node(name)
 
     def _slice(self, name: str, s: model.ResourceSlice | None) -> None:
         old = self._slices.pop(name, None)
@@ -419,6 +434,28 @@ class Inventory:
             self._node_local[name] = [(pk, self._pool_list[pk]) for pk in pools]
         else:
             self._node_local.pop(name, None)
+        self._read_node(name)
+
+    def _read_node(self, name: str) -> None:
+        """What the node's index entry reads of it, its slices and its pods' requests
+        (`snapshot.node_parts`), made again after one of them changed: here they were
+        just read, where a cold decision would read every node of the cluster from
+        memory again. `_entry` checks the Node and the list of local pools by identity
+        (the pods' requests are summed in place: `_pod` calls this)."""
+        node = self._nodes.get(name)
+        if node is None:
+            self._node_parts.pop(name, None)
+            return
+        local = self._node_local.get(name, _NO_POOLS)
+        parts = snapshot.node_parts(node, self._used.get(name, _NO_USE), local)
+        labels = self._label_sets.get(parts[0])
+        if labels is None:
+            if len(self._label_sets) > 2 * len(self._nodes) + 64:
+                self._label_sets.clear()  # sets of labels no node has any more
+            labels = self._label_sets[parts[0]] = parts[0]
+        elif labels is not parts[0]:
+            parts = (labels, *parts[1:])
+        self._node_parts[name] = (node, local, parts)
 
     def _claim(self, key: Key, results: tuple[model.AllocatedDevice, ...]) -> None:
         old = self._claims.pop(key, ())
@@ -458,6 +495,10 @@ class Inventory:
             for k, q in usage[1].items():
                 into[k] = into[k] + q if k in into else q
             self._dirty.add(usage[0])
+        for name in {old[0] if old is not None else None,
+                     usage[0] if usage is not None else None} - {None}:
+            assert name is not None
+            self._read_node(name)
 
     def _device_class(self, name: str, dc: model.DeviceClass | None) -> None:
         if dc is None and name not in self._classes:
@@ -558,10 +599,15 @@ class Inventory:
 
     def _entry(self, snap: gang.Snapshot, name: str, old: gang._NodeEntry | None
                ) -> gang._NodeEntry:
-        local = self._node_local.get(name, [])
+        node = self._nodes[name]
+        local = self._node_local.get(name, _NO_POOLS)
+        parts = self._node_parts.get(name)
+        if parts is None or parts[0] is not node or parts[1] is not local:
+            self._read_node(name)  # not expected: every change reads the node again
+            parts = self._node_parts[name]
         self._generation += 1
-        e = snap.entry(self._nodes[name], self._used.get(name, {}), None, local,
-                       own_class=self._generation)
+        e = snap.entry(node, self._used.get(name, _NO_USE), None, local,
+                       own_class=self._generation, parts=parts[2])
         if old is not None and len(old.local_slices) == len(e.local_slices) and all(
                 a is b for a, b in zip(old.local_slices, e.local_slices, strict=True)):
             e.local_slices = old.local_slices  # the same tuple: kept work is found again

@@ -100,6 +100,22 @@ def _node_parts(n: model.Node, used: Mapping[str, values.Quantity],
     return labels, groups, local_slices, tuple(pk for pk, _ in groups), free, pristine
 
 
+def node_parts(n: model.Node, used: Mapping[str, values.Quantity],
+               local: list[tuple[PoolKey, list[model.ResourceSlice]]]) -> NodeParts:
+    """What `Snapshot.entry` reads of a node and its node-local pools (`_node_parts`,
+    compiled unless FITCORE_NO_EXTENSIONS=1), without what is allocated in its pools
+    (`pristine` is True here: `Snapshot.entry` tells it from the snapshot's allocations).
+    For a caller that makes them when the node, its slices or its pods change, while
+    their objects are at hand (`fitcore.inventory`), instead of in a cold decision that
+    reads every node of the cluster from memory (at 10,000 nodes, 6 µs a node against
+    1 µs)."""
+    return (compiled.node_parts if compiled is not None else _node_parts)(
+        n, used, local, _NOTHING, gangtypes.HOSTNAME_LABEL)
+
+
+_NOTHING: dict[PoolKey, list[tuple[Any, ...]]] = {}
+
+
 def device_bound(local_slices: Sequence[model.ResourceSlice], local_pools: Sequence[PoolKey],
                  allocated_by_pool: Mapping[PoolKey, Sequence[tuple[Any, ...]]]) -> int:
     """Local devices not allocated exclusively (unbounded with a device that allows
@@ -250,15 +266,27 @@ class Snapshot:
     def entry(self, n: model.Node, used: Mapping[str, values.Quantity],
               shapes: dict[Any, int] | None,
               local: list[tuple[PoolKey, list[model.ResourceSlice]]],
-              fingerprint: tuple[Any, ...] = (), own_class: int | None = None) -> _NodeEntry:
+              fingerprint: tuple[Any, ...] = (), own_class: int | None = None,
+              parts: NodeParts | None = None) -> _NodeEntry:
         """Index one node (with its node-local pools) without adding it.
 
         `own_class`: the node is a class of its own, told apart by this number (a caller
         that classes nodes itself, `fitcore.inventory`, numbers each version of a node),
-        and the shapes of its pools are not computed."""
-        parts = (compiled.node_parts if compiled is not None else _node_parts)(
-            n, used, local, self._allocated_by_pool, gangtypes.HOSTNAME_LABEL)
-        labels, groups, local_slices, local_pools, free, pristine = parts
+        and the shapes of its pools are not computed. `parts`: `node_parts(n, used,
+        local)`, made by the caller beforehand (read here otherwise)."""
+        if parts is not None and own_class is not None and compiled is not None and \
+                not fingerprint and not self.global_slices:
+            own: _NodeEntry = compiled.own_entry(  # this path, compiled
+                _NodeEntry, self.keys, self._allocated_by_pool, n, parts, own_class)
+            return own
+        if parts is None:
+            parts = (compiled.node_parts if compiled is not None else _node_parts)(
+                n, used, local, self._allocated_by_pool, gangtypes.HOSTNAME_LABEL)
+            labels, groups, local_slices, local_pools, free, pristine = parts
+        else:
+            labels, groups, local_slices, local_pools, free, _ = parts
+            allocated = self._allocated_by_pool
+            pristine = not any(allocated.get(pk) for pk in local_pools)
         pool_shapes: list[Any] = []  # per pool: its shape id, then what is allocated
         if own_class is None:
             for pk, group_slices in groups:

@@ -11,6 +11,7 @@ and the same canonical device order from both, before and after changes.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import random
 from collections.abc import Iterator
@@ -179,6 +180,26 @@ def test_node_parts_free_resources(allocatable: dict[str, str], used: dict[str, 
             assert v == expected and hash(v) == hash(expected)
 
 
+def test_slices_out_of_pool_order_are_grouped_alike() -> None:
+    """The compiled side splits a node's slices by pool in one pass when they are listed
+    pool by pool (as entries list them), and groups them through a dict when they are
+    not: the same keys, orders and interned ids as the reference both ways."""
+    c = Cluster(rl.cluster(8, 3, rack_size=4))
+    g = gang_of("h100-root", 2, "8")
+    compiled, reference = projections(c, g)
+    inv = c.inventory
+    mixed = 0
+    for e in inv._current().entries:
+        for local_slices in (e.local_slices, tuple(reversed(e.local_slices))):
+            if local_slices is not e.local_slices and len(e.local_pools) < 2:
+                continue
+            seen = dataclasses.replace(e, local_slices=local_slices)
+            got = compiled.node_key(seen, inv._allocated)
+            assert got == reference._node_key(seen, inv._allocated), e.node.name
+            mixed += local_slices is not e.local_slices
+    assert mixed and compiled._intern == reference._intern
+
+
 def test_kept_tuples_are_not_tracked_by_the_collector() -> None:
     """Most tuples a cold decision keeps hold only atomic values: the compiled side
     leaves them out of the cyclic collector (as the collector would on its first pass);
@@ -207,6 +228,30 @@ def test_kept_tuples_are_not_tracked_by_the_collector() -> None:
     assert all(not gc.is_tracked(e) and not gc.is_tracked(e.free) for e in snap.entries)
 
 
+@pytest.mark.parametrize("seed", range(2), ids=lambda s: f"seed={s}")
+def test_own_entries_match_reference(seed: int, device_fields: bool,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Snapshot.entry` of a node that is a class of its own, from parts the inventory
+    made at event time: compiled (`_project.own_entry`, slots filled or through the
+    constructor) and in Python, the same fields and interned class; the compiled one
+    left out of the collector."""
+    c = Cluster(rl.cluster(16, seed, rack_size=4))
+    inv = c.inventory
+    snap = inv._current()
+    assert not snap.global_slices
+    for i, name in enumerate(inv._names):
+        node, local, parts = inv._node_parts[name]
+        used = inv._used.get(name, {})
+        got = snap.entry(node, used, None, local, own_class=1000 + i, parts=parts)
+        with monkeypatch.context() as m:
+            m.setattr(snapshot, "compiled", None)
+            want = snap.entry(node, used, None, local, own_class=1000 + i, parts=parts)
+        assert _fields(got) == _fields(want)
+        assert type(got) is snapshot._NodeEntry and not gc.is_tracked(got)
+    assert snapshot.compiled.entry_slots_ok() == device_fields
+    assert any(not e.pristine for e in snap.entries) and any(e.pristine for e in snap.entries)
+
+
 def test_insert_all_indexes_as_insert() -> None:
     """`Snapshot.with_entries` indexes a view with `_project.insert_all`: the same label
     groups, cells, class representatives and node lists as inserting entry by entry, on
@@ -233,14 +278,15 @@ def test_insert_all_indexes_as_insert() -> None:
 
 def _fields(e: gang._NodeEntry) -> tuple[Any, ...]:
     return (e.node, e.labels, e.local_pools, e.local_slices, e.sees_global, e.key, e.free,
-            e.devices, e.pristine, e.fingerprint, e.order, e.exact)
+            e.devices, e.pristine, e.fingerprint, e.order, e.exact, e.ids)
 
 
 @pytest.mark.parametrize("seed", range(3), ids=lambda s: f"seed={s}")
-def test_projected_entries_match_reference(seed: int) -> None:
+def test_projected_entries_match_reference(seed: int, device_fields: bool) -> None:
     """`Projection.entries` compiled and its reference: the same entries (fields),
     kept alike (the same kept pairs for unchanged nodes, new ones for changed nodes,
-    the kept map emptied past its limit)."""
+    the kept map emptied past its limit). Entries, nodes and slices read from their
+    slots and projected entries made by filling theirs, then all through Python."""
     rng = random.Random(seed)
     nodes = 24
     c = Cluster(rl.cluster(nodes, seed, rack_size=4))
@@ -257,6 +303,7 @@ def test_projected_entries_match_reference(seed: int) -> None:
             projection._state, gang._NodeEntry)
         want = reference._entries(snap.entries, kept_r, limit, inv._allocated)
         assert [_fields(e) for e in got] == [_fields(e) for e in want]
+        assert snapshot.compiled.entry_slots_ok() == device_fields
         assert kept_c.keys() == kept_r.keys()
         assert len(kept_c) <= limit + 1 or limit > nodes
         for e, p in zip(snap.entries, got, strict=True):
