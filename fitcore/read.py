@@ -228,19 +228,32 @@ def _container(v: Any) -> bool:
     return isinstance(v, (Mapping, list))
 
 
-def load_yaml(text: str, *, reference: bool = False) -> list[Any]:
+def load_yaml(text: str | bytes, *, reference: bool = False) -> list[Any]:
     """Every document of a YAML text (YAML 1.1 as Kubernetes reads it: fitcore.yaml11),
     within the limits (LimitError otherwise, naming the line; SyntaxProblem, a
     yaml.YAMLError, for text that is not YAML). The compiled reader
     (`fitcore._load`) reads it unless FITCORE_NO_EXTENSIONS=1 or `reference` asks
-    for the PyYAML reader, which gives the same values ten times slower."""
+    for the PyYAML reader, which gives the same values ten times slower.
+
+    `text` may be a file's bytes, read as UTF-8 (UnicodeDecodeError otherwise, as
+    decoding them first would raise): the compiled reader takes them as they are, which
+    spares decoding the file and encoding it again (libyaml checks the UTF-8 itself)."""
     if len(text) > MAX_BYTES:
         raise LimitError(f"larger than {MAX_BYTES // (1024 * 1024)} MiB")
+    if isinstance(text, bytes) and (compiled is None or reference
+                                    or text.startswith(_UTF16_BOMS)):
+        text = text.decode()  # libyaml would read UTF-16 with a BOM; the file reader did not
     if compiled is not None and not reference:
-        docs: list[Any] = compiled.load_all(
-            text.encode(), yaml11.resolve, yaml11.key, yaml11.tagged, LimitError,
-            SyntaxProblem, MAX_DEPTH, MAX_NODES)
+        try:
+            docs: list[Any] = compiled.load_all(
+                text if isinstance(text, bytes) else text.encode(), yaml11.resolve,
+                yaml11.key, yaml11.tagged, LimitError, SyntaxProblem, MAX_DEPTH, MAX_NODES)
+        except (SyntaxProblem, LimitError):
+            if isinstance(text, bytes):
+                text.decode()  # bytes that are not UTF-8 are that, not a YAML problem
+            raise
         return docs
+    assert isinstance(text, str)
     _check_depth(text)
     try:
         docs = list(yaml.load_all(text, Loader=_StrictLoader))
@@ -249,6 +262,9 @@ def load_yaml(text: str, *, reference: bool = False) -> list[Any]:
     for d in docs:
         _count(d)
     return docs
+
+
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -262,10 +278,11 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def load_json(text: str, *, reference: bool = False) -> list[Any]:
+def load_json(text: str | bytes, *, reference: bool = False) -> list[Any]:
     """The value of a JSON text as a list of documents (a JSON array is its items), within
     the limits of `load_yaml` (LimitError otherwise; ValueError for text that is not one
-    JSON value).
+    JSON value). `text` may be a file's bytes, read as UTF-8 (UnicodeDecodeError
+    otherwise): orjson reads them without a decoded copy.
 
     orjson parses it (several times faster than `json` with a hook per object) but keeps
     the last of duplicate keys silently and makes a float of an integer beyond 64 bits;
@@ -278,7 +295,7 @@ def load_json(text: str, *, reference: bool = False) -> list[Any]:
     if len(text) > MAX_BYTES:
         raise LimitError(f"larger than {MAX_BYTES // (1024 * 1024)} MiB")
     if compiled is not None and not reference:
-        data = text.encode()
+        data = text if isinstance(text, bytes) else text.encode()
         try:
             value = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -289,6 +306,8 @@ def load_json(text: str, *, reference: bool = False) -> list[Any]:
             members, long_numbers = compiled.scan_json(data)
             if keys == members and not long_numbers:
                 return docs
+    if isinstance(text, bytes):
+        text = text.decode()
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates, parse_int=_json_int)
     except RecursionError as exc:

@@ -60,9 +60,9 @@ def read_documents(paths: Sequence[str]) -> list[fitcore.Document]:
     for raw in paths:
         for path in _files(pathlib.Path(raw)):
             try:
-                text = path.read_text()
-                docs = _parse(text, path)
-                del text
+                data = path.read_bytes()
+                docs = _parse(data, path)
+                del data
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"{path}: cannot read: {exc}") from exc
             except fitcore.LimitError as exc:
@@ -80,18 +80,20 @@ def read_documents(paths: Sequence[str]) -> list[fitcore.Document]:
     return out
 
 
-def _parse(text: str, path: pathlib.Path) -> list[Any]:
+def _parse(data: bytes, path: pathlib.Path) -> list[Any]:
     """The documents of one file: JSON when it looks like JSON (one value), else YAML;
-    both within fitcore.read's size and depth limits, duplicate keys refused."""
-    head = text.lstrip()[:1]
-    if path.suffix == ".json" or head in ("{", "["):
+    both within fitcore.read's size and depth limits, duplicate keys refused. The
+    readers take the file's bytes (UTF-8; UnicodeDecodeError otherwise): orjson and
+    libyaml read UTF-8 themselves, so the file is not decoded and encoded again."""
+    head = data.lstrip()[:1]
+    if path.suffix == ".json" or head in (b"{", b"["):
         try:
-            return fitcore.load_json(text)
+            return fitcore.load_json(data)
         except ValueError as exc:
-            if isinstance(exc, fitcore.LimitError):
+            if isinstance(exc, (fitcore.LimitError, UnicodeDecodeError)):
                 raise
             # several JSON documents, or YAML after all: the YAML reader says
-    return fitcore.load_yaml(text)
+    return fitcore.load_yaml(data)
 
 
 # ------------------------------------------------------------------------ fit
