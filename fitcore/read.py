@@ -407,11 +407,14 @@ def sort(documents: list[tuple[Any, str | None]], *, lenient: bool = False) -> S
 
 
 def one(obj: Any, source: str | None = None, *, lenient: bool = False,
-        names: collections.Counter[str] | None = None) -> Sorted:
+        names: collections.Counter[str] | None = None, into: Sorted | None = None
+        ) -> Sorted:
     """One object (not a List), read as `sort` reads it: in `objects` (converted and
     defaulted) or `skipped`, with its warnings and problems. `names` numbers objects that
-    only have a generateName (pass the same counter for every object of one input)."""
-    out = Sorted()
+    only have a generateName (pass the same counter for every object of one input).
+    `into` is a Sorted to add to (and return) instead of a new one: a caller reading
+    objects one by one takes them out as they come and spares a Sorted per object."""
+    out = Sorted() if into is None else into
     _one(obj, source, lenient, out, names if names is not None else collections.Counter())
     return out
 
@@ -430,12 +433,41 @@ def _one(obj: Any, source: str | None, lenient: bool, out: Sorted,
                                               f"{type(obj).__name__}", source))
         return
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    model = _MODELS.get((api_version, kind), _UNREAD) if type(kind) is str and type(
+        api_version) is str else _UNREAD
+    if model is _UNREAD:
+        model = _model(obj, kind, api_version, source, out, problem)
+        if model is _UNREAD:
+            return
+    if model is not None:
+        for path in schema.unknown_fields(obj, model):
+            message = f"unknown field {path.rsplit('.', 1)[-1]!r}"
+            if lenient:
+                out.warnings.append(f"{source + ': ' if source else ''}{_describe(obj)}: "
+                                    f"{path}: {message} (ignored: --lenient)")
+            else:
+                problem(path, message + " (the API server refuses it under strict field "
+                                        "validation; --lenient ignores it)")
+    converted = normalize(obj, names)
+    out.objects.append((converted, source))
+
+
+#: (apiVersion, kind) fitgate reads -> its schema model (None: no schema), filled by
+#: `_model` as kinds are met: most objects of an inventory are of a handful of kinds.
+_MODELS: dict[tuple[str, str], str | None] = {}
+_UNREAD = object()  # `_model`: the object is skipped or has a problem
+
+
+def _model(obj: Mapping[str, Any], kind: Any, api_version: Any, source: str | None,
+           out: Sorted, problem: Callable[[str, str], None]) -> Any:
+    """The schema model of a kind fitgate reads (None: no schema), or _UNREAD for an object
+    skipped (counted in `out`) or with a problem (reported)."""
     if not isinstance(kind, str) or not kind:
         problem("kind", "required field is missing")
-        return
+        return _UNREAD
     if not isinstance(api_version, str) or not api_version:
         problem("apiVersion", "required field is missing")
-        return
+        return _UNREAD
     group, version = split_version(api_version)
     served = READ.get((group, kind))
     if served is None:
@@ -450,24 +482,16 @@ def _one(obj: Any, source: str | None, lenient: bool, out: Sorted,
                     f"{source + ': ' if source else ''}{_describe(obj)}: not read (a named "
                     "limitation): fitgate reads gangs from Kueue Workloads and Jobs, not from "
                     "scheduling.k8s.io Workloads or PodGroups")
-        return
+        return _UNREAD
     if version not in served:
-        problem("apiVersion", f"{kind} is read in {', '.join(f'{group}/{v}' for v in served)}"
-                              f", not {api_version}")
-        return
+        readable = ", ".join(f"{group}/{v}" if group else v for v in served)
+        problem("apiVersion", f"{kind} is read in {readable}, not {api_version}")
+        return _UNREAD
     api_version_kind = _SCHEMA_ALIAS.get(f"{api_version}/{kind}", (api_version, kind))
     model = schema.model_for(*api_version_kind)
-    if model is not None:
-        for path in schema.unknown_fields(obj, model):
-            message = f"unknown field {path.rsplit('.', 1)[-1]!r}"
-            if lenient:
-                out.warnings.append(f"{source + ': ' if source else ''}{_describe(obj)}: "
-                                    f"{path}: {message} (ignored: --lenient)")
-            else:
-                problem(path, message + " (the API server refuses it under strict field "
-                                        "validation; --lenient ignores it)")
-    converted = normalize(obj, names)
-    out.objects.append((converted, source))
+    if type(kind) is str and type(api_version) is str:
+        _MODELS[(api_version, kind)] = model
+    return model
 
 
 # ---------------------------------------------------------------- convert, default

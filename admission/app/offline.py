@@ -144,16 +144,19 @@ def _load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
     gang_docs = [d for d in wl_docs if _kind(d[0]) in _GANG_KINDS]
     docs.reverse()  # popped from the end: in file order, each dropped once applied
     progress.total = len(docs)
+    got = None  # one Sorted for every object, emptied as it goes (skipped counts kept)
     while docs:
         progress.step(progress.total - len(docs))
         raw, source = docs.pop()
         if _kind(raw) in _GANG_KINDS:
             continue
-        got = fitcore.read_one(raw, source, lenient=lenient, names=names)
-        problems.extend(got.problems)
-        for k, n in got.skipped.items():
-            found.skipped[k] = found.skipped.get(k, 0) + n
-        found.warnings.extend(got.warnings)
+        got = fitcore.read_one(raw, source, lenient=lenient, names=names, into=got)
+        if got.problems:
+            problems.extend(got.problems)
+            got.problems.clear()
+        if got.warnings:
+            found.warnings.extend(got.warnings)
+            got.warnings.clear()
         for obj, _ in got.objects:
             kind = obj["kind"]
             if kind in _TEMPLATE_KINDS or kind == "ResourceClaim":
@@ -165,6 +168,9 @@ def _load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
             except fitcore.InputError as exc:
                 problems.extend(e if e.source else dataclasses.replace(e, source=source)
                                 for e in exc.errors)
+        got.objects.clear()
+    for k, n in (got.skipped.items() if got is not None else ()):
+        found.skipped[k] = found.skipped.get(k, 0) + n
     found.warnings.extend(inv.notes())
     if notes is not None:
         notes.extend(found.notes())
@@ -195,7 +201,7 @@ def _load_inventory(inventory_paths: Sequence[str], shape_paths: Sequence[str],
 
 
 def _kind(obj: Any) -> Any:
-    return obj.get("kind") if isinstance(obj, Mapping) else None
+    return obj.get("kind") if type(obj) is dict or isinstance(obj, Mapping) else None
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:

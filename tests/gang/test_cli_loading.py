@@ -137,3 +137,15 @@ def test_a_slow_load_reports_progress_at_most_once_a_second(tmp_path: pathlib.Pa
 
 def test_a_fast_load_reports_nothing(tmp_path: pathlib.Path) -> None:
     assert _load_with(tmp_path, tick=0.0001) == []
+
+
+def test_fit_notes_count_what_it_skipped_across_files(tmp_path: pathlib.Path) -> None:
+    extra = tmp_path / "other.yaml"
+    extra.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n"
+                     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n---\n"
+                     "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: c}\n")
+    notes: list[str] = []
+    offline.load_inventory([str(EXAMPLES / "inventory"), str(extra)], [],
+                           str(EXAMPLES / "workload.yaml"), notes=notes)
+    assert "skipped 3 objects of kinds fitgate does not read: apps/v1 Deployment (1), " \
+           "v1 ConfigMap (2)" in notes, notes
