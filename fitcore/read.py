@@ -527,15 +527,19 @@ def normalize(obj: Mapping[str, Any], names: collections.Counter[str] | None = N
 def _changes(obj: Mapping[str, Any]) -> bool:
     """Whether `normalize` would change anything (conservative: True when unsure)."""
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping) or not meta.get("name"):
+    if not (type(meta) is dict or isinstance(meta, Mapping)) or not meta.get("name"):
         return True
-    group, version = split_version(str(obj.get("apiVersion", "")))
+    api_version = obj.get("apiVersion", "")
+    if api_version == "resource.k8s.io/v1":  # most objects of an inventory: its slices
+        return False
+    group, version = split_version(str(api_version))
     if group == "resource.k8s.io":
         return version != "v1"
     kind = obj.get("kind")
     if kind == "Node":
         status = obj.get("status")
-        return isinstance(status, Mapping) and "allocatable" not in status
+        return (type(status) is dict or isinstance(status, Mapping)) and (
+            "allocatable" not in status)
     if kind == "Pod":
         return _limits_default(obj.get("spec"))
     return kind in ("Job", "Workload")
@@ -543,20 +547,20 @@ def _changes(obj: Mapping[str, Any]) -> bool:
 
 def _limits_default(spec: Any) -> bool:
     """Whether some limit of the pod spec stands in for a missing request."""
-    if not isinstance(spec, Mapping):
+    if type(spec) is not dict and not isinstance(spec, Mapping):
         return True
     resources = [spec.get("resources")]
     for key in ("containers", "initContainers"):
         items = spec.get(key)
         if isinstance(items, list):
-            resources += [c.get("resources") if isinstance(c, Mapping) else None
-                          for c in items]
+            resources += [c.get("resources") if type(c) is dict or isinstance(c, Mapping)
+                          else None for c in items]
         elif items is not None:
             return True
     for res in resources:
         if res is None:
             continue
-        if not isinstance(res, Mapping):
+        if type(res) is not dict and not isinstance(res, Mapping):
             return True
         limits = res.get("limits")
         if limits is None:
