@@ -433,7 +433,7 @@ def _one(obj: Any, source: str | None, lenient: bool, out: Sorted,
                                               f"{type(obj).__name__}", source))
         return
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
-    model = _MODELS.get((api_version, kind), _UNREAD) if type(kind) is str and type(
+    model: Any = _MODELS.get((api_version, kind), _UNREAD) if type(kind) is str and type(
         api_version) is str else _UNREAD
     if model is _UNREAD:
         model = _model(obj, kind, api_version, source, out, problem)
@@ -484,8 +484,8 @@ def _model(obj: Mapping[str, Any], kind: Any, api_version: Any, source: str | No
                     "scheduling.k8s.io Workloads or PodGroups")
         return _UNREAD
     if version not in served:
-        readable = ", ".join(f"{group}/{v}" if group else v for v in served)
-        problem("apiVersion", f"{kind} is read in {readable}, not {api_version}")
+        versions = ", ".join(f"{group}/{v}" if group else v for v in served)
+        problem("apiVersion", f"{kind} is read in {versions}, not {api_version}")
         return _UNREAD
     api_version_kind = _SCHEMA_ALIAS.get(f"{api_version}/{kind}", (api_version, kind))
     model = schema.model_for(*api_version_kind)
