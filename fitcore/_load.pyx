@@ -23,6 +23,14 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memchr
 
 cdef object _NOKEY = object()  # a dict waits for its next key
+# yaml11.resolve gives a plain scalar its own text when the text is none of yaml11.WORDS
+# (at most this long; tests/fitcore/test_json_scan.py holds it) and does not start as a
+# number does (a sign, a digit or a dot): most values of an inventory (names, ids).
+cdef Py_ssize_t _LONGEST_WORD = 5
+
+
+cdef inline bint _number_start(unsigned char c) noexcept nogil:
+    return c == 46 or c == 43 or c == 45 or 48 <= c <= 57  # . + - 0-9
 cdef object _MERGE = object()  # a dict's pending key is a merge key
 cdef bytes _MERGE_TAG = b"tag:yaml.org,2002:merge"
 
@@ -88,6 +96,9 @@ cdef class Builder:
                 if value is _NOKEY:
                     value = _MERGE if text == "<<" else self._key(self.resolve(text), line)
                     self.plain_keys[text] = value
+            elif event.data.scalar.length > _LONGEST_WORD and not _number_start(
+                    event.data.scalar.value[0]):
+                value = text  # yaml11.resolve's answer, without a cache the size of the file
             else:
                 value = self.plain.get(text, _NOKEY)
                 if value is _NOKEY:

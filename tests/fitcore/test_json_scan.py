@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fitcore import read
+from fitcore import read, yaml11
 
 pytestmark = pytest.mark.skipif(read.compiled is None, reason="FITCORE_NO_EXTENSIONS=1: "
                                 "the compiled checks are not used, the json module reads")
@@ -65,3 +65,26 @@ def test_walk_and_scan_count_what_python_counts(value: Any, indent: bool) -> Non
     (rb'{"k": "v:\\\"", "w": 1}', 2), (rb'{"unterminated\\', 0)])
 def test_scan_ends_a_string_at_a_quote_not_escaped(text: bytes, members: int) -> None:
     assert read.compiled.scan_json(text)[0] == members
+
+
+# The YAML builder (fitcore/_load.pyx) answers a plain scalar longer than any of
+# yaml11.WORDS that does not start as a number does with its own text, without
+# yaml11.resolve: what resolve answers.
+LONGEST_WORD = 5
+
+
+def test_no_yaml11_word_is_longer_than_the_builder_assumes() -> None:
+    assert max(len(w) for w in yaml11.WORDS) == LONGEST_WORD
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(min_size=1).filter(lambda t: len(t.encode()) > LONGEST_WORD  # as libyaml's
+                                  and t[0] not in ".+-0123456789"))  # bytes are counted
+def test_a_long_plain_text_not_starting_as_a_number_resolves_to_itself(text: str) -> None:
+    assert yaml11.resolve(text) is text
+
+
+@pytest.mark.parametrize("text", ["yes", "Off", "NULL", "~", "-.inf", "+.INF", "0x1F",
+                                  "1_000", ".5", "abcdef", "true_", "-12345678", "9.5e+10"])
+def test_the_builder_reads_plain_scalars_as_resolve_does(text: str) -> None:
+    assert read.load_yaml(f"v: {text}\n") == [{"v": yaml11.resolve(text)}]
