@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import gc
 
-from fitcore import cache, gangsearch, inventory, workload
+import pytest
+
+from fitcore import api, cache, gangsearch, inventory, workload
 from tests.gang import realistic as rl
 
 TEMPLATES = [rl.mig_template("a30-slices"), rl.template("h100-root")]
@@ -21,6 +23,8 @@ def _classes_alive() -> int:
     return sum(1 for o in gc.get_objects() if isinstance(o, gangsearch._Class))
 
 
+@pytest.mark.skipif(not api.compiled_available(), reason="FITCORE_NO_EXTENSIONS=1: the "
+                    "Python reference allocator keeps no compiled answers, errors or not")
 def test_a_decision_that_kept_an_error_leaves_no_search_behind() -> None:
     inv = inventory.Inventory()
     for o in rl.cluster(120):
