@@ -44,7 +44,7 @@ class NodeLedger:
         # uid -> what the promised gang needs of devices (`fitcore.device_kind`), for the
         # promises the inventory counts; node by node, those still counted.
         self._kind: dict[str, fitcore.DeviceKind] = {}
-        self._assumed: dict[str, set[str]] = {}
+        self._assumed: dict[str, tuple[str, set[str], float]] = {}  # namespace, nodes, since
         self.clock = clock
         self.promise_seconds = promise_seconds
         # uid -> (namespace, pods placed per node, when): nodes promised to a gang this
@@ -81,7 +81,8 @@ class NodeLedger:
         if gang is not None and kind is not None and self.inventory is not None:
             self.inventory.assume(uid, gang, placements)
             self._kind[uid] = kind
-            self._assumed[uid] = set(per_node)
+            self._assumed[uid] = (str(meta.get("namespace") or ""), set(per_node),
+                                  self.clock.monotonic())
 
     def drop(self, uid: str) -> None:
         """End the gang's promise, if any (its check is decided again, or it left)."""
@@ -90,7 +91,7 @@ class NodeLedger:
 
     def _release(self, uid: str, nodes: Collection[str] | None) -> None:
         """Stop counting the promise's pods on `nodes` (None: all, and the promise)."""
-        counted = self._assumed.get(uid)
+        counted = self._assumed[uid][1] if uid in self._assumed else None
         if counted is None:
             return
         if nodes is None or not counted - set(nodes):
@@ -128,29 +129,48 @@ class NodeLedger:
         # The bound pods of each promise are read from an index the pod store's events
         # keep (`ledgerindex.BoundPods`), not counted over the namespace's pods: this
         # runs for every decision, on the event loop.
+        waits: dict[str, set[str]] = {}
         for uid, (namespace, nodes, _) in list(self._promised.items()):
             if uid == except_uid:
                 continue
             got = self._bound.of(namespace, uid)
-            waiting = {n for n, want in nodes.items() if got.get(n, 0) < want}
-            if uid in self._assumed:
-                self._release(uid, [n for n in self._assumed[uid] - waiting
-                                    if self._claims_allocated(namespace, uid, n)])
-            if not waiting and uid not in self._assumed:
+            waiting = waits[uid] = {n for n, want in nodes.items() if got.get(n, 0) < want}
+            if not waiting:
                 del self._promised[uid]
             if not (sharing and uid in self._kind
                     and fitcore.kinds_compatible(self._kind[uid], kind)):
                 out |= waiting
+        self._release_bound(except_uid, waits, now)
         return out
+
+    def _release_bound(self, except_uid: str, waits: Mapping[str, set[str]], now: float
+                       ) -> None:
+        """Stop counting a promise's pods on each node where they have bound and nothing
+        of them is left to allocate (`_claims_allocated`), also after the promise ended
+        (its pods all bound): node by node, or all at `promise_seconds`."""
+        for uid, (namespace, counted, since) in list(self._assumed.items()):
+            if uid == except_uid:
+                continue
+            if now - since > self.promise_seconds:
+                self._release(uid, None)
+                continue
+            waiting = waits.get(uid, set())
+            self._release(uid, [n for n in counted - waiting
+                                if self._claims_allocated(namespace, uid, n)])
 
     def _claims_allocated(self, namespace: str, uid: str, node: str) -> bool:
         """Whether the claims of the promise's pods bound to `node` are allocated in the
         claim store (it comes on another watch than the pods: counted before, the
-        devices would be neither assumed nor allocated for a moment)."""
+        devices would be neither assumed nor allocated for a moment). A pod that has
+        finished, is being deleted or is gone has nothing left to allocate: its claims may
+        be deallocated and gone already."""
         pods = self.stores.pods
         for name in self._bound.names(namespace, uid, node):
             pod = pods.get(name, namespace) if pods is not None else None
-            if pod is None or not self._allocated(pod):
+            if pod is None or _meta(pod).get("deletionTimestamp") \
+                    or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            if not self._allocated(pod):
                 return False
         return True
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from admission import constants as c
+from admission.kube import kinds
 from tests.admission import world as w
 from tests.fitcore import builders as b
 from tests.gang import builders as gb
@@ -100,5 +101,42 @@ async def test_the_count_ends_per_node_once_pods_bound_and_claims_allocated(
                     "status": {"allocation": {"devices": {"results": [
                         {"request": "gpus", "driver": b.GPU, "pool": "n1-gpu",
                          "device": f"gpu-{i}"}]}}}})
+    assert r.ledger.promised_nodes("someone-else") == set()
+    assert world.inventory.inner.assumed() == {}
+
+
+@pytest.mark.parametrize("ended", ["Succeeded", "Failed", "deleting"])
+async def test_a_pod_that_ended_before_its_claims_were_seen_ends_the_count(
+        world: w.World, ended: str) -> None:
+    # A short pod: bound, ran and finished before the ledger looked; its claims were
+    # deallocated and deleted meanwhile. Nothing of it is left to allocate: the count
+    # and the promise end (else n1 stays counted and, once the pod is deleted, held).
+    world.seed(*w.base(), one_gpu(), *w.node("n1"), gang("train", 1))
+    r = world.reconciler()
+    assert await world.reconcile(r) is None
+    uid = world.workload()["metadata"]["uid"]
+    pod = _bound(world, uid, 0, "claim-gone")
+    if ended == "deleting":
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    else:
+        pod["status"]["phase"] = ended
+    world.seed(pod)
+    assert r.ledger.promised_nodes("someone-else") == set()
+    assert world.inventory.inner.assumed() == {}
+
+
+async def test_pods_deleted_after_binding_end_the_count_too(world: w.World) -> None:
+    # The pod bound while its claim's allocation had not come: the promise ends (the node
+    # is no longer held) but the pod is still counted. The pod and its claim are then
+    # deleted before the allocation was ever seen: nothing is left to count.
+    world.seed(*w.base(), one_gpu(), *w.node("n1"), gang("train", 1))
+    r = world.reconciler()
+    assert await world.reconcile(r) is None
+    uid = world.workload()["metadata"]["uid"]
+    _bound(world, uid, 0, "claim-0")
+    assert r.ledger.promised_nodes("someone-else") == set()
+    assert world.inventory.inner.assumed() == {uid: {"n1"}}
+    world.api.remove(kinds.POD, "train-0", "default")
+    world.refresh()
     assert r.ledger.promised_nodes("someone-else") == set()
     assert world.inventory.inner.assumed() == {}
