@@ -68,7 +68,7 @@ async def test_scenario_11_many_gangs_at_once_are_all_decided(
     # them counted the same new node, so each runs on its own.
     dear = topology.group_name("fitgate", "dear")
     assert {g: len(n) for g, n in result.nodes.items()} == {dear: many.BIG}, result.nodes
-    assert result.big_seconds is not None, result.big
+    assert result.big_seconds is not None, "\n".join([str(result.big), *result.big_why])
     assert len(set(result.big.values())) == many.BIG, result.big
     # The breakdown saw every gang through: each decided one with its Workload and the
     # write that decided it, so the shares cover the whole burst.
