@@ -23,7 +23,8 @@ is deleted at the end, also when a test or the set-up fails.
   pods, and every Job created (server-side dry run) while it rolls, until the old pods are
   gone, is gated: the webhook answered each review. (Without the chart's preStop sleep this
   failed: a terminating pod still in the Service's endpoints missed a review, and the Job
-  gate's failurePolicy Ignore let the Job through ungated.)
+  gate's failurePolicy Ignore let the Job through ungated.) helm's output is shown when it
+  fails or does not end; a helm that fails before it changed anything is run once more.
 
 - The leader pod deleted mid-check: Job first holds the worker's four GPUs; Job second
   needs them too, so fitgate asks for a new node (a NodeShape like the worker) with a
@@ -44,7 +45,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -323,30 +326,73 @@ def test_helm_upgrade_rolls_the_deployment_without_a_missed_review(
                      "containers": [{"name": "main", "image": WORKLOAD_IMAGE,
                                      "command": ["true"]}]}}}}
         # A changed value: a fresh pod annotation, so every run rolls the pods.
-        upgrade = stack.upgrade_fitgate_async(kind, (
-            "--reuse-values", "--set", f"podAnnotations.e2e-rollout={uuid.uuid4().hex[:8]}"))
+        args = ("--reuse-values", "--set", f"podAnnotations.e2e-rollout={uuid.uuid4().hex[:8]}")
+        upgrade = _Background(stack.upgrade_fitgate_async(kind, args))
         reviews = 0
         try:
             # Reviews go on until helm is done and the old pods are gone (they terminate
             # after helm's --wait returns: that window must be served too).
             deadline = time.monotonic() + 400
-            while upgrade.poll() is None or fitgate_pods() & before:
+            while upgrade.running() or fitgate_pods() & before:
+                if upgrade.failed() and fitgate_pods() == before and not upgrade.retried:
+                    # helm stopped before it changed anything (a failed API call of its
+                    # own): say so, and run the same upgrade once more.
+                    print(f"helm upgrade failed before rolling anything; once more:\n"
+                          f"{upgrade.output()}")
+                    upgrade.stop()
+                    upgrade = _Background(stack.upgrade_fitgate_async(kind, args), retried=True)
+                assert not upgrade.failed(), f"helm upgrade failed:\n{upgrade.output()}"
                 assert time.monotonic() < deadline, \
-                    "helm upgrade and the old pods' termination did not end in 400s"
+                    f"helm upgrade and the old pods' termination did not end in 400s; " \
+                    f"helm {'still runs' if upgrade.running() else 'exited 0'}:\n" \
+                    f"{upgrade.output()}"
                 out = kind.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
                                    input=json.dumps(probe))
                 job = json.loads(out.stdout)
                 assert gating.gated_by_us(job), f"review {reviews} not answered: {job}"
                 reviews += 1
         finally:
-            if upgrade.poll() is None:
-                upgrade.kill()
-            out_text, _ = upgrade.communicate(timeout=60)
-        assert upgrade.returncode == 0, out_text
+            upgrade.stop()
         assert reviews > 0
         after = fitgate_pods()
         assert after and not after & before, (before, after)
         print(f"{reviews} reviews during the rollout, all answered")
+
+
+class _Background:
+    """A command started in the background whose output is read as it comes (a full pipe
+    would stall it), to show when it fails or does not end."""
+
+    def __init__(self, proc: subprocess.Popen[str], retried: bool = False) -> None:
+        self.proc = proc
+        self.retried = retried
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def failed(self) -> bool:
+        return self.proc.poll() not in (None, 0)
+
+    def output(self) -> str:
+        if not self.running():
+            self.reader.join(timeout=10)
+        return "".join(self.lines[-60:]) or "(no output)"
+
+    def stop(self) -> None:
+        if self.running():
+            self.proc.kill()
+        self.proc.wait(timeout=60)
+        self.reader.join(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 LEASE = "fitgate-leader"  # the chart's Lease for release fitgate (names.lease)
