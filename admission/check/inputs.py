@@ -4,6 +4,9 @@ pass's parsed view of them.
 A `Pass` is made once per `reconcile` of one Workload: the NodeShapes parsed once (every
 step that needs them, the request's builder, the node ledger, readiness and verification,
 reads the same parse) and node ownership scanned once (`ledger.NodeLedger.node_owners`).
+
+`OwnWrites` says when the Workload store still holds the copy fitgate's last status write
+replaced (see there).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import fitcore
+from admission import clock as clock_
 from admission import constants as c
 from admission.kube import kinds, store
 
@@ -95,6 +99,47 @@ class Stores:
             fit_policies=by_kind.get(kinds.FIT_POLICY), namespaces=by_kind.get(kinds.NAMESPACE),
             cluster_queues=by_kind.get(kinds.CLUSTER_QUEUE), pods=by_kind.get(kinds.POD),
             node_claims=by_kind.get(kinds.NODE_CLAIM), node_pools=by_kind.get(kinds.NODE_POOL))
+
+
+class OwnWrites:
+    """The Workloads whose check entry fitgate wrote and whose new version the store has
+    not shown yet.
+
+    The stores follow the API server through watches, so for a moment after a status write
+    the Workload store still holds the copy that write replaced. A pass over that copy
+    decides again on an entry already decided, and redoes what comes before the write
+    while the write itself fails on the resourceVersion: a Ready pass rewrites the
+    placements and moves the gang's promise, perhaps to another node (new nodes are
+    matched to requests again when more arrive), while the pods stay pinned where the
+    first pass put them, and another gang is then placed there. So `reconcile` skips such
+    a copy: the write's own watch event queues the Workload again, and at the latest it is
+    looked at again after `grace_seconds`, when the copy is read anyway (a write that
+    changed nothing on the server brings no event).
+    """
+
+    def __init__(self, clock: clock_.Clock, grace_seconds: float = 5.0) -> None:
+        self._clock = clock
+        self.grace_seconds = grace_seconds
+        self._written: dict[str, tuple[str, float]] = {}  # key -> (version replaced, when)
+
+    def wrote(self, key: str, replaced: Mapping[str, Any]) -> None:
+        """A status write to the Workload `key` succeeded over the copy `replaced`."""
+        version = (replaced.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self._written[key] = (str(version), self._clock.monotonic())
+
+    def stale(self, key: str, obj: Mapping[str, Any] | None) -> bool:
+        """Whether `obj` (the store's copy, None: gone) is the copy a recent write of
+        ours replaced."""
+        written = self._written.get(key)
+        if written is None:
+            return False
+        version = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+        if obj is not None and str(version) == written[0] \
+                and self._clock.monotonic() - written[1] < self.grace_seconds:
+            return True
+        del self._written[key]
+        return False
 
 
 #: Node -> (request, workload uid, whether that workload is admitted).

@@ -39,11 +39,12 @@ have finished and been deleted.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 import structlog
 
+import fitcore
 from admission import clock as clock_
 from admission import constants as c
 from admission import kueue
@@ -61,6 +62,27 @@ MAX_PLACEMENTS = 1_000_000
 
 class PlacementsError(ValueError):
     """A placements ConfigMap that does not read back; the message names it and the field."""
+
+
+def placements_config_map(wl: Mapping[str, Any], placements: Sequence[fitcore.Placement]
+                          ) -> dict[str, Any]:
+    """The placements ConfigMap of a Workload: its gang's placements in fitcore's order,
+    named after the Workload's uid and owned by it (what `per_node` reads back)."""
+    meta = wl.get("metadata") or {}
+    data = {c.PLACEMENTS_KEY: json.dumps(
+        [{"podSet": p.pod_set, "index": p.index, "node": p.node} for p in placements],
+        separators=(",", ":"))}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": c.PLACEMENTS_PREFIX + str(meta.get("uid")),
+                         "namespace": meta.get("namespace"),
+                         "labels": {c.MANAGED_LABEL: "fitgate",
+                                    c.WORKLOAD_UID_LABEL: str(meta.get("uid"))},
+                         "annotations": {c.WORKLOAD_ANNOTATION:
+                                         f"{meta.get('namespace')}/{meta.get('name')}"},
+                         "ownerReferences": [{
+                             "apiVersion": kinds.WORKLOAD.api_version, "kind": "Workload",
+                             "name": meta.get("name"), "uid": meta.get("uid")}]},
+            "data": data}
 
 
 def per_node(cm: Mapping[str, Any]) -> dict[str, int]:

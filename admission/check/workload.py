@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import json
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -105,6 +104,7 @@ class WorkloadReconciler:
         self._idle_questions = containment.Bounded(self.settings.decision_timeout_seconds)
         self.recorder = recorder or events.Recorder(api, self.clock)
         self._finished: set[str] = set()  # uids whose placements were deleted
+        self.own_writes = inputs.OwnWrites(self.clock)
         self.ledger = ledger.NodeLedger(stores, self.clock, self.settings.promise_seconds,
                                         inventory)
         # Promises an earlier leader made, read back from what it persisted (promises.py).
@@ -165,6 +165,8 @@ class WorkloadReconciler:
         ns, name = workqueue.split(key)
         namespace = ns or ""
         wl = self.stores.workloads.get(name, namespace)
+        if self.own_writes.stale(key, wl):  # our last write's event is on its way
+            return self.own_writes.grace_seconds
         if wl is None:
             await self.sync_cleanup(namespace, name, keep_uid=None)
             return None
@@ -425,29 +427,15 @@ class WorkloadReconciler:
 
     async def sync_placements(self, wl: client.Obj, placements: Sequence[fitcore.Placement]
                               ) -> None:
-        """The gang's placements in fitcore's order, for the release controller: a
-        ConfigMap named after the Workload's uid, owned by the Workload."""
-        meta = _meta(wl)
-        name = c.PLACEMENTS_PREFIX + str(meta.get("uid"))
-        data = {c.PLACEMENTS_KEY: json.dumps(
-            [{"podSet": p.pod_set, "index": p.index, "node": p.node} for p in placements],
-            separators=(",", ":"))}
-        body = {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": name, "namespace": meta.get("namespace"),
-                             "labels": {c.MANAGED_LABEL: "fitgate",
-                                        c.WORKLOAD_UID_LABEL: str(meta.get("uid"))},
-                             "annotations": {c.WORKLOAD_ANNOTATION:
-                                             f"{meta.get('namespace')}/{meta.get('name')}"},
-                             "ownerReferences": [{
-                                 "apiVersion": kinds.WORKLOAD.api_version,
-                                 "kind": "Workload", "name": meta.get("name"),
-                                 "uid": meta.get("uid")}]},
-                "data": data}
+        """The gang's placements in fitcore's order, for the release controller (and a new
+        leader: `promises.Recovery`): a ConfigMap named after the Workload's uid."""
+        body = promises.placements_config_map(wl, placements)
         try:
             await self.api.create(kinds.CONFIG_MAP, body)
         except errors.AlreadyExists:
-            await self.api.patch(kinds.CONFIG_MAP, name, {"data": data},
-                                 namespace=meta.get("namespace"))
+            await self.api.patch(kinds.CONFIG_MAP, body["metadata"]["name"],
+                                 {"data": body["data"]},
+                                 namespace=body["metadata"]["namespace"])
 
     # ------------------------------------------------------------------ status
 
@@ -467,6 +455,7 @@ class WorkloadReconciler:
                          "resourceVersion": meta.get("resourceVersion")},
             "status": {"admissionChecks": [desired]}},
             field_manager=c.FIELD_MANAGER, subresource="status", force=True)
+        self.own_writes.wrote(workqueue.key_of(wl), wl)
         metrics.decision(verdict.state, verdict.category)
         log.info("check updated", check=entry["name"], state=verdict.state,
                  message=verdict.message,
